@@ -1,0 +1,285 @@
+//! Linear-attention backends: the three operations that fused kernels replace in real
+//! deployments — the causal depthwise conv + SiLU, the gated delta rule (with the in-kernel q/k
+//! L2 norm and the dk^-1/2 scale), and the gated RMSNorm. Everything else in a Gated DeltaNet
+//! layer (projections, gates, head bookkeeping, out_proj) is shared model code, so two backends
+//! can only differ by what they do here.
+
+mod reference;
+mod registry;
+
+use candle_core::{DType, Tensor};
+
+use crate::error::{Error, Result};
+
+pub use reference::Reference;
+pub use registry::{available_backends, backend_by_name, BackendInfo};
+
+/// Shapes of one linear-attention call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GdnDims {
+    pub batch: usize,
+    pub seq: usize,
+    pub num_key_heads: usize,
+    pub num_value_heads: usize,
+    pub key_head_dim: usize,
+    pub value_head_dim: usize,
+    pub conv_kernel: usize,
+}
+
+impl GdnDims {
+    pub fn conv_dim(&self) -> usize {
+        2 * self.num_key_heads * self.key_head_dim + self.num_value_heads * self.value_head_dim
+    }
+    pub fn heads_per_key_head(&self) -> usize {
+        self.num_value_heads / self.num_key_heads
+    }
+}
+
+/// Everything a backend needs for one Gated DeltaNet layer, as the shared layer code prepared it.
+pub struct GdnInputs<'a> {
+    /// `[B, T, conv_dim]` output of the q/k/v projection, before the conv; compute dtype.
+    pub mixed_qkv: &'a Tensor,
+    /// `[conv_dim, K]` depthwise conv weight; compute dtype.
+    pub conv_weight: &'a Tensor,
+    /// `[B, T, Hv]` β = σ(b); compute dtype.
+    pub beta: &'a Tensor,
+    /// `[B, T, Hv]` log decay g ≤ 0; accumulation dtype (f32, or f64 in f64 mode).
+    pub g: &'a Tensor,
+    /// `[B, T, Hv, dv]` output gate; compute dtype.
+    pub z: &'a Tensor,
+    /// `[dv]` gated-norm weight (plain scale); compute dtype.
+    pub norm_weight: &'a Tensor,
+    pub norm_eps: f64,
+    pub dims: GdnDims,
+}
+
+/// What a backend hands back: the gated-norm output and, when asked, intermediate values.
+pub struct GdnOutputs {
+    /// `[B, T, Hv·dv]` in the compute dtype, ready for out_proj.
+    pub out: Tensor,
+    /// Per-op captures (name, tensor) in the order they were produced; empty unless requested.
+    pub ops: Vec<(&'static str, Tensor)>,
+}
+
+/// Names of the per-op captures inside a linear-attention layer.
+pub mod op_names {
+    pub const CONV_OUT: &str = "conv_out";
+    pub const Q: &str = "q";
+    pub const K: &str = "k";
+    pub const V: &str = "v";
+    pub const CORE_OUT: &str = "core_out";
+    pub const GATED_NORM_OUT: &str = "gated_norm_out";
+}
+
+/// A linear-attention implementation. Implementations must not fall back silently: an input
+/// they cannot handle (device, dtype, shape) is an error.
+pub trait LinearAttentionBackend: Send + Sync {
+    /// Registry name (`reference`, `chunked`, `fused`, …).
+    fn name(&self) -> &'static str;
+
+    /// What actually runs for tensors on `device`, e.g. `reference/cpu` or `fused/cpu-rayon-2t`.
+    fn implementation(&self, device: &candle_core::Device) -> String;
+
+    /// Causal depthwise conv over the sequence + SiLU: `[B, T, C]`, `[C, K]` → `[B, T, C]`.
+    fn conv1d_silu(&self, x: &Tensor, weight: &Tensor) -> Result<Tensor>;
+
+    /// The gated delta rule with q/k L2-normalised inside and q scaled by dk^-1/2.
+    /// q, k: `[B, T, Hk, dk]`; v: `[B, T, Hv, dv]`; g, beta: `[B, T, Hv]`; value head h reads key
+    /// head h / (Hv/Hk). Returns the output `[B, T, Hv, dv]` (v's dtype) and the final state
+    /// `[B, Hv, dk, dv]` (accumulation dtype).
+    fn gated_delta_rule(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        initial_state: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor)>;
+
+    /// Gated RMSNorm over the last dim: `w ⊙ norm(x) ⊙ SiLU(z)`.
+    fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor>;
+
+    /// The whole backend part of a layer. Backends that fuse steps override this; the default
+    /// composes the three operations above.
+    fn forward(&self, inputs: &GdnInputs, capture_ops: bool) -> Result<GdnOutputs> {
+        let d = inputs.dims;
+        let conv = self.conv1d_silu(inputs.mixed_qkv, inputs.conv_weight)?;
+        let (q, k, v) = split_qkv(&conv, &d)?;
+        let (core, _state) = self.gated_delta_rule(&q, &k, &v, inputs.g, inputs.beta, None)?;
+        let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
+        let out = out.reshape((d.batch, d.seq, d.num_value_heads * d.value_head_dim))?;
+        let ops = if capture_ops {
+            vec![
+                (op_names::CONV_OUT, conv),
+                (op_names::Q, q),
+                (op_names::K, k),
+                (op_names::V, v),
+                (op_names::CORE_OUT, core),
+                (op_names::GATED_NORM_OUT, out.clone()),
+            ]
+        } else {
+            Vec::new()
+        };
+        Ok(GdnOutputs { out, ops })
+    }
+}
+
+/// Splits the conv output `[B, T, conv_dim]` into q, k `[B, T, Hk, dk]` and v `[B, T, Hv, dv]`.
+pub fn split_qkv(conv: &Tensor, d: &GdnDims) -> Result<(Tensor, Tensor, Tensor)> {
+    let key_dim = d.num_key_heads * d.key_head_dim;
+    let value_dim = d.num_value_heads * d.value_head_dim;
+    let q =
+        conv.narrow(2, 0, key_dim)?
+            .reshape((d.batch, d.seq, d.num_key_heads, d.key_head_dim))?;
+    let k = conv.narrow(2, key_dim, key_dim)?.reshape((
+        d.batch,
+        d.seq,
+        d.num_key_heads,
+        d.key_head_dim,
+    ))?;
+    let v = conv.narrow(2, 2 * key_dim, value_dim)?.reshape((
+        d.batch,
+        d.seq,
+        d.num_value_heads,
+        d.value_head_dim,
+    ))?;
+    Ok((q, k, v))
+}
+
+/// The dtype transformers computes "in float32" at: f32 for f32/bf16/f16 models, and f64 when
+/// hsdiff runs a true float64 pass.
+pub fn accumulation_dtype(compute: DType) -> DType {
+    if compute == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// Checks the shapes of a gated-delta-rule call and returns its dims (without the conv kernel).
+pub fn check_delta_rule_shapes(
+    backend: &str,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    g: &Tensor,
+    beta: &Tensor,
+    initial_state: Option<&Tensor>,
+) -> Result<GdnDims> {
+    let err = |msg: String| Error::backend(backend, msg);
+    let (b, t, hk, dk) = q
+        .dims4()
+        .map_err(|_| err(format!("q must be [B, T, Hk, dk], got {:?}", q.dims())))?;
+    let (_, _, hv, dv) = v
+        .dims4()
+        .map_err(|_| err(format!("v must be [B, T, Hv, dv], got {:?}", v.dims())))?;
+    if k.dims() != q.dims() {
+        return Err(err(format!(
+            "k shape {:?} differs from q shape {:?}",
+            k.dims(),
+            q.dims()
+        )));
+    }
+    if v.dims()[..2] != [b, t] {
+        return Err(err(format!(
+            "v shape {:?} does not match q shape {:?}",
+            v.dims(),
+            q.dims()
+        )));
+    }
+    if hk == 0 || hv % hk != 0 {
+        return Err(err(format!(
+            "{hv} value heads is not a multiple of {hk} key heads"
+        )));
+    }
+    for (name, x) in [("g", g), ("beta", beta)] {
+        if x.dims() != [b, t, hv] {
+            return Err(err(format!(
+                "{name} must be [{b}, {t}, {hv}], got {:?}",
+                x.dims()
+            )));
+        }
+    }
+    if let Some(s) = initial_state {
+        if s.dims() != [b, hv, dk, dv] {
+            return Err(err(format!(
+                "initial state must be [{b}, {hv}, {dk}, {dv}], got {:?}",
+                s.dims()
+            )));
+        }
+    }
+    for (name, x) in [("k", k), ("v", v), ("beta", beta)] {
+        if x.dtype() != q.dtype() {
+            return Err(err(format!(
+                "{name} dtype {:?} differs from q dtype {:?}",
+                x.dtype(),
+                q.dtype()
+            )));
+        }
+    }
+    Ok(GdnDims {
+        batch: b,
+        seq: t,
+        num_key_heads: hk,
+        num_value_heads: hv,
+        key_head_dim: dk,
+        value_head_dim: dv,
+        conv_kernel: 0,
+    })
+}
+
+/// Checks a conv call: x `[B, T, C]`, weight `[C, K]`, same dtype.
+pub fn check_conv_shapes(
+    backend: &str,
+    x: &Tensor,
+    weight: &Tensor,
+) -> Result<(usize, usize, usize, usize)> {
+    let err = |msg: String| Error::backend(backend, msg);
+    let (b, t, c) = x
+        .dims3()
+        .map_err(|_| err(format!("conv input must be [B, T, C], got {:?}", x.dims())))?;
+    let (wc, k) = weight.dims2().map_err(|_| {
+        err(format!(
+            "conv weight must be [C, K], got {:?}",
+            weight.dims()
+        ))
+    })?;
+    if wc != c || k == 0 {
+        return Err(err(format!(
+            "conv weight {:?} does not match {c} channels",
+            weight.dims()
+        )));
+    }
+    if x.dtype() != weight.dtype() {
+        return Err(err(format!(
+            "conv input dtype {:?} differs from weight dtype {:?}",
+            x.dtype(),
+            weight.dtype()
+        )));
+    }
+    Ok((b, t, c, k))
+}
+
+/// Checks a gated-norm call: x and z the same shape, weight `[last dim]`.
+pub fn check_norm_shapes(backend: &str, x: &Tensor, z: &Tensor, weight: &Tensor) -> Result<usize> {
+    let err = |msg: String| Error::backend(backend, msg);
+    let dv = *x
+        .dims()
+        .last()
+        .ok_or_else(|| err("gated norm input is a scalar".to_string()))?;
+    if z.dims() != x.dims() {
+        return Err(err(format!(
+            "gate shape {:?} differs from input shape {:?}",
+            z.dims(),
+            x.dims()
+        )));
+    }
+    if weight.dims() != [dv] {
+        return Err(err(format!(
+            "gated norm weight must be [{dv}], got {:?}",
+            weight.dims()
+        )));
+    }
+    Ok(dv)
+}

@@ -1,0 +1,38 @@
+//! Backends by name, and what each would run on the devices this build knows.
+
+use candle_core::Device;
+
+use super::{LinearAttentionBackend, Reference};
+use crate::error::{Error, Result};
+
+/// One row of `hsdiff backends`.
+pub struct BackendInfo {
+    pub name: &'static str,
+    pub description: &'static str,
+}
+
+const BACKENDS: &[BackendInfo] = &[BackendInfo {
+    name: "reference",
+    description:
+        "token-by-token recurrence from plain tensor ops, transformers' PyTorch-fallback casts",
+}];
+
+pub fn available_backends() -> &'static [BackendInfo] {
+    BACKENDS
+}
+
+/// The backend called `name`, checked to be able to run on `device`.
+pub fn backend_by_name(name: &str, device: &Device) -> Result<Box<dyn LinearAttentionBackend>> {
+    let backend: Box<dyn LinearAttentionBackend> = match name {
+        "reference" => Box::new(Reference),
+        other => {
+            let known: Vec<&str> = BACKENDS.iter().map(|b| b.name).collect();
+            return Err(Error::backend(
+                other,
+                format!("unknown backend (known: {})", known.join(", ")),
+            ));
+        }
+    };
+    let _ = device;
+    Ok(backend)
+}

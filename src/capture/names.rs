@@ -1,0 +1,34 @@
+//! Names of captured tensors: the contract between the forward pass, dump files, `compare` and
+//! the JSON report. Defined here and nowhere else.
+
+pub const INPUT_IDS: &str = "input_ids";
+pub const EMBED: &str = "embed";
+pub const FINAL_NORM: &str = "final_norm";
+pub const LOGITS: &str = "logits";
+
+/// Output of decoder layer `i` (the residual stream after it, before the final norm).
+pub fn layer(i: usize) -> String {
+    format!("layers.{i}")
+}
+
+/// An intermediate value inside decoder layer `i`, e.g. `layers.3.core_out`.
+pub fn op(i: usize, op: &str) -> String {
+    format!("layers.{i}.{op}")
+}
+
+/// The experts chosen per token by the router of MoE layer `i`, `[1, T, k]` int64.
+pub fn router_topk(i: usize) -> String {
+    format!("router.{i}.topk_ids")
+}
+
+/// Parses `layers.{i}` (exactly; not op names) into `i`.
+pub fn parse_layer(name: &str) -> Option<usize> {
+    name.strip_prefix("layers.")?.parse().ok()
+}
+
+/// Parses `layers.{i}.{op}` into `(i, op)`.
+pub fn parse_op(name: &str) -> Option<(usize, &str)> {
+    let rest = name.strip_prefix("layers.")?;
+    let (i, op) = rest.split_once('.')?;
+    Some((i.parse().ok()?, op))
+}

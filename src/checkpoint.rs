@@ -1,0 +1,332 @@
+//! Safetensors checkpoints: one file or shards, memory-mapped, read tensor by tensor.
+//!
+//! Nothing is materialised until the forward pass asks for it, and every request states the
+//! shape it expects: a missing tensor or a wrong shape is an error naming the tensor and file,
+//! never a default-initialised weight.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use memmap2::Mmap;
+use safetensors::tensor::{Metadata, TensorInfo};
+use safetensors::{Dtype as StDtype, SafeTensors};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+
+/// The bytes of one safetensors file: a memory map, or a blob compiled into the binary.
+enum Bytes {
+    Mapped(Mmap),
+    Static(&'static [u8]),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Static(s) => s,
+        }
+    }
+}
+
+/// One parsed safetensors file.
+pub struct SafetensorsFile {
+    path: PathBuf,
+    bytes: Bytes,
+    header_len: usize,
+    metadata: Metadata,
+}
+
+impl SafetensorsFile {
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(|e| Error::file(path, e.to_string()))?;
+        // SAFETY: the map is read-only; a file truncated underneath us is the user's own race.
+        let mmap = unsafe { Mmap::map(&file) }.map_err(|e| Error::file(path, e.to_string()))?;
+        Self::parse(path.to_path_buf(), Bytes::Mapped(mmap))
+    }
+
+    /// A file compiled into the binary; `name` stands in for its path in messages.
+    pub fn from_static(name: &str, bytes: &'static [u8]) -> Result<Self> {
+        Self::parse(PathBuf::from(name), Bytes::Static(bytes))
+    }
+
+    fn parse(path: PathBuf, bytes: Bytes) -> Result<Self> {
+        let (header_len, metadata) = SafeTensors::read_metadata(&bytes).map_err(|e| {
+            Error::file(
+                &path,
+                format!("not a valid safetensors file ({})", describe_st_error(&e)),
+            )
+        })?;
+        Ok(SafetensorsFile {
+            path,
+            bytes,
+            header_len,
+            metadata,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.metadata.tensors().into_keys().collect();
+        names.sort();
+        names
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.metadata.info(name).is_some()
+    }
+
+    pub fn info(&self, name: &str) -> Option<&TensorInfo> {
+        self.metadata.info(name)
+    }
+
+    /// The free-form string map of the header (`__metadata__`).
+    pub fn user_metadata(&self) -> Option<&HashMap<String, String>> {
+        self.metadata.metadata().as_ref()
+    }
+
+    /// Raw little-endian bytes of one tensor.
+    pub fn raw(&self, name: &str) -> Result<(&TensorInfo, &[u8])> {
+        let info = self
+            .info(name)
+            .ok_or_else(|| Error::tensor(&self.path, name, "not in this file"))?;
+        let start = 8 + self.header_len + info.data_offsets.0;
+        let end = 8 + self.header_len + info.data_offsets.1;
+        let data = self.bytes.get(start..end).ok_or_else(|| {
+            Error::tensor(
+                &self.path,
+                name,
+                "data lies past the end of the file (truncated?)",
+            )
+        })?;
+        Ok((info, data))
+    }
+
+    /// Loads a tensor as stored (CPU), converting the safetensors dtype to candle's.
+    pub fn load(&self, name: &str) -> Result<Tensor> {
+        let (info, data) = self.raw(name)?;
+        let dtype = candle_dtype(info.dtype).ok_or_else(|| {
+            Error::tensor(
+                &self.path,
+                name,
+                format!("unsupported dtype {:?}", info.dtype),
+            )
+        })?;
+        Tensor::from_raw_buffer(data, dtype, &info.shape, &Device::Cpu)
+            .map_err(|e| Error::tensor(&self.path, name, e.to_string()))
+    }
+
+    /// SHA-256 over the whole file, streamed from the map.
+    pub fn sha256(&self) -> String {
+        let mut h = Sha256::new();
+        for chunk in self.bytes.chunks(1 << 20) {
+            h.update(chunk);
+        }
+        format!("{:x}", h.finalize())
+    }
+}
+
+fn describe_st_error(e: &safetensors::SafeTensorError) -> String {
+    use safetensors::SafeTensorError as E;
+    match e {
+        E::MetadataIncompleteBuffer => {
+            "file is shorter than its header says: truncated".to_string()
+        }
+        E::HeaderTooSmall => "file too small to hold a header".to_string(),
+        E::InvalidHeaderLength => "header length points past the end of the file".to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+pub fn candle_dtype(d: StDtype) -> Option<DType> {
+    Some(match d {
+        StDtype::F64 => DType::F64,
+        StDtype::F32 => DType::F32,
+        StDtype::BF16 => DType::BF16,
+        StDtype::F16 => DType::F16,
+        StDtype::I64 => DType::I64,
+        StDtype::U32 => DType::U32,
+        StDtype::U8 => DType::U8,
+        _ => return None,
+    })
+}
+
+/// Where the text model's tensors live inside the checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyLayout {
+    /// `model.layers.*` (Qwen3-Next, text-only exports).
+    TextOnly,
+    /// `model.language_model.layers.*` (Qwen3.5 vision-language checkpoints).
+    VisionLanguage,
+}
+
+impl KeyLayout {
+    /// Prefix of embed_tokens, norm and layers.
+    pub fn root(&self) -> &'static str {
+        match self {
+            KeyLayout::TextOnly => "model.",
+            KeyLayout::VisionLanguage => "model.language_model.",
+        }
+    }
+}
+
+/// All tensors of a checkpoint folder, by name, across shards.
+pub struct Checkpoint {
+    dir: PathBuf,
+    files: Vec<SafetensorsFile>,
+    /// tensor name → index into `files`
+    index: BTreeMap<String, usize>,
+    layout: KeyLayout,
+}
+
+impl Checkpoint {
+    /// Opens `model.safetensors`, or the shards listed in `model.safetensors.index.json`.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let index_path = dir.join("model.safetensors.index.json");
+        let single = dir.join("model.safetensors");
+        let files = if index_path.exists() {
+            shard_names(&index_path)?
+                .iter()
+                .map(|name| SafetensorsFile::open(&dir.join(name)))
+                .collect::<Result<Vec<_>>>()?
+        } else if single.exists() {
+            vec![SafetensorsFile::open(&single)?]
+        } else {
+            return Err(Error::file(
+                dir,
+                "no model.safetensors or model.safetensors.index.json in this folder",
+            ));
+        };
+        Self::from_files(dir.to_path_buf(), files)
+    }
+
+    pub fn from_files(dir: PathBuf, files: Vec<SafetensorsFile>) -> Result<Self> {
+        let mut index = BTreeMap::new();
+        for (i, f) in files.iter().enumerate() {
+            for name in f.names() {
+                index.insert(name, i);
+            }
+        }
+        let layout = if index.contains_key("model.language_model.embed_tokens.weight") {
+            KeyLayout::VisionLanguage
+        } else if index.contains_key("model.embed_tokens.weight") {
+            KeyLayout::TextOnly
+        } else {
+            let first = files
+                .first()
+                .map(|f| f.path().to_path_buf())
+                .unwrap_or_else(|| dir.clone());
+            return Err(Error::tensor(
+                first,
+                "model.embed_tokens.weight",
+                "missing (neither model.embed_tokens.weight nor \
+                 model.language_model.embed_tokens.weight is present)",
+            ));
+        };
+        Ok(Checkpoint {
+            dir,
+            files,
+            index,
+            layout,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn layout(&self) -> &KeyLayout {
+        &self.layout
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    /// The file a tensor would come from (or the first file), for messages.
+    pub fn file_of(&self, name: &str) -> &Path {
+        let i = self.index.get(name).copied().unwrap_or(0);
+        self.files.get(i).map(|f| f.path()).unwrap_or(&self.dir)
+    }
+
+    /// Loads `name`, checks its shape, and converts it to `dtype` on `device`.
+    pub fn get(
+        &self,
+        name: &str,
+        shape: &[usize],
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Tensor> {
+        let Some(&i) = self.index.get(name) else {
+            return Err(Error::tensor(
+                self.file_of(name),
+                name,
+                "missing from the checkpoint",
+            ));
+        };
+        let file = &self.files[i];
+        let info = file
+            .info(name)
+            .ok_or_else(|| Error::tensor(file.path(), name, "not in this file"))?;
+        if info.shape != shape {
+            return Err(Error::tensor(
+                file.path(),
+                name,
+                format!("shape {:?}, expected {:?}", info.shape, shape),
+            ));
+        }
+        let t = file.load(name)?;
+        if !matches!(
+            t.dtype(),
+            DType::BF16 | DType::F16 | DType::F32 | DType::F64
+        ) {
+            return Err(Error::tensor(
+                file.path(),
+                name,
+                format!("dtype {:?} is not a float type", t.dtype()),
+            ));
+        }
+        let t = t.to_dtype(dtype)?.to_device(device)?;
+        Ok(t)
+    }
+
+    /// A digest of every tensor file, in shard order.
+    pub fn weights_sha256(&self) -> String {
+        let mut h = Sha256::new();
+        for f in &self.files {
+            h.update(f.sha256().as_bytes());
+        }
+        format!("{:x}", h.finalize())
+    }
+}
+
+fn shard_names(index_path: &Path) -> Result<Vec<String>> {
+    let text =
+        std::fs::read_to_string(index_path).map_err(|e| Error::file(index_path, e.to_string()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::file(index_path, format!("not valid JSON: {e}")))?;
+    let map = v
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| Error::file(index_path, "no `weight_map` object"))?;
+    let mut names: Vec<String> = Vec::new();
+    for (tensor, file) in map {
+        let file = file.as_str().ok_or_else(|| {
+            Error::file(
+                index_path,
+                format!("weight_map entry for `{tensor}` is not a file name"),
+            )
+        })?;
+        if !names.iter().any(|n| n == file) {
+            names.push(file.to_string());
+        }
+    }
+    names.sort();
+    Ok(names)
+}

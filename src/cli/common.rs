@@ -1,0 +1,90 @@
+//! Options shared by every command that runs the model, and their resolution into a session.
+
+use std::path::PathBuf;
+
+use candle_core::{DType, Device};
+use clap::Args;
+
+use crate::builtin;
+use crate::device::{parse_device, parse_dtype};
+use crate::error::{Error, Result};
+use crate::input::{parse_token_list, resolve_prompt, PromptSource, Tokenizer};
+use crate::model::Model;
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json). Default: the
+    /// built-in tiny Qwen3.5 model.
+    #[arg(long, value_name = "DIR")]
+    pub model: Option<PathBuf>,
+
+    /// Prompt text, @FILE, or a built-in prompt name (see `hsdiff prompts`).
+    #[arg(long, value_name = "TEXT|@FILE|NAME", conflicts_with = "tokens")]
+    pub prompt: Option<String>,
+
+    /// Token ids, comma-separated, bypassing the tokenizer.
+    #[arg(long, value_name = "IDS")]
+    pub tokens: Option<String>,
+
+    /// Compute dtype: f64 (true float64 everywhere), f32, bf16, f16.
+    #[arg(long, default_value = "f32", value_name = "DTYPE")]
+    pub dtype: String,
+
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu", value_name = "DEVICE")]
+    pub device: String,
+}
+
+/// A model, its input and where to run it: everything a run needs besides the backend.
+pub struct Session {
+    pub model: Model,
+    pub ids: Vec<u32>,
+    /// How the input was given, for fingerprints and reproduce lines.
+    pub prompt_label: Option<String>,
+    pub dtype: DType,
+    pub device: Device,
+}
+
+impl RunArgs {
+    pub fn resolve(&self) -> Result<Session> {
+        let dtype = parse_dtype(&self.dtype)?;
+        let device = parse_device(&self.device)?;
+        let model = match &self.model {
+            Some(dir) => Model::load(dir)?,
+            None => {
+                eprintln!("hsdiff: no --model given; using the built-in tiny Qwen3.5 model");
+                builtin::model()?
+            }
+        };
+        let (ids, prompt_label) = match (&self.tokens, &self.prompt) {
+            (Some(list), _) => (parse_token_list(list)?, None),
+            (None, arg) => {
+                let arg = arg.as_deref().unwrap_or("fizzbuzz");
+                let (text, source) = resolve_prompt(arg)?;
+                let tokenizer = match &self.model {
+                    Some(dir) => Tokenizer::from_file(&dir.join("tokenizer.json"))?,
+                    None => builtin::tokenizer()?,
+                };
+                let label = match source {
+                    PromptSource::Builtin(name) => name,
+                    PromptSource::File(path) => format!("@{}", path.display()),
+                    PromptSource::Text => text.clone(),
+                };
+                (tokenizer.encode(&text)?, Some(label))
+            }
+        };
+        if ids.is_empty() {
+            return Err(Error::Input(
+                "the prompt tokenised to zero tokens".to_string(),
+            ));
+        }
+        model.check_tokens(&ids)?;
+        Ok(Session {
+            model,
+            ids,
+            prompt_label,
+            dtype,
+            device,
+        })
+    }
+}

@@ -1,0 +1,451 @@
+//! config.json of every supported model type, read into one typed [`ModelConfig`].
+//!
+//! Vision-language configs (`qwen3_5`, `qwen3_5_moe`) keep the text model's fields under
+//! `text_config`; the text-only types keep them at the top level. Fields that transformers does
+//! not read (`attn_output_gate`, `mrope_interleaved`, `mamba_ssm_dtype`, `mtp_*`, …) are accepted
+//! and ignored, as transformers does.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+
+/// The architectures hsdiff reproduces. They share one forward pass and differ in the checkpoint
+/// layout of the linear-attention projections and in the feed-forward block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// `qwen3_next`: packed `in_proj_qkvz` / `in_proj_ba`, MoE or dense MLP per layer.
+    Qwen3Next,
+    /// `qwen3_5`, `qwen3_5_text`: split `in_proj_qkv` / `z` / `b` / `a`, dense MLP.
+    Qwen35,
+    /// `qwen3_5_moe`, `qwen3_5_moe_text`: split projections, every layer MoE.
+    Qwen35Moe,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerType {
+    LinearAttention,
+    FullAttention,
+}
+
+impl LayerType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LayerType::LinearAttention => "linear_attention",
+            LayerType::FullAttention => "full_attention",
+        }
+    }
+}
+
+/// Geometry of the Gated DeltaNet layers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinearAttentionConfig {
+    pub conv_kernel: usize,
+    pub num_key_heads: usize,
+    pub num_value_heads: usize,
+    pub key_head_dim: usize,
+    pub value_head_dim: usize,
+}
+
+impl LinearAttentionConfig {
+    pub fn key_dim(&self) -> usize {
+        self.num_key_heads * self.key_head_dim
+    }
+    pub fn value_dim(&self) -> usize {
+        self.num_value_heads * self.value_head_dim
+    }
+    /// Channels of the causal conv: `[q | k | v]`.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+    /// Value heads served by each key head.
+    pub fn heads_per_key_head(&self) -> usize {
+        self.num_value_heads / self.num_key_heads
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeConfig {
+    pub num_experts: usize,
+    pub num_experts_per_tok: usize,
+    pub moe_intermediate_size: usize,
+    pub shared_expert_intermediate_size: usize,
+    pub norm_topk_prob: bool,
+    pub decoder_sparse_step: usize,
+    pub mlp_only_layers: Vec<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    /// `model_type` at the top level of config.json.
+    pub model_type: String,
+    pub family: Family,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    pub head_dim: usize,
+    pub rms_norm_eps: f64,
+    pub rope_theta: f64,
+    pub partial_rotary_factor: f64,
+    pub attention_bias: bool,
+    pub layer_types: Vec<LayerType>,
+    pub linear: LinearAttentionConfig,
+    pub moe: Option<MoeConfig>,
+    /// What config.json says; the checkpoint decides (a missing `lm_head.weight` means tied).
+    pub tie_word_embeddings: bool,
+    /// SHA-256 of the config.json bytes, recorded in dumps and reports.
+    pub sha256: String,
+}
+
+/// Reads typed fields out of one JSON object, naming the file and field in errors.
+struct Fields<'a> {
+    path: &'a Path,
+    obj: &'a Map<String, Value>,
+}
+
+impl Fields<'_> {
+    fn err(&self, msg: String) -> Error {
+        Error::config(self.path, msg)
+    }
+
+    fn usize(&self, key: &str) -> Result<usize> {
+        match self.obj.get(key) {
+            None | Some(Value::Null) => Err(self.err(format!("missing required field `{key}`"))),
+            Some(v) => v.as_u64().map(|x| x as usize).ok_or_else(|| {
+                self.err(format!(
+                    "field `{key}` must be a non-negative integer, got {v}"
+                ))
+            }),
+        }
+    }
+
+    fn usize_or(&self, key: &str, default: usize) -> Result<usize> {
+        match self.obj.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(_) => self.usize(key),
+        }
+    }
+
+    fn f64_or(&self, key: &str, default: f64) -> Result<f64> {
+        match self.obj.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_f64()
+                .ok_or_else(|| self.err(format!("field `{key}` must be a number, got {v}"))),
+        }
+    }
+
+    fn bool_or(&self, key: &str, default: bool) -> Result<bool> {
+        match self.obj.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| self.err(format!("field `{key}` must be true or false, got {v}"))),
+        }
+    }
+
+    fn str_or<'b>(&'b self, key: &str, default: &'b str) -> Result<&'b str> {
+        match self.obj.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v
+                .as_str()
+                .ok_or_else(|| self.err(format!("field `{key}` must be a string, got {v}"))),
+        }
+    }
+
+    fn object(&self, key: &str) -> Result<Option<Fields<'_>>> {
+        match self.obj.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Object(obj)) => Ok(Some(Fields {
+                path: self.path,
+                obj,
+            })),
+            Some(v) => Err(self.err(format!("field `{key}` must be an object, got {v}"))),
+        }
+    }
+
+    fn usize_list_or(&self, key: &str) -> Result<Vec<usize>> {
+        match self.obj.get(key) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| {
+                    v.as_u64().map(|x| x as usize).ok_or_else(|| {
+                        self.err(format!(
+                            "field `{key}` must list non-negative integers, got {v}"
+                        ))
+                    })
+                })
+                .collect(),
+            Some(v) => Err(self.err(format!("field `{key}` must be a list, got {v}"))),
+        }
+    }
+}
+
+impl ModelConfig {
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| Error::file(path, e.to_string()))?;
+        Self::from_bytes(&bytes, path)
+    }
+
+    /// `path` is only used to name the source in errors.
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self> {
+        let value: Value = serde_json::from_slice(bytes)
+            .map_err(|e| Error::config(path, format!("not valid JSON: {e}")))?;
+        let Value::Object(top) = &value else {
+            return Err(Error::config(path, "top level must be a JSON object"));
+        };
+        let top = Fields { path, obj: top };
+        let model_type = top.str_or("model_type", "")?.to_string();
+        let (family, nested) = match model_type.as_str() {
+            "qwen3_next" => (Family::Qwen3Next, false),
+            "qwen3_5" => (Family::Qwen35, true),
+            "qwen3_5_text" => (Family::Qwen35, false),
+            "qwen3_5_moe" => (Family::Qwen35Moe, true),
+            "qwen3_5_moe_text" => (Family::Qwen35Moe, false),
+            "" => return Err(Error::config(path, "missing required field `model_type`")),
+            other => {
+                return Err(Error::config(
+                    path,
+                    format!(
+                        "unknown model_type `{other}` (supported: qwen3_next, qwen3_5, \
+                         qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text)"
+                    ),
+                ))
+            }
+        };
+        let text = if nested {
+            top.object("text_config")?.ok_or_else(|| {
+                Error::config(
+                    path,
+                    format!("model_type `{model_type}` needs a `text_config` object"),
+                )
+            })?
+        } else {
+            Fields { path, obj: top.obj }
+        };
+        let mut sha = Sha256::new();
+        sha.update(bytes);
+        let sha256 = format!("{:x}", sha.finalize());
+        Self::from_text_fields(&text, &top, model_type, family, sha256)
+    }
+
+    fn from_text_fields(
+        text: &Fields,
+        top: &Fields,
+        model_type: String,
+        family: Family,
+        sha256: String,
+    ) -> Result<Self> {
+        let num_hidden_layers = text.usize("num_hidden_layers")?;
+        let hidden_size = text.usize("hidden_size")?;
+        let num_attention_heads = text.usize("num_attention_heads")?;
+        let linear = LinearAttentionConfig {
+            conv_kernel: text.usize_or("linear_conv_kernel_dim", 4)?,
+            num_key_heads: text.usize("linear_num_key_heads")?,
+            num_value_heads: text.usize("linear_num_value_heads")?,
+            key_head_dim: text.usize("linear_key_head_dim")?,
+            value_head_dim: text.usize("linear_value_head_dim")?,
+        };
+        let layer_types = read_layer_types(text, num_hidden_layers)?;
+        let (rope_theta, partial_rotary_factor) = read_rope(text)?;
+        let moe = read_moe(text, family)?;
+        let act = text.str_or("hidden_act", "silu")?;
+        if act != "silu" {
+            return Err(text.err(format!("hidden_act `{act}` is not supported (only silu)")));
+        }
+        if !text.bool_or("attn_output_gate", true)? {
+            return Err(text.err(
+                "attn_output_gate = false: transformers always applies the output gate; \
+                 this checkpoint would not run as its config says"
+                    .to_string(),
+            ));
+        }
+        // Qwen3_5ForConditionalGeneration ties on the top-level flag, text-only classes on
+        // their own config; the checkpoint (presence of lm_head.weight) decides in the end.
+        let tie_word_embeddings = top.bool_or(
+            "tie_word_embeddings",
+            text.bool_or("tie_word_embeddings", false)?,
+        )?;
+        let cfg = ModelConfig {
+            model_type,
+            family,
+            vocab_size: text.usize("vocab_size")?,
+            hidden_size,
+            intermediate_size: text.usize("intermediate_size")?,
+            num_hidden_layers,
+            num_attention_heads,
+            num_key_value_heads: text.usize("num_key_value_heads")?,
+            head_dim: text.usize_or("head_dim", hidden_size / num_attention_heads.max(1))?,
+            rms_norm_eps: text.f64_or("rms_norm_eps", 1e-6)?,
+            rope_theta,
+            partial_rotary_factor,
+            attention_bias: text.bool_or("attention_bias", false)?,
+            layer_types,
+            linear,
+            moe,
+            tie_word_embeddings,
+            sha256,
+        };
+        cfg.validate(text)?;
+        Ok(cfg)
+    }
+
+    fn validate(&self, text: &Fields) -> Result<()> {
+        let check = |ok: bool, msg: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(text.err(msg.to_string()))
+            }
+        };
+        check(self.num_hidden_layers > 0, "num_hidden_layers must be > 0")?;
+        check(
+            self.hidden_size > 0 && self.vocab_size > 0,
+            "hidden_size and vocab_size must be > 0",
+        )?;
+        check(
+            self.num_key_value_heads > 0
+                && self.num_attention_heads % self.num_key_value_heads == 0,
+            "num_attention_heads must be a multiple of num_key_value_heads",
+        )?;
+        let l = &self.linear;
+        check(
+            l.num_key_heads > 0 && l.num_value_heads % l.num_key_heads == 0,
+            "linear_num_value_heads must be a multiple of linear_num_key_heads",
+        )?;
+        check(
+            l.conv_kernel > 0 && l.key_head_dim > 0 && l.value_head_dim > 0,
+            "linear head dims and conv kernel must be > 0",
+        )?;
+        let rot = self.rotary_dim();
+        check(
+            rot % 2 == 0 && rot <= self.head_dim,
+            "head_dim × partial_rotary_factor must be an even number ≤ head_dim",
+        )?;
+        if let Some(moe) = &self.moe {
+            check(
+                moe.num_experts_per_tok > 0 && moe.num_experts_per_tok <= moe.num_experts,
+                "num_experts_per_tok must be in 1..=num_experts",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Number of leading dims of each attention head that RoPE rotates.
+    pub fn rotary_dim(&self) -> usize {
+        (self.head_dim as f64 * self.partial_rotary_factor) as usize
+    }
+
+    /// Whether decoder layer `i` uses the sparse MoE block (else the dense MLP).
+    pub fn is_moe_layer(&self, i: usize) -> bool {
+        match (&self.moe, self.family) {
+            (None, _) => false,
+            (Some(_), Family::Qwen35Moe) => true,
+            (Some(m), _) => {
+                m.num_experts > 0
+                    && !m.mlp_only_layers.contains(&i)
+                    && m.decoder_sparse_step > 0
+                    && (i + 1) % m.decoder_sparse_step == 0
+            }
+        }
+    }
+}
+
+fn read_layer_types(text: &Fields, n: usize) -> Result<Vec<LayerType>> {
+    if let Some(Value::Array(items)) = text.obj.get("layer_types") {
+        if items.len() != n {
+            return Err(text.err(format!(
+                "layer_types has {} entries but num_hidden_layers is {n}",
+                items.len()
+            )));
+        }
+        return items
+            .iter()
+            .map(|v| match v.as_str() {
+                Some("linear_attention") => Ok(LayerType::LinearAttention),
+                Some("full_attention") => Ok(LayerType::FullAttention),
+                _ => Err(text.err(format!("unknown layer type {v} in layer_types"))),
+            })
+            .collect();
+    }
+    let interval = text.usize_or("full_attention_interval", 4)?;
+    if interval == 0 {
+        return Err(text.err("full_attention_interval must be > 0".to_string()));
+    }
+    Ok((0..n)
+        .map(|i| {
+            if (i + 1) % interval == 0 {
+                LayerType::FullAttention
+            } else {
+                LayerType::LinearAttention
+            }
+        })
+        .collect())
+}
+
+/// RoPE settings from `rope_parameters` (transformers 5) or the legacy top-level fields.
+/// transformers' defaults when absent: theta 10000, partial rotary factor 0.25.
+fn read_rope(text: &Fields) -> Result<(f64, f64)> {
+    let legacy_theta = text.f64_or("rope_theta", 10000.0)?;
+    let legacy_factor = text.f64_or("partial_rotary_factor", 0.25)?;
+    match text
+        .object("rope_parameters")?
+        .or(text.object("rope_scaling")?)
+    {
+        Some(rope) => {
+            let kind = rope.str_or("rope_type", rope.str_or("type", "default")?)?;
+            if kind != "default" {
+                return Err(text.err(format!(
+                    "rope_type `{kind}` is not supported (only default)"
+                )));
+            }
+            Ok((
+                rope.f64_or("rope_theta", legacy_theta)?,
+                rope.f64_or("partial_rotary_factor", legacy_factor)?,
+            ))
+        }
+        None => Ok((legacy_theta, legacy_factor)),
+    }
+}
+
+fn read_moe(text: &Fields, family: Family) -> Result<Option<MoeConfig>> {
+    let moe = match family {
+        Family::Qwen35 => return Ok(None),
+        Family::Qwen3Next => MoeConfig {
+            num_experts: text.usize_or("num_experts", 512)?,
+            num_experts_per_tok: text.usize_or("num_experts_per_tok", 10)?,
+            moe_intermediate_size: text.usize_or("moe_intermediate_size", 512)?,
+            shared_expert_intermediate_size: text
+                .usize_or("shared_expert_intermediate_size", 512)?,
+            norm_topk_prob: text.bool_or("norm_topk_prob", true)?,
+            decoder_sparse_step: text.usize_or("decoder_sparse_step", 1)?,
+            mlp_only_layers: text.usize_list_or("mlp_only_layers")?,
+        },
+        Family::Qwen35Moe => MoeConfig {
+            num_experts: text.usize_or("num_experts", 256)?,
+            num_experts_per_tok: text.usize_or("num_experts_per_tok", 8)?,
+            moe_intermediate_size: text.usize_or("moe_intermediate_size", 512)?,
+            shared_expert_intermediate_size: text
+                .usize_or("shared_expert_intermediate_size", 512)?,
+            // Qwen3.5-MoE always renormalises the top-k weights.
+            norm_topk_prob: true,
+            decoder_sparse_step: 1,
+            mlp_only_layers: Vec::new(),
+        },
+    };
+    if moe.num_experts == 0 {
+        return Ok(None);
+    }
+    Ok(Some(moe))
+}
+
+/// Where config.json was read from, for messages.
+pub fn config_path(dir: &Path) -> PathBuf {
+    dir.join("config.json")
+}

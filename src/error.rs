@@ -1,0 +1,84 @@
+//! One error type for the whole crate. Every variant renders as a single line that names the
+//! file, tensor or option at fault; the binary prints it and exits with code 2.
+
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file could not be read, or is not what it claims to be.
+    #[error("{}: {msg}", path.display())]
+    File { path: PathBuf, msg: String },
+
+    /// A tensor in a file is missing, has the wrong shape or dtype, or holds bad values.
+    #[error("{}: tensor `{name}`: {msg}", path.display())]
+    Tensor {
+        path: PathBuf,
+        name: String,
+        msg: String,
+    },
+
+    /// config.json is unusable.
+    #[error("{}: {msg}", path.display())]
+    Config { path: PathBuf, msg: String },
+
+    /// The prompt or token ids are unusable.
+    #[error("input: {0}")]
+    Input(String),
+
+    /// A backend is unknown, unavailable on the requested device, or was handed bad tensors.
+    #[error("backend `{backend}`: {msg}")]
+    Backend { backend: String, msg: String },
+
+    /// The requested device is not available in this build or on this machine.
+    #[error("device `{device}`: {msg}")]
+    Device { device: String, msg: String },
+
+    /// Two captures cannot be compared.
+    #[error("compare: {0}")]
+    Compare(String),
+
+    /// An error inside candle that no more specific variant explains.
+    #[error("tensor op: {0}")]
+    Candle(String),
+}
+
+impl From<candle_core::Error> for Error {
+    fn from(e: candle_core::Error) -> Self {
+        // candle errors can span several lines (backtraces); keep the report to one line.
+        let text = e.to_string();
+        Error::Candle(text.lines().next().unwrap_or_default().to_string())
+    }
+}
+
+impl Error {
+    pub fn file(path: impl AsRef<Path>, msg: impl Into<String>) -> Self {
+        Error::File {
+            path: path.as_ref().to_path_buf(),
+            msg: msg.into(),
+        }
+    }
+
+    pub fn tensor(path: impl AsRef<Path>, name: impl Into<String>, msg: impl Into<String>) -> Self {
+        Error::Tensor {
+            path: path.as_ref().to_path_buf(),
+            name: name.into(),
+            msg: msg.into(),
+        }
+    }
+
+    pub fn config(path: impl AsRef<Path>, msg: impl Into<String>) -> Self {
+        Error::Config {
+            path: path.as_ref().to_path_buf(),
+            msg: msg.into(),
+        }
+    }
+
+    pub fn backend(backend: impl Into<String>, msg: impl Into<String>) -> Self {
+        Error::Backend {
+            backend: backend.into(),
+            msg: msg.into(),
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,20 @@
+//! hsdiff: tells whether two ways of running a hybrid linear-attention language model
+//! (Qwen3-Next / Qwen3.5 / Qwen3.6: Gated DeltaNet + gated full attention) produce the same
+//! hidden states, and if not, where they part and why.
+//!
+//! Data flows one way: checkpoint → config + weights → model forward (with a pluggable
+//! linear-attention backend) → captures → metrics → verdicts → report → renderers.
+
+pub mod backends;
+pub mod builtin;
+pub mod capture;
+pub mod checkpoint;
+pub mod cli;
+pub mod config;
+pub mod device;
+pub mod error;
+pub mod fingerprint;
+pub mod input;
+pub mod model;
+pub mod progress;
+pub mod run;

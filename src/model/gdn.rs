@@ -1,0 +1,215 @@
+//! The shared shell of a Gated DeltaNet layer: projections, gates, and out_proj. The conv, the
+//! gated delta rule and the gated norm are handed to a [`LinearAttentionBackend`].
+//!
+//! Qwen3-Next packs q/k/v/z and b/a per key-head group (`in_proj_qkvz`, `in_proj_ba`); its rows
+//! are permuted once at load into the Qwen3.5 split layout (`in_proj_qkv`, `z`, `b`, `a`), so
+//! everything downstream is one code path. A row permutation leaves every dot product as it was.
+
+use candle_core::{DType, Tensor};
+
+use super::linear::Linear;
+use super::Weights;
+use crate::backends::{accumulation_dtype, GdnDims, GdnInputs, LinearAttentionBackend};
+use crate::config::{Family, LinearAttentionConfig, ModelConfig};
+use crate::error::Result;
+
+pub struct GatedDeltaNet {
+    in_proj_qkv: Linear,
+    in_proj_z: Linear,
+    in_proj_b: Linear,
+    in_proj_a: Linear,
+    conv_weight: Tensor,
+    /// `-exp(A_log)` and `dt_bias` per value head, at the accumulation precision.
+    neg_a: Vec<f64>,
+    dt_bias: Vec<f64>,
+    norm_weight: Tensor,
+    out_proj: Linear,
+    geometry: LinearAttentionConfig,
+    norm_eps: f64,
+}
+
+/// Intermediate values of the shell, captured with `--ops`.
+pub struct GdnCaptures {
+    pub beta: Tensor,
+    pub g: Tensor,
+    pub backend_ops: Vec<(&'static str, Tensor)>,
+    pub out_proj: Tensor,
+}
+
+impl GatedDeltaNet {
+    pub fn new(cfg: &ModelConfig, w: &Weights) -> Result<Self> {
+        let l = cfg.linear.clone();
+        let h = cfg.hidden_size;
+        let (hv, dv) = (l.num_value_heads, l.value_head_dim);
+        let (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a) = match cfg.family {
+            Family::Qwen35 | Family::Qwen35Moe => (
+                Linear::new(&w.pp("in_proj_qkv"), l.conv_dim(), h, false)?,
+                Linear::new(&w.pp("in_proj_z"), l.value_dim(), h, false)?,
+                Linear::new(&w.pp("in_proj_b"), hv, h, false)?,
+                Linear::new(&w.pp("in_proj_a"), hv, h, false)?,
+            ),
+            Family::Qwen3Next => unpack_qwen3_next(&l, h, w)?,
+        };
+        let acc = accumulation_dtype(w.dtype());
+        // A_log and dt_bias are rounded to the compute dtype at load, as transformers does.
+        let a_log = w.get("A_log", &[hv])?.to_dtype(acc)?;
+        let dt_bias = w.get("dt_bias", &[hv])?.to_dtype(acc)?;
+        let (neg_a, dt_bias) = if acc == DType::F64 {
+            let a: Vec<f64> = a_log.to_vec1()?;
+            (a.iter().map(|x| -x.exp()).collect(), dt_bias.to_vec1()?)
+        } else {
+            let a: Vec<f32> = a_log.to_vec1()?;
+            let dt: Vec<f32> = dt_bias.to_vec1()?;
+            (
+                a.iter().map(|x| f64::from(-x.exp())).collect(),
+                dt.iter().map(|&x| f64::from(x)).collect(),
+            )
+        };
+        Ok(GatedDeltaNet {
+            in_proj_qkv,
+            in_proj_z,
+            in_proj_b,
+            in_proj_a,
+            conv_weight: w
+                .get("conv1d.weight", &[l.conv_dim(), 1, l.conv_kernel])?
+                .reshape((l.conv_dim(), l.conv_kernel))?,
+            neg_a,
+            dt_bias,
+            norm_weight: w.get("norm.weight", &[dv])?,
+            out_proj: Linear::new(&w.pp("out_proj"), h, l.value_dim(), false)?,
+            geometry: l,
+            norm_eps: cfg.rms_norm_eps,
+        })
+    }
+
+    /// x: `[B, T, hidden]` (after input_layernorm) → `[B, T, hidden]`, plus op captures when asked.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        backend: &dyn LinearAttentionBackend,
+        capture_ops: bool,
+    ) -> Result<(Tensor, Option<GdnCaptures>)> {
+        let (b, t, _) = x.dims3()?;
+        let l = &self.geometry;
+        let mixed_qkv = self.in_proj_qkv.forward(x)?;
+        let z = self
+            .in_proj_z
+            .forward(x)?
+            .reshape((b, t, l.num_value_heads, l.value_head_dim))?;
+        let beta = candle_nn::ops::sigmoid(&self.in_proj_b.forward(x)?)?;
+        let g = self.log_decay(&self.in_proj_a.forward(x)?)?;
+        let dims = GdnDims {
+            batch: b,
+            seq: t,
+            num_key_heads: l.num_key_heads,
+            num_value_heads: l.num_value_heads,
+            key_head_dim: l.key_head_dim,
+            value_head_dim: l.value_head_dim,
+            conv_kernel: l.conv_kernel,
+        };
+        let inputs = GdnInputs {
+            mixed_qkv: &mixed_qkv,
+            conv_weight: &self.conv_weight,
+            beta: &beta,
+            g: &g,
+            z: &z,
+            norm_weight: &self.norm_weight,
+            norm_eps: self.norm_eps,
+            dims,
+        };
+        let outputs = backend.forward(&inputs, capture_ops)?;
+        let out = self.out_proj.forward(&outputs.out)?;
+        let captures = capture_ops.then(|| GdnCaptures {
+            beta,
+            g,
+            backend_ops: outputs.ops,
+            out_proj: out.clone(),
+        });
+        Ok((out, captures))
+    }
+
+    /// g = −exp(A_log) · softplus(a + dt_bias), at the accumulation precision. Computed on the
+    /// host: it is tiny (`[B, T, Hv]`) and needs an accurate log1p that candle lacks.
+    fn log_decay(&self, a: &Tensor) -> Result<Tensor> {
+        let acc = accumulation_dtype(a.dtype());
+        let hv = self.geometry.num_value_heads;
+        let shape = a.dims().to_vec();
+        if acc == DType::F64 {
+            let a: Vec<f64> = a.flatten_all()?.to_vec1()?;
+            let g: Vec<f64> = a
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| self.neg_a[i % hv] * softplus_f64(x + self.dt_bias[i % hv]))
+                .collect();
+            Ok(Tensor::from_vec(g, shape, self.conv_weight.device())?)
+        } else {
+            let a: Vec<f32> = a.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+            let g: Vec<f32> = a
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| {
+                    (self.neg_a[i % hv] as f32) * softplus_f32(x + self.dt_bias[i % hv] as f32)
+                })
+                .collect();
+            Ok(Tensor::from_vec(g, shape, self.conv_weight.device())?)
+        }
+    }
+}
+
+/// torch's softplus (β = 1, threshold 20): x above the threshold passes through.
+fn softplus_f64(x: f64) -> f64 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+fn softplus_f32(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// Permutes Qwen3-Next's per-group `in_proj_qkvz` / `in_proj_ba` rows into the split layout.
+/// Group g of qkvz holds [q_g (dk), k_g (dk), v_g (r·dv), z_g (r·dv)]; of ba, [b_g (r), a_g (r)].
+fn unpack_qwen3_next(
+    l: &LinearAttentionConfig,
+    hidden: usize,
+    w: &Weights,
+) -> Result<(Linear, Linear, Linear, Linear)> {
+    let (hk, dk, dv, r) = (
+        l.num_key_heads,
+        l.key_head_dim,
+        l.value_head_dim,
+        l.heads_per_key_head(),
+    );
+    let group = 2 * dk + 2 * r * dv;
+    let qkvz = w.get("in_proj_qkvz.weight", &[hk * group, hidden])?;
+    let ba = w.get("in_proj_ba.weight", &[hk * 2 * r, hidden])?;
+    let rows = |offset: usize, len: usize, stride: usize| -> Vec<u32> {
+        (0..hk)
+            .flat_map(|g| (0..len).map(move |i| (g * stride + offset + i) as u32))
+            .collect()
+    };
+    let select = |m: &Tensor, idx: Vec<u32>| -> Result<Tensor> {
+        let n = idx.len();
+        let idx = Tensor::from_vec(idx, n, m.device())?;
+        Ok(m.index_select(&idx, 0)?)
+    };
+    let mut qkv_rows = rows(0, dk, group);
+    qkv_rows.extend(rows(dk, dk, group));
+    qkv_rows.extend(rows(2 * dk, r * dv, group));
+    let qkv = select(&qkvz, qkv_rows)?;
+    let z = select(&qkvz, rows(2 * dk + r * dv, r * dv, group))?;
+    let b = select(&ba, rows(0, r, 2 * r))?;
+    let a = select(&ba, rows(r, r, 2 * r))?;
+    Ok((
+        Linear::from_weight(qkv),
+        Linear::from_weight(z),
+        Linear::from_weight(b),
+        Linear::from_weight(a),
+    ))
+}

@@ -1,0 +1,145 @@
+//! Feed-forward blocks: the dense SwiGLU MLP and the sparse MoE block with a gated shared expert.
+
+use candle_core::{Tensor, D};
+
+use super::linear::Linear;
+use super::Weights;
+use crate::backends::accumulation_dtype;
+use crate::config::{ModelConfig, MoeConfig};
+use crate::error::Result;
+
+/// `down(SiLU(gate(x)) ⊙ up(x))`, every op in the compute dtype.
+pub struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+impl Mlp {
+    pub fn new(w: &Weights, hidden: usize, intermediate: usize) -> Result<Self> {
+        Ok(Mlp {
+            gate_proj: Linear::new(&w.pp("gate_proj"), intermediate, hidden, false)?,
+            up_proj: Linear::new(&w.pp("up_proj"), intermediate, hidden, false)?,
+            down_proj: Linear::new(&w.pp("down_proj"), hidden, intermediate, false)?,
+        })
+    }
+
+    fn from_parts(gate: Tensor, up: Tensor, down: Tensor) -> Self {
+        Mlp {
+            gate_proj: Linear::from_weight(gate),
+            up_proj: Linear::from_weight(up),
+            down_proj: Linear::from_weight(down),
+        }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let gate = candle_nn::ops::silu(&self.gate_proj.forward(x)?)?;
+        self.down_proj.forward(&(gate * self.up_proj.forward(x)?)?)
+    }
+}
+
+/// Router: softmax over all experts at the accumulation precision, top-k, renormalised (when
+/// configured), weights rounded to the compute dtype; experts summed in ascending expert order;
+/// plus σ(shared_expert_gate(x)) · shared_expert(x).
+pub struct SparseMoe {
+    router: Linear,
+    experts: Vec<Mlp>,
+    shared_expert: Mlp,
+    shared_expert_gate: Linear,
+    top_k: usize,
+    norm_topk_prob: bool,
+}
+
+/// The experts each token was routed to, `[tokens][k]`, most probable first.
+pub type RouterChoice = Vec<Vec<u32>>;
+
+impl SparseMoe {
+    pub fn new(cfg: &ModelConfig, moe: &MoeConfig, w: &Weights) -> Result<Self> {
+        let h = cfg.hidden_size;
+        let (e, i) = (moe.num_experts, moe.moe_intermediate_size);
+        let experts = if w.contains("experts.gate_up_proj") {
+            // transformers 5 fused form: gate_up_proj [E, 2I, H] (gate rows first), down_proj [E, H, I].
+            let gate_up = w.get("experts.gate_up_proj", &[e, 2 * i, h])?;
+            let down = w.get("experts.down_proj", &[e, h, i])?;
+            (0..e)
+                .map(|x| {
+                    let gu = gate_up.get(x)?;
+                    Ok(Mlp::from_parts(
+                        gu.narrow(0, 0, i)?,
+                        gu.narrow(0, i, i)?,
+                        down.get(x)?,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            (0..e)
+                .map(|x| Mlp::new(&w.pp("experts").pp(x), h, i))
+                .collect::<Result<Vec<_>>>()?
+        };
+        Ok(SparseMoe {
+            router: Linear::new(&w.pp("gate"), e, h, false)?,
+            experts,
+            shared_expert: Mlp::new(
+                &w.pp("shared_expert"),
+                h,
+                moe.shared_expert_intermediate_size,
+            )?,
+            shared_expert_gate: Linear::new(&w.pp("shared_expert_gate"), 1, h, false)?,
+            top_k: moe.num_experts_per_tok,
+            norm_topk_prob: moe.norm_topk_prob,
+        })
+    }
+
+    /// x: `[B, T, H]` → (`[B, T, H]`, the experts chosen per token).
+    pub fn forward(&self, x: &Tensor) -> Result<(Tensor, RouterChoice)> {
+        let (b, t, h) = x.dims3()?;
+        let dtype = x.dtype();
+        let flat = x.reshape((b * t, h))?;
+        let logits = self.router.forward(&flat)?;
+        let probs =
+            candle_nn::ops::softmax(&logits.to_dtype(accumulation_dtype(dtype))?, D::Minus1)?;
+        let probs: Vec<Vec<f64>> = probs.to_dtype(candle_core::DType::F64)?.to_vec2()?;
+
+        let mut choice: RouterChoice = Vec::with_capacity(probs.len());
+        // per expert: (token rows, routing weights)
+        let mut routed: Vec<(Vec<u32>, Vec<f64>)> =
+            vec![(Vec::new(), Vec::new()); self.experts.len()];
+        for (token, p) in probs.iter().enumerate() {
+            let mut order: Vec<usize> = (0..p.len()).collect();
+            // Highest probability first; equal probabilities keep the lower expert index first.
+            order.sort_by(|&i, &j| p[j].total_cmp(&p[i]).then(i.cmp(&j)));
+            let top = &order[..self.top_k];
+            let total: f64 = top.iter().map(|&e| p[e]).sum();
+            for &e in top {
+                let w = if self.norm_topk_prob {
+                    p[e] / total
+                } else {
+                    p[e]
+                };
+                routed[e].0.push(token as u32);
+                routed[e].1.push(w);
+            }
+            choice.push(top.iter().map(|&e| e as u32).collect());
+        }
+
+        let mut out = flat.zeros_like()?;
+        for (expert, (rows, weights)) in self.experts.iter().zip(routed) {
+            if rows.is_empty() {
+                continue;
+            }
+            let n = rows.len();
+            let idx = Tensor::from_vec(rows, n, x.device())?;
+            let y = expert.forward(&flat.index_select(&idx, 0)?)?;
+            // The routing weights are computed at the accumulation precision and rounded to
+            // the compute dtype before scaling the expert output.
+            let w = Tensor::from_vec(weights, (n, 1), x.device())?
+                .to_dtype(accumulation_dtype(dtype))?
+                .to_dtype(dtype)?;
+            out = out.index_add(&idx, &y.broadcast_mul(&w)?, 0)?;
+        }
+        let shared = self.shared_expert.forward(&flat)?;
+        let gate = candle_nn::ops::sigmoid(&self.shared_expert_gate.forward(&flat)?)?;
+        let out = (out + shared.broadcast_mul(&gate)?)?;
+        Ok((out.reshape((b, t, h))?, choice))
+    }
+}

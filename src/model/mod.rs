@@ -1,0 +1,178 @@
+//! The hybrid model: embedding, decoder layers (Gated DeltaNet or gated full attention, dense
+//! MLP or MoE), final norm, lm_head. Weights are read from the checkpoint one layer at a time as
+//! the forward pass reaches them, so peak memory is about one layer plus activations.
+
+mod attention;
+mod gdn;
+mod layer;
+mod linear;
+mod mlp;
+mod norm;
+mod rope;
+mod weights;
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::backends::LinearAttentionBackend;
+use crate::capture::{names, Captures};
+use crate::checkpoint::{Checkpoint, KeyLayout};
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::progress::Progress;
+
+pub use gdn::GdnCaptures;
+pub use layer::DecoderLayer;
+pub use weights::Weights;
+
+/// Where a model came from, for messages and fingerprints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSource {
+    Builtin,
+    Dir(PathBuf),
+}
+
+impl std::fmt::Display for ModelSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelSource::Builtin => write!(f, "built-in tiny Qwen3.5"),
+            ModelSource::Dir(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+pub struct Model {
+    pub config: ModelConfig,
+    pub checkpoint: Checkpoint,
+    pub source: ModelSource,
+}
+
+/// How to run one forward pass.
+pub struct RunOptions<'a> {
+    pub dtype: DType,
+    pub device: Device,
+    pub backend: &'a dyn LinearAttentionBackend,
+    /// Capture intermediate values inside linear-attention layers.
+    pub capture_ops: bool,
+    /// Isolate mode: feed each layer the input recorded in these captures (from another run)
+    /// instead of this run's own residual stream.
+    pub feed: Option<&'a Captures>,
+}
+
+impl Model {
+    pub fn load(dir: &Path) -> Result<Self> {
+        let config = ModelConfig::from_file(&dir.join("config.json"))?;
+        let checkpoint = Checkpoint::open(dir)?;
+        Ok(Model {
+            config,
+            checkpoint,
+            source: ModelSource::Dir(dir.to_path_buf()),
+        })
+    }
+
+    pub fn layout(&self) -> &KeyLayout {
+        self.checkpoint.layout()
+    }
+
+    /// Whether the logits use the embedding matrix (no `lm_head.weight` in the checkpoint).
+    pub fn tied_embeddings(&self) -> bool {
+        !self.checkpoint.contains("lm_head.weight")
+    }
+
+    fn weights<'a>(&'a self, dtype: DType, device: &'a Device) -> Weights<'a> {
+        Weights::new(&self.checkpoint, dtype, device).root(self.layout().root())
+    }
+
+    /// Checks token ids against the vocabulary.
+    pub fn check_tokens(&self, ids: &[u32]) -> Result<()> {
+        if ids.is_empty() {
+            return Err(Error::Input("no tokens to run (empty prompt?)".to_string()));
+        }
+        let v = self.config.vocab_size;
+        if let Some((pos, id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= v) {
+            return Err(Error::Input(format!(
+                "token id {id} at position {pos} is out of range for vocab_size {v}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs the prefill forward pass over `ids` (batch 1), capturing `embed`, every
+    /// `layers.{i}`, `final_norm` and `logits` (and per-op values when asked).
+    pub fn run(&self, ids: &[u32], opts: &RunOptions, progress: &Progress) -> Result<Captures> {
+        self.check_tokens(ids)?;
+        let cfg = &self.config;
+        let (dtype, device) = (opts.dtype, &opts.device);
+        let w = self.weights(dtype, device);
+        let t = ids.len();
+        let mut caps = Captures::new(ids.to_vec());
+
+        let embed_w = w.get("embed_tokens.weight", &[cfg.vocab_size, cfg.hidden_size])?;
+        let ids_t = Tensor::from_vec(ids.to_vec(), t, device)?;
+        let mut x = embed_w.index_select(&ids_t, 0)?.unsqueeze(0)?;
+        caps.push(names::EMBED, x.clone());
+
+        let rope = rope::Rope::new(cfg.rope_theta, cfg.rotary_dim(), t, dtype, device)?;
+        for i in 0..cfg.num_hidden_layers {
+            progress.step(&format!("layer {i}/{}", cfg.num_hidden_layers));
+            if let Some(feed) = opts.feed {
+                x = fed_input(feed, i)?.to_dtype(dtype)?.to_device(device)?;
+            }
+            let layer = DecoderLayer::new(cfg, i, &w.pp("layers").pp(i))?;
+            let (out, layer_caps) = layer.forward(&x, &rope, opts.backend, opts.capture_ops)?;
+            if let Some(gdn) = layer_caps.gdn {
+                caps.push(names::op(i, "beta"), gdn.beta);
+                caps.push(names::op(i, "g"), gdn.g);
+                for (op, t) in gdn.backend_ops {
+                    caps.push(names::op(i, op), t);
+                }
+                caps.push(names::op(i, "out_proj"), gdn.out_proj);
+            }
+            if let Some(choice) = layer_caps.router {
+                caps.push(names::router_topk(i), router_tensor(&choice, device)?);
+            }
+            caps.push(names::layer(i), out.clone());
+            x = out;
+        }
+        if let Some(feed) = opts.feed {
+            x = fed_input(feed, cfg.num_hidden_layers)?
+                .to_dtype(dtype)?
+                .to_device(device)?;
+        }
+        let norm = norm::RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, &w.pp("norm"))?;
+        let normed = norm.forward(&x)?;
+        caps.push(names::FINAL_NORM, normed.clone());
+
+        let head = if self.tied_embeddings() {
+            embed_w
+        } else {
+            Weights::new(&self.checkpoint, dtype, device)
+                .get("lm_head.weight", &[cfg.vocab_size, cfg.hidden_size])?
+        };
+        let logits = normed.broadcast_matmul(&head.t()?)?;
+        caps.push(names::LOGITS, logits);
+        progress.finish();
+        Ok(caps)
+    }
+}
+
+/// The input of layer `i` in a fed (isolate-mode) run: the embedding for layer 0, else the
+/// output of layer i − 1.
+fn fed_input(feed: &Captures, i: usize) -> Result<Tensor> {
+    let name = if i == 0 {
+        names::EMBED.to_string()
+    } else {
+        names::layer(i - 1)
+    };
+    feed.get(&name)
+        .cloned()
+        .ok_or_else(|| Error::Compare(format!("isolate mode: the feeding run has no `{name}`")))
+}
+
+fn router_tensor(choice: &[Vec<u32>], device: &Device) -> Result<Tensor> {
+    let t = choice.len();
+    let k = choice.first().map(Vec::len).unwrap_or(0);
+    let flat: Vec<i64> = choice.iter().flatten().map(|&e| i64::from(e)).collect();
+    Ok(Tensor::from_vec(flat, (1, t, k), device)?)
+}
