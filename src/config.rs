@@ -216,7 +216,7 @@ impl ModelConfig {
                         "unknown model_type `{other}` (supported: qwen3_next, qwen3_5, \
                          qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text)"
                     ),
-                ))
+                ));
             }
         };
         let text = if nested {

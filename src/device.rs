@@ -14,7 +14,7 @@ pub fn parse_device(arg: &str) -> Result<Device> {
                 return Err(Error::Device {
                     device: arg.to_string(),
                     msg: "expected cpu, cuda or cuda:N".to_string(),
-                })
+                });
             }
         },
     };

@@ -3,7 +3,7 @@
 use crate::backends::LinearAttentionBackend;
 use crate::cli::common::Session;
 use crate::device::{device_label, dtype_label};
-use crate::fingerprint::{tool_version, Fingerprint, DUMP_FORMAT};
+use crate::fingerprint::{DUMP_FORMAT, Fingerprint, tool_version};
 
 pub fn fingerprint_for(session: &Session, backend: &dyn LinearAttentionBackend) -> Fingerprint {
     let model = &session.model;

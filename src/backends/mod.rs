@@ -12,7 +12,7 @@ use candle_core::{DType, Tensor};
 use crate::error::{Error, Result};
 
 pub use reference::Reference;
-pub use registry::{available_backends, backend_by_name, BackendInfo};
+pub use registry::{BackendInfo, available_backends, backend_by_name};
 
 /// Shapes of one linear-attention call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

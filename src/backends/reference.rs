@@ -9,11 +9,11 @@
 //!
 //! In f64 every step is float64, so this backend is exact up to f64 rounding.
 
-use candle_core::{Device, Tensor, D};
+use candle_core::{D, Device, Tensor};
 
 use super::{
-    accumulation_dtype, check_conv_shapes, check_delta_rule_shapes, check_norm_shapes,
-    LinearAttentionBackend,
+    LinearAttentionBackend, accumulation_dtype, check_conv_shapes, check_delta_rule_shapes,
+    check_norm_shapes,
 };
 use crate::error::Result;
 

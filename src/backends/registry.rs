@@ -13,8 +13,7 @@ pub struct BackendInfo {
 
 const BACKENDS: &[BackendInfo] = &[BackendInfo {
     name: "reference",
-    description:
-        "token-by-token recurrence from plain tensor ops, transformers' PyTorch-fallback casts",
+    description: "token-by-token recurrence from plain tensor ops, transformers' PyTorch-fallback casts",
 }];
 
 pub fn available_backends() -> &'static [BackendInfo] {

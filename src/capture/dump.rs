@@ -6,7 +6,7 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 
-use super::{names, Captures};
+use super::{Captures, names};
 use crate::checkpoint::SafetensorsFile;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;

@@ -8,7 +8,7 @@ use clap::Args;
 use crate::builtin;
 use crate::device::{parse_device, parse_dtype};
 use crate::error::{Error, Result};
-use crate::input::{parse_token_list, resolve_prompt, PromptSource, Tokenizer};
+use crate::input::{PromptSource, Tokenizer, parse_token_list, resolve_prompt};
 use crate::model::Model;
 
 #[derive(Args, Debug, Clone)]

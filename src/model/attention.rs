@@ -2,12 +2,12 @@
 //! per-head [query | gate] split of q_proj, zero-centred q/k norms, partial RoPE, GQA, causal
 //! softmax at the accumulation precision, sigmoid output gate, o_proj.
 
-use candle_core::{Tensor, D};
+use candle_core::{D, Tensor};
 
+use super::Weights;
 use super::linear::Linear;
 use super::norm::RmsNorm;
 use super::rope::Rope;
-use super::Weights;
 use crate::backends::accumulation_dtype;
 use crate::config::ModelConfig;
 use crate::error::Result;

@@ -7,9 +7,9 @@
 
 use candle_core::{DType, Tensor};
 
-use super::linear::Linear;
 use super::Weights;
-use crate::backends::{accumulation_dtype, GdnDims, GdnInputs, LinearAttentionBackend};
+use super::linear::Linear;
+use crate::backends::{GdnDims, GdnInputs, LinearAttentionBackend, accumulation_dtype};
 use crate::config::{Family, LinearAttentionConfig, ModelConfig};
 use crate::error::Result;
 
@@ -158,19 +158,11 @@ impl GatedDeltaNet {
 
 /// torch's softplus (β = 1, threshold 20): x above the threshold passes through.
 fn softplus_f64(x: f64) -> f64 {
-    if x > 20.0 {
-        x
-    } else {
-        x.exp().ln_1p()
-    }
+    if x > 20.0 { x } else { x.exp().ln_1p() }
 }
 
 fn softplus_f32(x: f32) -> f32 {
-    if x > 20.0 {
-        x
-    } else {
-        x.exp().ln_1p()
-    }
+    if x > 20.0 { x } else { x.exp().ln_1p() }
 }
 
 /// Permutes Qwen3-Next's per-group `in_proj_qkvz` / `in_proj_ba` rows into the split layout.

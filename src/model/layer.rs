@@ -2,12 +2,12 @@
 
 use candle_core::Tensor;
 
+use super::Weights;
 use super::attention::Attention;
 use super::gdn::{GatedDeltaNet, GdnCaptures};
 use super::mlp::{Mlp, RouterChoice, SparseMoe};
 use super::norm::RmsNorm;
 use super::rope::Rope;
-use super::Weights;
 use crate::backends::LinearAttentionBackend;
 use crate::config::{LayerType, ModelConfig};
 use crate::error::Result;

@@ -1,9 +1,9 @@
 //! Feed-forward blocks: the dense SwiGLU MLP and the sparse MoE block with a gated shared expert.
 
-use candle_core::{Tensor, D};
+use candle_core::{D, Tensor};
 
-use super::linear::Linear;
 use super::Weights;
+use super::linear::Linear;
 use crate::backends::accumulation_dtype;
 use crate::config::{ModelConfig, MoeConfig};
 use crate::error::Result;

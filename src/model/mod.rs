@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 
 use crate::backends::LinearAttentionBackend;
-use crate::capture::{names, Captures};
+use crate::capture::{Captures, names};
 use crate::checkpoint::{Checkpoint, KeyLayout};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
@@ -90,7 +90,7 @@ impl Model {
             return Err(Error::Input("no tokens to run (empty prompt?)".to_string()));
         }
         let v = self.config.vocab_size;
-        if let Some((pos, id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= v) {
+        if let Some((pos, id)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= v) {
             return Err(Error::Input(format!(
                 "token id {id} at position {pos} is out of range for vocab_size {v}"
             )));

@@ -2,7 +2,7 @@
 //! `norm`, attention `q_norm` / `k_norm`): `x · rsqrt(mean x² + eps) · (1 + w)`, computed at the
 //! accumulation precision and rounded once to the compute dtype.
 
-use candle_core::{Tensor, D};
+use candle_core::{D, Tensor};
 
 use super::Weights;
 use crate::backends::accumulation_dtype;
