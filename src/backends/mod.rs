@@ -4,6 +4,7 @@
 //! layer (projections, gates, head bookkeeping, out_proj) is shared model code, so two backends
 //! can only differ by what they do here.
 
+pub mod fused;
 mod reference;
 mod registry;
 
@@ -11,6 +12,7 @@ use candle_core::{DType, Tensor};
 
 use crate::error::{Error, Result};
 
+pub use fused::Fused;
 pub use reference::Reference;
 pub use registry::{BackendInfo, available_backends, backend_by_name};
 
@@ -79,6 +81,12 @@ pub trait LinearAttentionBackend: Send + Sync {
 
     /// What actually runs for tensors on `device`, e.g. `reference/cpu` or `fused/cpu-rayon-2t`.
     fn implementation(&self, device: &candle_core::Device) -> String;
+
+    /// Whether this backend can run on `device`; the error says why not. Never substituted.
+    fn check_device(&self, device: &candle_core::Device) -> Result<()> {
+        let _ = device;
+        Ok(())
+    }
 
     /// Causal depthwise conv over the sequence + SiLU: `[B, T, C]`, `[C, K]` → `[B, T, C]`.
     fn conv1d_silu(&self, x: &Tensor, weight: &Tensor) -> Result<Tensor>;

@@ -2,7 +2,7 @@
 
 use candle_core::Device;
 
-use super::{LinearAttentionBackend, Reference};
+use super::{Fused, LinearAttentionBackend, Reference};
 use crate::error::{Error, Result};
 
 /// One row of `hsdiff backends`.
@@ -11,10 +11,16 @@ pub struct BackendInfo {
     pub description: &'static str,
 }
 
-const BACKENDS: &[BackendInfo] = &[BackendInfo {
-    name: "reference",
-    description: "token-by-token recurrence from plain tensor ops, transformers' PyTorch-fallback casts",
-}];
+const BACKENDS: &[BackendInfo] = &[
+    BackendInfo {
+        name: "reference",
+        description: "token-by-token recurrence from plain tensor ops, transformers' PyTorch-fallback casts",
+    },
+    BackendInfo {
+        name: "fused",
+        description: "hand-written fused kernels: conv + L2 norm + gated delta rule in one pass, fused gated norm",
+    },
+];
 
 pub fn available_backends() -> &'static [BackendInfo] {
     BACKENDS
@@ -24,6 +30,7 @@ pub fn available_backends() -> &'static [BackendInfo] {
 pub fn backend_by_name(name: &str, device: &Device) -> Result<Box<dyn LinearAttentionBackend>> {
     let backend: Box<dyn LinearAttentionBackend> = match name {
         "reference" => Box::new(Reference),
+        "fused" => Box::new(Fused),
         other => {
             let known: Vec<&str> = BACKENDS.iter().map(|b| b.name).collect();
             return Err(Error::backend(
@@ -32,6 +39,6 @@ pub fn backend_by_name(name: &str, device: &Device) -> Result<Box<dyn LinearAtte
             ));
         }
     };
-    let _ = device;
+    backend.check_device(device)?;
     Ok(backend)
 }

@@ -1,0 +1,271 @@
+//! `chunked`: the chunked gated delta rule of transformers' PyTorch fallback
+//! (`torch_chunk_gated_delta_rule`, gdn-spec §5.3), composed from candle tensor ops so that it
+//! runs wherever candle does (CPU, and CUDA when built with it).
+//!
+//! - q, k, v, g, β are cast to the accumulation dtype, q/k L2-normalised there and q scaled by
+//!   dk^-1/2; the sequence is right-padded with zeros to a multiple of 64 (padded positions have
+//!   k = v = β = 0 and decay exp(0) = 1, so they change neither real outputs nor the state);
+//! - per chunk: cumulative log decay γ, decay masks, the UT/WY transform
+//!   `(I + A) [U | W] = [vβ | exp(γ)⊙kβ]` solved by blocked forward substitution (candle has no
+//!   triangular solve; the substitution is exact up to rounding, in f64 too);
+//! - a sequential scan over chunks carries the state at the accumulation precision; the output
+//!   is rounded once to the input dtype and the final state returned in the accumulation dtype.
+//!
+//! The conv + SiLU and the gated RMSNorm are the `reference` ones (same casts).
+
+use candle_core::{D, DType, Device, Tensor};
+
+use super::{
+    LinearAttentionBackend, Reference, accumulation_dtype, check_conv_shapes,
+    check_delta_rule_shapes, check_norm_shapes,
+};
+use crate::error::Result;
+
+/// Chunk length of transformers' fallback (HF always passes the default).
+const CHUNK: usize = 64;
+/// Rows solved by plain substitution at the bottom of the blocked triangular solve.
+const SOLVE_BLOCK: usize = 16;
+const L2_NORM_EPS: f64 = 1e-6;
+
+#[derive(Debug, Default)]
+pub struct Chunked;
+
+impl LinearAttentionBackend for Chunked {
+    fn name(&self) -> &'static str {
+        "chunked"
+    }
+
+    fn implementation(&self, device: &Device) -> String {
+        match device {
+            Device::Cpu => "chunked/cpu-candle".to_string(),
+            Device::Cuda(_) => "chunked/cuda-candle".to_string(),
+            _ => "chunked/candle".to_string(),
+        }
+    }
+
+    fn conv1d_silu(&self, x: &Tensor, weight: &Tensor) -> Result<Tensor> {
+        // Checked here too so that errors name this backend.
+        check_conv_shapes(self.name(), x, weight)?;
+        Reference.conv1d_silu(x, weight)
+    }
+
+    fn gated_delta_rule(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        initial_state: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor)> {
+        let d = check_delta_rule_shapes(self.name(), q, k, v, g, beta, initial_state)?;
+        let dtype = v.dtype();
+        let acc = accumulation_dtype(dtype);
+        let dev = v.device();
+        let (b, t, hv) = (d.batch, d.seq, d.num_value_heads);
+        let (hk, dk, dv) = (d.num_key_heads, d.key_head_dim, d.value_head_dim);
+        let r = d.heads_per_key_head();
+        let bh = b * hv;
+        let mut state = match initial_state {
+            Some(s) => s.to_dtype(acc)?.reshape((bh, dk, dv))?,
+            None => Tensor::zeros((bh, dk, dv), acc, dev)?,
+        };
+        if t == 0 {
+            let out = Tensor::zeros((b, 0, hv, dv), dtype, dev)?;
+            return Ok((out, state.reshape((b, hv, dk, dv))?));
+        }
+        let n = t.div_ceil(CHUNK);
+        let pad = n * CHUNK - t;
+        let m = bh * n; // independent (batch, value head, chunk) blocks
+
+        // [B, T, H, x] → [B·Hv·N, C, x] at the accumulation precision, zero-padded.
+        let to_chunks = |x: Tensor, width: usize| -> Result<Tensor> {
+            Ok(x.transpose(1, 2)?
+                .pad_with_zeros(2, 0, pad)?
+                .contiguous()?
+                .reshape((m, CHUNK, width))?)
+        };
+        // q/k: L2 norm, then value head h ← key head h / r (repeat_interleave).
+        let prep_qk = |x: &Tensor| -> Result<Tensor> {
+            let x = l2_normalise(&x.to_dtype(acc)?)?
+                .unsqueeze(3)?
+                .broadcast_as((b, t, hk, r, dk))?
+                .reshape((b, t, hv, dk))?;
+            to_chunks(x, dk)
+        };
+        let scale = 1.0 / (dk as f64).sqrt();
+        let q = (prep_qk(q)? * scale)?;
+        let k = prep_qk(k)?;
+        let v = to_chunks(v.to_dtype(acc)?, dv)?;
+        let beta = to_chunks(beta.to_dtype(acc)?.unsqueeze(3)?, 1)?; // [M, C, 1]
+        let g = to_chunks(g.to_dtype(acc)?.unsqueeze(3)?, 1)?.squeeze(2)?; // [M, C]
+
+        // γ_i = Σ_{m ≤ i} g_m inside each chunk; diff_ij = γ_i − γ_j.
+        let gamma = g.cumsum(1)?;
+        let diff = gamma
+            .unsqueeze(2)?
+            .broadcast_sub(&gamma.unsqueeze(1)?)?
+            .contiguous()?;
+        // Masks are applied before the exp: γ_i − γ_j > 0 above the diagonal could overflow.
+        let idx = Tensor::arange(0u32, CHUNK as u32, dev)?;
+        let col = idx.reshape((1, CHUNK))?.broadcast_as((CHUNK, CHUNK))?;
+        let row = idx.reshape((CHUNK, 1))?.broadcast_as((CHUNK, CHUNK))?;
+        let lower = col.le(&row)?.broadcast_as((m, CHUNK, CHUNK))?; // j ≤ i
+        let strictly_lower = col.lt(&row)?.broadcast_as((m, CHUNK, CHUNK))?; // j < i
+        let neg_inf = Tensor::new(f64::NEG_INFINITY, dev)?
+            .to_dtype(acc)?
+            .broadcast_as((m, CHUNK, CHUNK))?;
+        let decay_mask = lower.where_cond(&diff, &neg_inf)?.exp()?;
+        let strict_decay_mask = strictly_lower.where_cond(&diff, &neg_inf)?.exp()?;
+
+        let k_t = k.transpose(1, 2)?.contiguous()?; // [M, dk, C]
+        let k_beta = k.broadcast_mul(&beta)?;
+        let v_beta = v.broadcast_mul(&beta)?;
+        let exp_gamma = gamma.exp()?.unsqueeze(2)?; // [M, C, 1]
+        // UT transform: (I + A) X = [vβ | exp(γ)⊙kβ], A strictly lower.
+        let a = (k_beta.matmul(&k_t)? * strict_decay_mask)?;
+        let rhs = Tensor::cat(&[&v_beta, &k_beta.broadcast_mul(&exp_gamma)?], 2)?;
+        let x = solve_unit_lower(&a, &rhs)?;
+        let new_values = x.narrow(2, 0, dv)?; // U
+        let k_cumdecay = x.narrow(2, dv, dk)?; // W
+        let intra_attn = (q.matmul(&k_t)? * decay_mask)?; // [M, C, C]
+        let gamma_last = gamma.narrow(1, CHUNK - 1, 1)?; // [M, 1]
+        let q_decayed = q.broadcast_mul(&exp_gamma)?;
+        let k_decayed = k.broadcast_mul(&gamma_last.broadcast_sub(&gamma)?.exp()?.unsqueeze(2)?)?;
+        let chunk_decay = gamma_last.exp()?.unsqueeze(2)?; // [M, 1, 1]
+
+        // [M, …] → [N, B·Hv, …] so that chunk i is one contiguous slab.
+        let by_chunk = |x: Tensor| -> Result<Tensor> {
+            let mut dims = vec![bh, n];
+            dims.extend_from_slice(&x.dims()[1..]);
+            Ok(x.reshape(dims)?.transpose(0, 1)?.contiguous()?)
+        };
+        let new_values = by_chunk(new_values)?;
+        let k_cumdecay = by_chunk(k_cumdecay)?;
+        let intra_attn = by_chunk(intra_attn)?;
+        let q_decayed = by_chunk(q_decayed)?;
+        let k_decayed_t = by_chunk(k_decayed.transpose(1, 2)?)?; // [N, BH, dk, C]
+        let chunk_decay = by_chunk(chunk_decay)?;
+
+        let mut outs = Vec::with_capacity(n);
+        for i in 0..n {
+            let v_new = (new_values.get(i)? - k_cumdecay.get(i)?.matmul(&state)?)?;
+            let inter = q_decayed.get(i)?.matmul(&state)?;
+            outs.push((inter + intra_attn.get(i)?.matmul(&v_new)?)?);
+            state = (state.broadcast_mul(&chunk_decay.get(i)?)?
+                + k_decayed_t.get(i)?.matmul(&v_new)?)?;
+        }
+        let out = Tensor::stack(&outs, 1)? // [BH, N, C, dv]
+            .reshape((b, hv, n * CHUNK, dv))?
+            .narrow(2, 0, t)?
+            .transpose(1, 2)?
+            .to_dtype(dtype)?
+            .contiguous()?;
+        Ok((out, state.reshape((b, hv, dk, dv))?))
+    }
+
+    fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+        check_norm_shapes(self.name(), x, z, weight)?;
+        Reference.gated_rms_norm(x, z, weight, eps)
+    }
+}
+
+/// `x · rsqrt(Σx² + 1e-6)` over the last dim (transformers' `l2norm`).
+fn l2_normalise(x: &Tensor) -> Result<Tensor> {
+    let inv = (x.sqr()?.sum_keepdim(D::Minus1)? + L2_NORM_EPS)?
+        .sqrt()?
+        .recip()?;
+    Ok(x.broadcast_mul(&inv)?)
+}
+
+/// Solves `(I + A) X = R` for X, batched: `a` `[M, n, n]` strictly lower triangular (entries on
+/// and above the diagonal are ignored only in the sense that they must be zero), `rhs` `[M, n, w]`.
+/// Blocked forward substitution: the leading half is solved first, its contribution subtracted
+/// from the trailing rows with one matmul, then the trailing half is solved.
+fn solve_unit_lower(a: &Tensor, rhs: &Tensor) -> Result<Tensor> {
+    let n = rhs.dim(1)?;
+    if n <= SOLVE_BLOCK {
+        // Column-oriented substitution: once row j of X is final, remove its contribution from
+        // every row; column j of A is zero on rows ≤ j, so those rows are untouched.
+        let mut x = rhs.clone();
+        for j in 0..n.saturating_sub(1) {
+            let row = x.narrow(1, j, 1)?; // [M, 1, w]
+            let col = a.narrow(2, j, 1)?; // [M, n, 1]
+            x = (x - col.broadcast_mul(&row)?)?;
+        }
+        return Ok(x);
+    }
+    let h = n / 2;
+    let a11 = a.narrow(1, 0, h)?.narrow(2, 0, h)?.contiguous()?;
+    let a21 = a.narrow(1, h, n - h)?.narrow(2, 0, h)?.contiguous()?;
+    let a22 = a.narrow(1, h, n - h)?.narrow(2, h, n - h)?.contiguous()?;
+    let x1 = solve_unit_lower(&a11, &rhs.narrow(1, 0, h)?)?;
+    let r2 = (rhs.narrow(1, h, n - h)? - a21.matmul(&x1.contiguous()?)?)?;
+    let x2 = solve_unit_lower(&a22, &r2)?;
+    Ok(Tensor::cat(&[&x1, &x2], 1)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The blocked solve against a host f64 forward substitution, for sizes that hit both the
+    /// plain and the blocked branch.
+    #[test]
+    fn unit_lower_solve_is_exact_in_f64() -> Result<()> {
+        for n in [1usize, 5, 16, 17, 64] {
+            let (m, w) = (3, 4);
+            let mut seed = 0x9e37_79b9_7f4a_7c15_u64 ^ n as u64;
+            let mut next = || {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+            };
+            let mut a = vec![0.0; m * n * n];
+            for bi in 0..m {
+                for i in 0..n {
+                    for j in 0..i {
+                        a[(bi * n + i) * n + j] = next() * 0.5;
+                    }
+                }
+            }
+            let rhs: Vec<f64> = (0..m * n * w).map(|_| next()).collect();
+            let mut want = rhs.clone();
+            for bi in 0..m {
+                for i in 0..n {
+                    for c in 0..w {
+                        let mut s = rhs[(bi * n + i) * w + c];
+                        for j in 0..i {
+                            s -= a[(bi * n + i) * n + j] * want[(bi * n + j) * w + c];
+                        }
+                        want[(bi * n + i) * w + c] = s;
+                    }
+                }
+            }
+            let at = Tensor::from_vec(a, (m, n, n), &Device::Cpu)?;
+            let rt = Tensor::from_vec(rhs, (m, n, w), &Device::Cpu)?;
+            let got = solve_unit_lower(&at, &rt)?.flatten_all()?.to_vec1::<f64>()?;
+            let err = got
+                .iter()
+                .zip(&want)
+                .map(|(x, y)| (x - y).abs() / y.abs().max(1.0))
+                .fold(0.0f64, f64::max);
+            assert!(err < 1e-13, "n = {n}: max error {err:e}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn empty_sequence_returns_the_initial_state() -> Result<()> {
+        let dev = Device::Cpu;
+        let q = Tensor::zeros((1, 0, 1, 4), DType::F32, &dev)?;
+        let v = Tensor::zeros((1, 0, 2, 3), DType::F32, &dev)?;
+        let g = Tensor::zeros((1, 0, 2), DType::F32, &dev)?;
+        let s0 = Tensor::ones((1, 2, 4, 3), DType::F32, &dev)?;
+        let (out, s) = Chunked.gated_delta_rule(&q, &q, &v, &g, &g, Some(&s0))?;
+        assert_eq!(out.dims(), [1, 0, 2, 3]);
+        assert_eq!(s.flatten_all()?.to_vec1::<f32>()?, vec![1.0; 24]);
+        Ok(())
+    }
+}

@@ -1,0 +1,298 @@
+//! `fused`: hand-written fused kernels. On the CPU, one rayon task per (batch, key head) does
+//! the conv + SiLU, the q/k L2 norm, the scale and the gated delta rule in a single pass over
+//! the data ([`cpu::fused_gdn`]), then a fused gated RMSNorm. Precision policy of production
+//! fused kernels: in bf16/f16, inputs and outputs in that dtype with f32 accumulation, f32
+//! state and one rounding per fused step; in f32/f64, that dtype throughout.
+//!
+//! Tensors move between candle and the kernels as host vectors; the copies are O(T·channels),
+//! next to the O(T·Hv·dk·dv) work of the recurrence.
+
+pub mod cpu;
+
+use candle_core::{DType, Device, Tensor, WithDType};
+
+use super::{
+    GdnInputs, GdnOutputs, LinearAttentionBackend, accumulation_dtype, check_conv_shapes,
+    check_delta_rule_shapes, check_norm_shapes, op_names, split_qkv,
+};
+use crate::error::{Error, Result};
+use cpu::{Accum, Element, KernelError};
+
+#[derive(Debug, Default)]
+pub struct Fused;
+
+const NAME: &str = "fused";
+
+fn kernel_error(e: KernelError) -> Error {
+    Error::backend(NAME, e.to_string())
+}
+
+fn host<S: WithDType>(t: &Tensor) -> Result<Vec<S>> {
+    Ok(t.flatten_all()?.to_vec1::<S>()?)
+}
+
+fn require_cpu(t: &Tensor) -> Result<()> {
+    match t.device() {
+        Device::Cpu => Ok(()),
+        other => Err(Error::backend(
+            NAME,
+            format!(
+                "the fused CPU kernels got a tensor on {:?}; the CUDA kernels are not in this build",
+                other.location()
+            ),
+        )),
+    }
+}
+
+/// Calls `$body::<S>()` for the storage type matching `$dtype`.
+macro_rules! dispatch_dtype {
+    ($dtype:expr, $body:ident ( $($arg:expr),* )) => {
+        match $dtype {
+            DType::F64 => $body::<f64>($($arg),*),
+            DType::F32 => $body::<f32>($($arg),*),
+            DType::BF16 => $body::<half::bf16>($($arg),*),
+            DType::F16 => $body::<half::f16>($($arg),*),
+            other => Err(Error::backend(NAME, format!("dtype {other:?} is not supported"))),
+        }
+    };
+}
+
+impl LinearAttentionBackend for Fused {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn implementation(&self, device: &Device) -> String {
+        match device {
+            Device::Cpu => format!(
+                "fused/cpu-rayon-{}t-{}",
+                rayon::current_num_threads(),
+                cpu::isa_name()
+            ),
+            _ => "fused/unavailable".to_string(),
+        }
+    }
+
+    fn check_device(&self, device: &Device) -> Result<()> {
+        match device {
+            Device::Cpu => Ok(()),
+            _ => Err(Error::backend(
+                NAME,
+                "its CUDA kernels are not in this build (rebuild with --features cuda)",
+            )),
+        }
+    }
+
+    fn conv1d_silu(&self, x: &Tensor, weight: &Tensor) -> Result<Tensor> {
+        let (batch, seq, channels, kernel) = check_conv_shapes(NAME, x, weight)?;
+        require_cpu(x)?;
+        let dims = cpu::ConvDims {
+            batch,
+            seq,
+            channels,
+            kernel,
+        };
+        dispatch_dtype!(x.dtype(), conv_typed(x, weight, dims))
+    }
+
+    fn gated_delta_rule(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        initial_state: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor)> {
+        let d = check_delta_rule_shapes(NAME, q, k, v, g, beta, initial_state)?;
+        require_cpu(q)?;
+        let dims = cpu::GdnDims {
+            batch: d.batch,
+            seq: d.seq,
+            k_heads: d.num_key_heads,
+            v_heads: d.num_value_heads,
+            k_dim: d.key_head_dim,
+            v_dim: d.value_head_dim,
+            conv_kernel: 0,
+        };
+        dispatch_dtype!(
+            q.dtype(),
+            delta_rule_typed(q, k, v, g, beta, initial_state, dims)
+        )
+    }
+
+    fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+        let dim = check_norm_shapes(NAME, x, z, weight)?;
+        require_cpu(x)?;
+        if z.dtype() != x.dtype() || weight.dtype() != x.dtype() {
+            return Err(Error::backend(
+                NAME,
+                "gated norm input, gate and weight must share one dtype",
+            ));
+        }
+        let dims = cpu::NormDims {
+            rows: x.elem_count() / dim.max(1),
+            dim,
+        };
+        dispatch_dtype!(x.dtype(), norm_typed(x, z, weight, eps, dims))
+    }
+
+    fn forward(&self, inputs: &GdnInputs, capture_ops: bool) -> Result<GdnOutputs> {
+        let d = inputs.dims;
+        check_conv_shapes(NAME, inputs.mixed_qkv, inputs.conv_weight)?;
+        require_cpu(inputs.mixed_qkv)?;
+        let dims = cpu::GdnDims {
+            batch: d.batch,
+            seq: d.seq,
+            k_heads: d.num_key_heads,
+            v_heads: d.num_value_heads,
+            k_dim: d.key_head_dim,
+            v_dim: d.value_head_dim,
+            conv_kernel: d.conv_kernel,
+        };
+        let (core, conv) = dispatch_dtype!(
+            inputs.mixed_qkv.dtype(),
+            fused_typed(inputs, dims, capture_ops)
+        )?;
+        let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
+        let out = out.reshape((d.batch, d.seq, d.num_value_heads * d.value_head_dim))?;
+        let ops = match conv {
+            Some(conv) if capture_ops => {
+                let (q, k, v) = split_qkv(&conv, &d)?;
+                vec![
+                    (op_names::CONV_OUT, conv),
+                    (op_names::Q, q),
+                    (op_names::K, k),
+                    (op_names::V, v),
+                    (op_names::CORE_OUT, core),
+                    (op_names::GATED_NORM_OUT, out.clone()),
+                ]
+            }
+            _ => Vec::new(),
+        };
+        Ok(GdnOutputs { out, ops })
+    }
+}
+
+/// The storage type's zero, for allocating outputs the kernels overwrite.
+fn zero<S: Element>() -> S {
+    S::from_acc(<S::Acc as Accum>::ZERO)
+}
+
+/// `t` at the accumulation precision of `S` (g and states are handed over at that precision).
+fn host_acc<S: Element + WithDType>(t: &Tensor) -> Result<Vec<S::Acc>>
+where
+    S::Acc: WithDType,
+{
+    host::<S::Acc>(&t.to_dtype(accumulation_dtype(S::DTYPE))?)
+}
+
+fn scale(key_head_dim: usize) -> f64 {
+    1.0 / (key_head_dim as f64).sqrt()
+}
+
+fn conv_typed<S: Element + WithDType>(
+    x: &Tensor,
+    w: &Tensor,
+    dims: cpu::ConvDims,
+) -> Result<Tensor> {
+    let mut out = vec![zero::<S>(); x.elem_count()];
+    cpu::causal_conv1d_silu(&host::<S>(x)?, &host::<S>(w)?, dims, &mut out)
+        .map_err(kernel_error)?;
+    Ok(Tensor::from_vec(out, x.dims(), x.device())?)
+}
+
+fn delta_rule_typed<S: Element + WithDType>(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    g: &Tensor,
+    beta: &Tensor,
+    initial_state: Option<&Tensor>,
+    dims: cpu::GdnDims,
+) -> Result<(Tensor, Tensor)>
+where
+    S::Acc: WithDType,
+{
+    let init = initial_state.map(host_acc::<S>).transpose()?;
+    let mut out = vec![zero::<S>(); v.elem_count()];
+    let mut state =
+        vec![<S::Acc as Accum>::ZERO; dims.batch * dims.v_heads * dims.k_dim * dims.v_dim];
+    cpu::gated_delta_rule(
+        &host::<S>(q)?,
+        &host::<S>(k)?,
+        &host::<S>(v)?,
+        &host_acc::<S>(g)?,
+        &host::<S>(beta)?,
+        scale(dims.k_dim),
+        init.as_deref(),
+        dims,
+        &mut out,
+        &mut state,
+    )
+    .map_err(kernel_error)?;
+    let device = v.device();
+    Ok((
+        Tensor::from_vec(out, v.dims(), device)?,
+        Tensor::from_vec(
+            state,
+            (dims.batch, dims.v_heads, dims.k_dim, dims.v_dim),
+            device,
+        )?,
+    ))
+}
+
+fn norm_typed<S: Element + WithDType>(
+    x: &Tensor,
+    z: &Tensor,
+    w: &Tensor,
+    eps: f64,
+    dims: cpu::NormDims,
+) -> Result<Tensor> {
+    let mut out = vec![zero::<S>(); x.elem_count()];
+    cpu::gated_rms_norm(
+        &host::<S>(x)?,
+        &host::<S>(z)?,
+        &host::<S>(w)?,
+        eps,
+        dims,
+        &mut out,
+    )
+    .map_err(kernel_error)?;
+    Ok(Tensor::from_vec(out, x.dims(), x.device())?)
+}
+
+/// The fused conv + delta rule: returns the core output `[B, T, Hv, dv]` and, when asked, the
+/// conv output `[B, T, conv_dim]`.
+fn fused_typed<S: Element + WithDType>(
+    inputs: &GdnInputs,
+    dims: cpu::GdnDims,
+    capture_conv: bool,
+) -> Result<(Tensor, Option<Tensor>)>
+where
+    S::Acc: WithDType,
+{
+    let device = inputs.mixed_qkv.device();
+    let (b, t) = (dims.batch, dims.seq);
+    let mut core = vec![zero::<S>(); b * t * dims.v_heads * dims.v_dim];
+    let mut state = vec![<S::Acc as Accum>::ZERO; b * dims.v_heads * dims.k_dim * dims.v_dim];
+    let mut conv = capture_conv.then(|| vec![zero::<S>(); inputs.mixed_qkv.elem_count()]);
+    cpu::fused_gdn(
+        &host::<S>(inputs.mixed_qkv)?,
+        &host::<S>(inputs.conv_weight)?,
+        &host_acc::<S>(inputs.g)?,
+        &host::<S>(inputs.beta)?,
+        scale(dims.k_dim),
+        None,
+        dims,
+        &mut core,
+        &mut state,
+        conv.as_deref_mut(),
+    )
+    .map_err(kernel_error)?;
+    let core = Tensor::from_vec(core, (b, t, dims.v_heads, dims.v_dim), device)?;
+    let conv = conv
+        .map(|c| Tensor::from_vec(c, inputs.mixed_qkv.dims(), device))
+        .transpose()?;
+    Ok((core, conv))
+}

@@ -1,0 +1,287 @@
+//! Helpers shared by the integration tests: golden files, error metrics, running the model,
+//! copying and rewriting checkpoints, and running the built binary.
+//!
+//! Each test crate compiles this module on its own and uses only part of it.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use candle_core::{DType, Device, Tensor};
+use hsdiff::backends::LinearAttentionBackend;
+use hsdiff::capture::Captures;
+use hsdiff::capture::dump::Dump;
+use hsdiff::model::{Model, RunOptions};
+use hsdiff::progress::Progress;
+use safetensors::SafeTensors;
+use safetensors::tensor::TensorView;
+
+/// The golden checkpoints, by folder name under `golden/`.
+pub const GOLDEN_MODELS: &[&str] = &["qwen3_5_tiny", "qwen3_next_moe_tiny"];
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn golden_model_dir(model: &str) -> PathBuf {
+    repo_root().join("golden").join(model)
+}
+
+/// `golden/states/{model}/{prompt}.{mode}.safetensors`
+pub fn state_path(model: &str, prompt: &str, mode: &str) -> PathBuf {
+    repo_root()
+        .join("golden/states")
+        .join(model)
+        .join(format!("{prompt}.{mode}.safetensors"))
+}
+
+/// The prompts that have a `{prompt}.{mode}.safetensors` state file for `model`, sorted.
+pub fn prompts_with_state(model: &str, mode: &str) -> Vec<String> {
+    let dir = repo_root().join("golden/states").join(model);
+    let suffix = format!(".{mode}.safetensors");
+    let mut out: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter_map(|n| n.strip_suffix(&suffix).map(str::to_string))
+        .collect();
+    out.sort();
+    out
+}
+
+/// Prompt names in `prompts/` (file stems of `*.txt`), sorted.
+pub fn prompt_files() -> Vec<String> {
+    let dir = repo_root().join("prompts");
+    let mut out: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter_map(|n| n.strip_suffix(".txt").map(str::to_string))
+        .collect();
+    out.sort();
+    out
+}
+
+/// A golden state file: every tensor by name (as stored) plus the input ids.
+pub struct State {
+    pub path: PathBuf,
+    pub ids: Vec<u32>,
+    pub tensors: Vec<(String, Tensor)>,
+}
+
+impl State {
+    pub fn get(&self, name: &str) -> &Tensor {
+        self.tensors
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t)
+            .unwrap_or_else(|| panic!("{}: no tensor `{name}`", self.path.display()))
+    }
+
+    /// Names of the hidden-state tensors (everything but input ids and router choices).
+    pub fn float_names(&self) -> Vec<&str> {
+        self.tensors
+            .iter()
+            .filter(|(_, t)| t.dtype().is_float())
+            .map(|(n, _)| n.as_str())
+            .collect()
+    }
+}
+
+pub fn load_state(path: &Path) -> State {
+    let dump = Dump::open(path).unwrap_or_else(|e| panic!("{e}"));
+    let ids = dump
+        .input_ids()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("{}: no input_ids", path.display()));
+    let tensors = dump
+        .names()
+        .into_iter()
+        .filter(|n| n != "input_ids")
+        .map(|n| {
+            let t = dump.tensor(&n).unwrap_or_else(|e| panic!("{e}"));
+            (n, t)
+        })
+        .collect();
+    State {
+        path: path.to_path_buf(),
+        ids,
+        tensors,
+    }
+}
+
+/// All values of a floating tensor as f64 (exact for bf16/f16/f32).
+pub fn to_f64_vec(t: &Tensor) -> Vec<f64> {
+    t.to_dtype(DType::F64)
+        .and_then(|t| t.flatten_all())
+        .and_then(|t| t.to_vec1::<f64>())
+        .expect("tensor to f64")
+}
+
+/// All values of an integer tensor as i64.
+pub fn to_i64_vec(t: &Tensor) -> Vec<i64> {
+    t.to_dtype(DType::I64)
+        .and_then(|t| t.flatten_all())
+        .and_then(|t| t.to_vec1::<i64>())
+        .expect("tensor to i64")
+}
+
+/// ‖a − b‖₂ / ‖b‖₂, computed in f64 over the whole tensor. Shapes must match.
+pub fn rel_l2(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.dims(), b.dims(), "shape mismatch in rel_l2");
+    let (a, b) = (to_f64_vec(a), to_f64_vec(b));
+    let mut num = 0.0f64;
+    let mut den = 0.0f64;
+    for (x, y) in a.iter().zip(&b) {
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    assert!(den > 0.0, "reference tensor is all zeros");
+    (num / den).sqrt()
+}
+
+pub fn all_finite(t: &Tensor) -> bool {
+    to_f64_vec(t).iter().all(|x| x.is_finite())
+}
+
+/// The raw bytes of a tensor (for bit-identity checks).
+pub fn raw_bits(t: &Tensor) -> Vec<u8> {
+    let t = t.flatten_all().expect("flatten");
+    match t.dtype() {
+        DType::F64 => t
+            .to_vec1::<f64>()
+            .unwrap()
+            .iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect(),
+        DType::F32 => t
+            .to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect(),
+        DType::BF16 => t
+            .to_vec1::<half::bf16>()
+            .unwrap()
+            .iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect(),
+        DType::F16 => t
+            .to_vec1::<half::f16>()
+            .unwrap()
+            .iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect(),
+        _ => to_i64_vec(&t)
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect(),
+    }
+}
+
+/// One forward pass on the CPU.
+pub fn run_model(
+    model: &Model,
+    ids: &[u32],
+    dtype: DType,
+    backend: &dyn LinearAttentionBackend,
+    capture_ops: bool,
+) -> Captures {
+    let opts = RunOptions {
+        dtype,
+        device: Device::Cpu,
+        backend,
+        capture_ops,
+        feed: None,
+    };
+    model
+        .run(ids, &opts, &Progress::hidden())
+        .unwrap_or_else(|e| panic!("run ({}, {dtype:?}): {e}", backend.name()))
+}
+
+pub fn load_model(dir: &Path) -> Model {
+    Model::load(dir).unwrap_or_else(|e| panic!("load {}: {e}", dir.display()))
+}
+
+/// A fresh temporary directory.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
+
+/// Copies every regular file of `src` (not recursive) into `dst`.
+pub fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), dst.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// A copy of golden model `model` in a new temporary directory.
+pub fn golden_copy(model: &str) -> tempfile::TempDir {
+    let dir = tempdir();
+    copy_dir(&golden_model_dir(model), dir.path());
+    dir
+}
+
+/// What [`rewrite_safetensors`] does with one tensor.
+pub enum Edit {
+    Keep,
+    Drop,
+    Rename(String),
+    Reshape(Vec<usize>),
+}
+
+/// Rewrites the safetensors file `path` in place, tensor by tensor (bytes unchanged), keeping the
+/// header's `__metadata__`.
+pub fn rewrite_safetensors(path: &Path, mut edit: impl FnMut(&str) -> Edit) {
+    let bytes = std::fs::read(path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let (_, meta) = SafeTensors::read_metadata(&bytes).unwrap();
+    let user_meta: Option<HashMap<String, String>> = meta.metadata().clone();
+    let mut out: Vec<(String, TensorView<'_>)> = Vec::new();
+    let mut names = st.names();
+    names.sort();
+    for name in names {
+        let view = st.tensor(name).unwrap();
+        let (new_name, shape) = match edit(name) {
+            Edit::Keep => (name.to_string(), view.shape().to_vec()),
+            Edit::Drop => continue,
+            Edit::Rename(n) => (n, view.shape().to_vec()),
+            Edit::Reshape(s) => (name.to_string(), s),
+        };
+        let v = TensorView::new(view.dtype(), shape, view.data()).unwrap();
+        out.push((new_name, v));
+    }
+    let data = safetensors::serialize(out, user_meta).unwrap();
+    std::fs::write(path, data).unwrap();
+}
+
+/// Names of the tensors in a safetensors file.
+pub fn safetensors_names(path: &Path) -> Vec<String> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut names: Vec<String> = st.names().into_iter().map(str::to_string).collect();
+    names.sort();
+    names
+}
+
+/// Runs the built `hsdiff` binary with `args` in `cwd`.
+pub fn hsdiff(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .output()
+        .expect("run hsdiff")
+}
+
+pub fn stderr_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
