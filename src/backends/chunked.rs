@@ -13,7 +13,7 @@
 //!
 //! The conv + SiLU and the gated RMSNorm are the `reference` ones (same casts).
 
-use candle_core::{D, DType, Device, Tensor};
+use candle_core::{D, Device, Tensor};
 
 use super::{
     LinearAttentionBackend, Reference, accumulation_dtype, check_conv_shapes,
@@ -178,8 +178,8 @@ fn l2_normalise(x: &Tensor) -> Result<Tensor> {
     Ok(x.broadcast_mul(&inv)?)
 }
 
-/// Solves `(I + A) X = R` for X, batched: `a` `[M, n, n]` strictly lower triangular (entries on
-/// and above the diagonal are ignored only in the sense that they must be zero), `rhs` `[M, n, w]`.
+/// Solves `(I + A) X = R` for X, batched: `a` `[M, n, n]` strictly lower triangular (it must be
+/// zero on and above the diagonal), `rhs` `[M, n, w]`.
 /// Blocked forward substitution: the leading half is solved first, its contribution subtracted
 /// from the trailing rows with one matmul, then the trailing half is solved.
 fn solve_unit_lower(a: &Tensor, rhs: &Tensor) -> Result<Tensor> {
@@ -207,6 +207,8 @@ fn solve_unit_lower(a: &Tensor, rhs: &Tensor) -> Result<Tensor> {
 
 #[cfg(test)]
 mod tests {
+    use candle_core::DType;
+
     use super::*;
 
     /// The blocked solve against a host f64 forward substitution, for sizes that hit both the
@@ -245,7 +247,9 @@ mod tests {
             }
             let at = Tensor::from_vec(a, (m, n, n), &Device::Cpu)?;
             let rt = Tensor::from_vec(rhs, (m, n, w), &Device::Cpu)?;
-            let got = solve_unit_lower(&at, &rt)?.flatten_all()?.to_vec1::<f64>()?;
+            let got = solve_unit_lower(&at, &rt)?
+                .flatten_all()?
+                .to_vec1::<f64>()?;
             let err = got
                 .iter()
                 .zip(&want)

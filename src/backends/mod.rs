@@ -4,6 +4,7 @@
 //! layer (projections, gates, head bookkeeping, out_proj) is shared model code, so two backends
 //! can only differ by what they do here.
 
+mod chunked;
 pub mod fused;
 mod reference;
 mod registry;
@@ -12,6 +13,7 @@ use candle_core::{DType, Tensor};
 
 use crate::error::{Error, Result};
 
+pub use chunked::Chunked;
 pub use fused::Fused;
 pub use reference::Reference;
 pub use registry::{BackendInfo, available_backends, backend_by_name};

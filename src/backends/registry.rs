@@ -2,7 +2,7 @@
 
 use candle_core::Device;
 
-use super::{Fused, LinearAttentionBackend, Reference};
+use super::{Chunked, Fused, LinearAttentionBackend, Reference};
 use crate::error::{Error, Result};
 
 /// One row of `hsdiff backends`.
@@ -15,6 +15,10 @@ const BACKENDS: &[BackendInfo] = &[
     BackendInfo {
         name: "reference",
         description: "token-by-token recurrence from plain tensor ops, transformers' PyTorch-fallback casts",
+    },
+    BackendInfo {
+        name: "chunked",
+        description: "chunked (64) UT-transform algorithm of transformers' torch fallback, from tensor ops",
     },
     BackendInfo {
         name: "fused",
@@ -30,6 +34,7 @@ pub fn available_backends() -> &'static [BackendInfo] {
 pub fn backend_by_name(name: &str, device: &Device) -> Result<Box<dyn LinearAttentionBackend>> {
     let backend: Box<dyn LinearAttentionBackend> = match name {
         "reference" => Box::new(Reference),
+        "chunked" => Box::new(Chunked),
         "fused" => Box::new(Fused),
         other => {
             let known: Vec<&str> = BACKENDS.iter().map(|b| b.name).collect();

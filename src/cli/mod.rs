@@ -2,6 +2,7 @@
 //! flagged, 1 divergence flagged, 2 trouble.
 
 pub mod common;
+pub mod diff;
 mod dump;
 
 use clap::{Parser, Subcommand};
@@ -15,9 +16,14 @@ use crate::input::BUILTIN_PROMPTS;
     version,
     about = "Do two ways of running a hybrid linear-attention LM give the same hidden states? If not, where do they part?"
 )]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+
+    /// With no subcommand: compare two backends on identical inputs.
+    #[command(flatten)]
+    diff: diff::DiffArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -49,8 +55,9 @@ pub fn main() -> i32 {
 
 fn dispatch(cli: &Cli) -> Result<i32> {
     match &cli.command {
-        Command::Dump(args) => dump::run(args),
-        Command::Prompts => {
+        None => diff::run(&cli.diff),
+        Some(Command::Dump(args)) => dump::run(args),
+        Some(Command::Prompts) => {
             for (name, text) in BUILTIN_PROMPTS {
                 let first = text.lines().next().unwrap_or_default();
                 println!("{name:<14} {first}");

@@ -1,0 +1,271 @@
+//! The default command: `hsdiff --a BACKEND --b BACKEND …` runs both backends on identical
+//! inputs (plus the f64 truth and the rounding floor), compares every capture and prints the
+//! report.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use candle_core::DType;
+use clap::{Args, ValueEnum};
+
+use super::common::{RunArgs, Session};
+use crate::backends::{LinearAttentionBackend, backend_by_name};
+use crate::capture::Captures;
+use crate::compare::plan_rows;
+use crate::error::{Error, Result};
+use crate::input::parse_token_list;
+use crate::model::RunOptions;
+use crate::progress::Progress;
+use crate::report::{
+    Comparison, Render, Report, Side, build_report, json::Json, markdown::Markdown, table::Table,
+};
+use crate::run::fingerprint_for;
+use crate::verdict::Verdict;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Each backend carries its own residual stream (as in a real train/eval split).
+    Propagate,
+    /// Each layer of B is fed A's input to that layer: the error a layer adds, apart from what
+    /// it inherits.
+    Isolate,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Markdown,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailOn {
+    Drift,
+    Mismatch,
+    Never,
+}
+
+/// Options of the report, shared by the live run and `compare`.
+#[derive(Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+
+    /// Write the report to FILE instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+
+    /// Which verdict makes the exit code 1.
+    #[arg(long, value_enum, default_value = "mismatch")]
+    pub fail_on: FailOn,
+
+    /// Report only these decoder layers (the rest still run), e.g. 1,16,31.
+    #[arg(long, value_name = "LIST")]
+    pub layers: Option<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DiffArgs {
+    /// Backend of side A (see `hsdiff backends`).
+    #[arg(long = "a", value_name = "BACKEND")]
+    pub a: Option<String>,
+
+    /// Backend of side B.
+    #[arg(long = "b", value_name = "BACKEND")]
+    pub b: Option<String>,
+
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    #[arg(long, value_enum, default_value = "propagate")]
+    pub mode: Mode,
+
+    /// Also compare values inside linear-attention layers (conv out, q, k, v, beta, g, core
+    /// out, gated-norm out, out_proj) to find the first divergent op.
+    #[arg(long)]
+    pub ops: bool,
+
+    /// Skip the f64 truth and floor runs: verdicts then use the static thresholds alone.
+    #[arg(long)]
+    pub no_floor: bool,
+
+    #[command(flatten)]
+    pub report: ReportArgs,
+}
+
+pub fn run(args: &DiffArgs) -> Result<i32> {
+    let (Some(a_name), Some(b_name)) = (&args.a, &args.b) else {
+        return Err(Error::Input(
+            "name both backends: hsdiff --a BACKEND --b BACKEND (see `hsdiff backends`)".into(),
+        ));
+    };
+    let session = args.run.resolve()?;
+    let a = backend_by_name(a_name, &session.device)?;
+    let b = backend_by_name(b_name, &session.device)?;
+    let layers = args
+        .report
+        .layers
+        .as_deref()
+        .map(parse_layer_list)
+        .transpose()?;
+    if let Some(bad) = layers
+        .iter()
+        .flatten()
+        .find(|&&l| l >= session.model.config.num_hidden_layers)
+    {
+        return Err(Error::Input(format!(
+            "--layers names layer {bad}, but the model has {} layers",
+            session.model.config.num_hidden_layers
+        )));
+    }
+
+    let caps_a = forward(&session, a.as_ref(), session.dtype, args.ops, None)?;
+    let feed = (args.mode == Mode::Isolate).then_some(&caps_a);
+    let caps_b = forward(&session, b.as_ref(), session.dtype, args.ops, feed)?;
+    let (truth, floor) = if args.no_floor {
+        (None, None)
+    } else {
+        let reference = backend_by_name("reference", &session.device)?;
+        let truth = forward(&session, reference.as_ref(), DType::F64, args.ops, feed)?;
+        let floor = if b.name() == "reference" {
+            None // B is the floor run itself
+        } else if a.name() == "reference" && args.mode == Mode::Propagate {
+            None // so is A
+        } else {
+            Some(forward(
+                &session,
+                reference.as_ref(),
+                session.dtype,
+                args.ops,
+                feed,
+            )?)
+        };
+        (Some(truth), floor)
+    };
+    let floor_src: Option<&Captures> = match (&truth, &floor) {
+        (None, _) => None,
+        (Some(_), Some(f)) => Some(f),
+        (Some(_), None) if b.name() == "reference" => Some(&caps_b),
+        (Some(_), None) => Some(&caps_a),
+    };
+
+    let rows = plan_rows(
+        &crate::compare::TensorSource::names(&caps_a),
+        Some(&session.model.config.layer_types),
+        layers.as_deref(),
+    );
+    let comparison = Comparison {
+        a: &caps_a,
+        b: &caps_b,
+        a_side: side(&session, a.as_ref()),
+        b_side: side(&session, b.as_ref()),
+        truth: truth
+            .as_ref()
+            .map(|t| t as &dyn crate::compare::TensorSource),
+        floor: floor_src.map(|f| f as &dyn crate::compare::TensorSource),
+        rows,
+        dtype: session.dtype,
+        mode: match args.mode {
+            Mode::Propagate => "propagate",
+            Mode::Isolate => "isolate",
+        }
+        .to_string(),
+        input_ids: session.ids.clone(),
+        token_ids_match: true,
+        command: Some(command_line()),
+    };
+    let report = build_report(&comparison)?;
+    emit(&report, &args.report)
+}
+
+fn forward(
+    session: &Session,
+    backend: &dyn LinearAttentionBackend,
+    dtype: DType,
+    capture_ops: bool,
+    feed: Option<&Captures>,
+) -> Result<Captures> {
+    let label = format!("{} {}", backend.name(), crate::device::dtype_label(dtype));
+    let progress = Progress::new(&label, session.model.config.num_hidden_layers as u64);
+    let opts = RunOptions {
+        dtype,
+        device: session.device.clone(),
+        backend,
+        capture_ops,
+        feed,
+    };
+    session.model.run(&session.ids, &opts, &progress)
+}
+
+fn side(session: &Session, backend: &dyn LinearAttentionBackend) -> Side {
+    let fingerprint = fingerprint_for(session, backend);
+    Side {
+        label: backend.name().to_string(),
+        backend: fingerprint.backend.clone(),
+        implementation: fingerprint.implementation.clone(),
+        dtype: fingerprint.dtype.clone(),
+        device: fingerprint.device.clone(),
+        fingerprint,
+    }
+}
+
+/// Renders the report where asked and turns its verdict into the exit code.
+pub fn emit(report: &Report, args: &ReportArgs) -> Result<i32> {
+    let to_terminal = args.out.is_none() && std::io::stdout().is_terminal();
+    let text = match args.format {
+        Format::Table => Table { color: to_terminal }.render(report),
+        Format::Markdown => Markdown.render(report),
+        Format::Json => Json.render(report),
+    };
+    match &args.out {
+        Some(path) => {
+            std::fs::write(path, text)
+                .map_err(|e| Error::file(path, format!("cannot write: {e}")))?;
+            eprintln!("{}", report.summary);
+        }
+        None => print!("{text}"),
+    }
+    let flagged = match args.fail_on {
+        FailOn::Never => false,
+        FailOn::Drift => report.verdict >= Verdict::Drift,
+        FailOn::Mismatch => report.verdict == Verdict::Mismatch,
+    };
+    Ok(i32::from(flagged))
+}
+
+fn parse_layer_list(arg: &str) -> Result<Vec<usize>> {
+    parse_token_list(arg)
+        .map(|ids| ids.into_iter().map(|x| x as usize).collect())
+        .map_err(|_| {
+            Error::Input(format!(
+                "--layers expects comma-separated layer indices, got `{arg}`"
+            ))
+        })
+}
+
+/// This process's command line, shell-quoted, for the "reproduce" line of reports.
+fn command_line() -> String {
+    std::env::args()
+        .enumerate()
+        .map(|(i, a)| {
+            if i == 0 {
+                "hsdiff".to_string()
+            } else {
+                shell_quote(&a)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./,:=@".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}

@@ -1,0 +1,203 @@
+//! Statistics of the difference between two captured tensors, computed in f64 one token row at
+//! a time: no full f64 copy of a large tensor is ever made. Nothing here decides what is "bad";
+//! that is [`crate::verdict`]'s job.
+
+pub mod logits;
+
+use candle_core::{DType, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Where the largest absolute difference sits.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Location {
+    pub token: usize,
+    pub channel: usize,
+}
+
+/// How `a` differs from `b` (`b` is the denominator of relative quantities).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiffStats {
+    pub elements: usize,
+    pub mean_abs: f64,
+    pub max_abs: f64,
+    pub max_abs_at: Location,
+    /// ‖a − b‖₂ / ‖b‖₂ over the whole tensor: the primary number.
+    pub rel_l2: f64,
+    /// Cosine similarity of the flattened tensors.
+    pub cosine: f64,
+    /// The smallest per-token cosine, and its token.
+    pub cosine_min: f64,
+    pub cosine_min_token: usize,
+    pub nan_a: usize,
+    pub inf_a: usize,
+    pub nan_b: usize,
+    pub inf_b: usize,
+    /// ‖a_t − b_t‖ / ‖b_t‖ per token.
+    pub per_token_rel: Vec<f64>,
+    /// ‖b‖₂, to put absolute numbers in scale.
+    pub norm_b: f64,
+}
+
+impl DiffStats {
+    /// Non-finite values on one side only.
+    pub fn one_sided_non_finite(&self) -> bool {
+        (self.nan_a + self.inf_a > 0) != (self.nan_b + self.inf_b > 0)
+    }
+
+    pub fn any_non_finite(&self) -> bool {
+        self.nan_a + self.inf_a + self.nan_b + self.inf_b > 0
+    }
+
+    /// Root-mean-square of the absolute difference.
+    pub fn rms_abs(&self) -> f64 {
+        self.rel_l2 * self.norm_b / (self.elements.max(1) as f64).sqrt()
+    }
+
+    /// Root-mean-square of side B's values.
+    pub fn rms_b(&self) -> f64 {
+        self.norm_b / (self.elements.max(1) as f64).sqrt()
+    }
+}
+
+/// Running sums over the elements where both sides are finite.
+#[derive(Default)]
+struct Sums {
+    abs: f64,
+    sq_diff: f64,
+    sq_a: f64,
+    sq_b: f64,
+    dot: f64,
+}
+
+/// Views a capture as `[tokens, channels]`: the leading batch dim of 1 is dropped, the dims after
+/// the token axis are flattened into channels.
+fn as_rows(name: &str, t: &Tensor) -> Result<Tensor> {
+    let dims = t.dims();
+    let t = match dims {
+        [1, _, ..] if dims.len() >= 3 => t.squeeze(0)?,
+        _ => t.clone(),
+    };
+    let rows = t
+        .dim(0)
+        .map_err(|_| Error::Compare(format!("`{name}` is a scalar")))?;
+    let cols = t.elem_count() / rows.max(1);
+    Ok(t.reshape((rows, cols))?)
+}
+
+/// Compares `a` with `b` (same shape; any float dtypes).
+pub fn diff_stats(name: &str, a: &Tensor, b: &Tensor) -> Result<DiffStats> {
+    if a.dims() != b.dims() {
+        return Err(Error::Compare(format!(
+            "`{name}` has shape {:?} on side A but {:?} on side B",
+            a.dims(),
+            b.dims()
+        )));
+    }
+    let a = as_rows(name, a)?;
+    let b = as_rows(name, b)?;
+    let (rows, cols) = a.dims2()?;
+    let mut total = Sums::default();
+    let mut s = DiffStats {
+        elements: rows * cols,
+        mean_abs: 0.0,
+        max_abs: 0.0,
+        max_abs_at: Location {
+            token: 0,
+            channel: 0,
+        },
+        rel_l2: 0.0,
+        cosine: 1.0,
+        cosine_min: 1.0,
+        cosine_min_token: 0,
+        nan_a: 0,
+        inf_a: 0,
+        nan_b: 0,
+        inf_b: 0,
+        per_token_rel: Vec::with_capacity(rows),
+        norm_b: 0.0,
+    };
+    for token in 0..rows {
+        let ra: Vec<f64> = a.get(token)?.to_dtype(DType::F64)?.to_vec1()?;
+        let rb: Vec<f64> = b.get(token)?.to_dtype(DType::F64)?.to_vec1()?;
+        let mut row = Sums::default();
+        for (channel, (&x, &y)) in ra.iter().zip(&rb).enumerate() {
+            count_non_finite(x, &mut s.nan_a, &mut s.inf_a);
+            count_non_finite(y, &mut s.nan_b, &mut s.inf_b);
+            if !(x.is_finite() && y.is_finite()) {
+                continue;
+            }
+            let d = (x - y).abs();
+            row.abs += d;
+            row.sq_diff += d * d;
+            row.sq_a += x * x;
+            row.sq_b += y * y;
+            row.dot += x * y;
+            if d > s.max_abs {
+                s.max_abs = d;
+                s.max_abs_at = Location { token, channel };
+            }
+        }
+        s.per_token_rel
+            .push(ratio(row.sq_diff.sqrt(), row.sq_b.sqrt()));
+        // Bit-identical rows have cosine exactly 1, whatever the rounding of the dot product.
+        let cos = if row.sq_diff == 0.0 {
+            1.0
+        } else {
+            cosine(row.dot, row.sq_a, row.sq_b)
+        };
+        if cos < s.cosine_min || token == 0 {
+            s.cosine_min = cos;
+            s.cosine_min_token = token;
+        }
+        total.abs += row.abs;
+        total.sq_diff += row.sq_diff;
+        total.sq_a += row.sq_a;
+        total.sq_b += row.sq_b;
+        total.dot += row.dot;
+    }
+    let finite = s.elements - (s.nan_a + s.inf_a).max(s.nan_b + s.inf_b);
+    s.mean_abs = if finite > 0 {
+        total.abs / finite as f64
+    } else {
+        0.0
+    };
+    s.norm_b = total.sq_b.sqrt();
+    s.rel_l2 = ratio(total.sq_diff.sqrt(), s.norm_b);
+    s.cosine = if total.sq_diff == 0.0 {
+        1.0
+    } else {
+        cosine(total.dot, total.sq_a, total.sq_b)
+    };
+    Ok(s)
+}
+
+fn count_non_finite(x: f64, nan: &mut usize, inf: &mut usize) {
+    if x.is_nan() {
+        *nan += 1;
+    } else if x.is_infinite() {
+        *inf += 1;
+    }
+}
+
+/// `num / den`, with 0/0 = 0 (two zero tensors are identical) and x/0 = ∞.
+fn ratio(num: f64, den: f64) -> f64 {
+    if num == 0.0 {
+        0.0
+    } else if den == 0.0 {
+        f64::INFINITY
+    } else {
+        num / den
+    }
+}
+
+/// Cosine of two vectors from their dot product and squared norms; two zero vectors count as
+/// identical (1), one zero vector as orthogonal (0).
+fn cosine(dot: f64, sq_a: f64, sq_b: f64) -> f64 {
+    match (sq_a == 0.0, sq_b == 0.0) {
+        (true, true) => 1.0,
+        (true, false) | (false, true) => 0.0,
+        _ => (dot / (sq_a.sqrt() * sq_b.sqrt())).clamp(-1.0, 1.0),
+    }
+}

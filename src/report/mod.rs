@@ -1,0 +1,128 @@
+//! The report value: everything a comparison found, as plain data (serde), built once and handed
+//! to renderers. Renderers format; they compute nothing.
+
+mod build;
+pub mod json;
+pub mod markdown;
+pub mod table;
+
+use serde::{Deserialize, Serialize};
+
+use crate::compare::Kind;
+use crate::fingerprint::Fingerprint;
+use crate::metrics::Location;
+use crate::metrics::logits::LogitStats;
+use crate::verdict::{Thresholds, Verdict};
+
+pub use build::{Comparison, build_report};
+
+pub const SCHEMA: &str = "hsdiff.report/v1";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: String,
+    pub verdict: Verdict,
+    pub summary: String,
+    /// `propagate`, `isolate` or `files`.
+    pub mode: String,
+    pub a: Side,
+    pub b: Side,
+    pub inputs: Inputs,
+    pub thresholds: ThresholdInfo,
+    pub tensors: Vec<TensorRow>,
+    pub first_divergent: Option<String>,
+    /// Layers where the error grew > 2× per layer for 3 consecutive layers.
+    pub amplification: Vec<usize>,
+    pub logits: Option<LogitStats>,
+    pub routers: Vec<RouterRow>,
+    /// The command line that reproduces this report.
+    pub command: Option<String>,
+}
+
+/// One side of the comparison.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Side {
+    pub label: String,
+    pub backend: Option<String>,
+    pub implementation: Option<String>,
+    pub dtype: Option<String>,
+    pub device: Option<String>,
+    pub fingerprint: Fingerprint,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Inputs {
+    pub tokens: usize,
+    pub token_ids_sha256: String,
+    pub token_ids_match: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThresholdInfo {
+    pub dtype: String,
+    #[serde(flatten)]
+    pub bands: Thresholds,
+    pub k_drift: f64,
+    pub k_mismatch: f64,
+    /// How the floor was measured, or null when there is none.
+    pub floor_source: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorRow {
+    pub name: String,
+    pub kind: Kind,
+    pub layer: Option<usize>,
+    pub mean_abs: f64,
+    pub max_abs: f64,
+    pub max_abs_at: Location,
+    pub rel_l2: f64,
+    pub cosine: f64,
+    pub cosine_min: f64,
+    pub cosine_min_token: usize,
+    /// The reference backend's own rel L2 against the f64 truth at this dtype, this tensor.
+    pub floor: Option<f64>,
+    pub ratio_to_floor: Option<f64>,
+    /// Each side's rel L2 against the f64 truth ("who is right").
+    pub a_vs_truth: Option<f64>,
+    pub b_vs_truth: Option<f64>,
+    pub nan_a: usize,
+    pub inf_a: usize,
+    pub nan_b: usize,
+    pub inf_b: usize,
+    pub verdict: Verdict,
+    pub per_token_rel: Vec<f64>,
+}
+
+/// Agreement of the MoE router's top-k expert sets in one layer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RouterRow {
+    pub layer: usize,
+    /// Fraction of tokens whose top-k expert set is the same on both sides.
+    pub agree: f64,
+    pub flipped_tokens: Vec<usize>,
+}
+
+/// A way to render a report as text (terminal table, markdown, JSON).
+pub trait Render {
+    fn render(&self, report: &Report) -> String;
+}
+
+/// Scientific notation with 2 decimals, `—` for missing values.
+pub fn sci(x: Option<f64>) -> String {
+    match x {
+        Some(v) if v.is_nan() => "NaN".to_string(),
+        Some(v) if v == 0.0 => "0".to_string(),
+        Some(v) => format!("{v:.2e}"),
+        None => "—".to_string(),
+    }
+}
+
+/// A cosine printed so that its distance from 1 is readable.
+pub fn cosine(c: f64) -> String {
+    if c >= 0.999_999_5 && c < 1.0 {
+        format!("1−{:.1e}", 1.0 - c)
+    } else {
+        format!("{c:.6}")
+    }
+}

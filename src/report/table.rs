@@ -1,0 +1,117 @@
+//! The terminal table: summary first, one row per compared tensor, verdicts coloured on a TTY.
+
+use comfy_table::presets::UTF8_FULL_CONDENSED;
+use comfy_table::{Cell, Color, ContentArrangement, Table as Grid};
+
+use super::{Render, Report, cosine, sci};
+use crate::verdict::Verdict;
+
+pub struct Table {
+    /// Colour the verdicts (only when writing to a terminal).
+    pub color: bool,
+}
+
+impl Render for Table {
+    fn render(&self, r: &Report) -> String {
+        let mut out = String::new();
+        out.push_str(&format!("{}\n\n", r.summary));
+        out.push_str(&format!(
+            "A: {}  [{}]\nB: {}  [{}]\n{} tokens, {} mode, dtype {}\n",
+            r.a.label,
+            r.a.implementation.as_deref().unwrap_or("?"),
+            r.b.label,
+            r.b.implementation.as_deref().unwrap_or("?"),
+            r.inputs.tokens,
+            r.mode,
+            r.thresholds.dtype,
+        ));
+        let mut grid = Grid::new();
+        grid.load_preset(UTF8_FULL_CONDENSED)
+            .set_content_arrangement(ContentArrangement::Disabled)
+            .set_header(vec![
+                "tensor",
+                "mean |Δ|",
+                "max |Δ| (tok, ch)",
+                "rel L2",
+                "cosine",
+                "min cos (tok)",
+                "floor",
+                "×floor",
+                "A vs f64",
+                "B vs f64",
+                "verdict",
+            ]);
+        for t in &r.tensors {
+            let verdict = Cell::new(t.verdict.as_str());
+            let verdict = if self.color {
+                verdict.fg(color(t.verdict))
+            } else {
+                verdict
+            };
+            grid.add_row(vec![
+                Cell::new(&t.name),
+                Cell::new(sci(Some(t.mean_abs))),
+                Cell::new(format!(
+                    "{} ({}, {})",
+                    sci(Some(t.max_abs)),
+                    t.max_abs_at.token,
+                    t.max_abs_at.channel
+                )),
+                Cell::new(sci(Some(t.rel_l2))),
+                Cell::new(cosine(t.cosine)),
+                Cell::new(format!("{} ({})", cosine(t.cosine_min), t.cosine_min_token)),
+                Cell::new(sci(t.floor)),
+                Cell::new(
+                    t.ratio_to_floor
+                        .map(|x| format!("{x:.1}"))
+                        .unwrap_or_else(|| "—".into()),
+                ),
+                Cell::new(sci(t.a_vs_truth)),
+                Cell::new(sci(t.b_vs_truth)),
+                verdict,
+            ]);
+        }
+        out.push_str(&grid.to_string());
+        out.push('\n');
+        if let Some(l) = &r.logits {
+            out.push_str(&format!(
+                "logits: KL mean {} p99 {} max {} (token {}); top-1 agree {:.2}% ({} flips, {} near-ties); top-5 overlap {:.1}%\n",
+                sci(Some(l.kl_mean)),
+                sci(Some(l.kl_p99)),
+                sci(Some(l.kl_max)),
+                l.kl_max_token,
+                100.0 * l.top1_agree,
+                l.top1_flips,
+                l.near_ties,
+                100.0 * l.top5_overlap
+            ));
+        }
+        for router in &r.routers {
+            out.push_str(&format!(
+                "router layer {}: top-k sets agree on {:.1}% of tokens\n",
+                router.layer,
+                100.0 * router.agree
+            ));
+        }
+        if !r.amplification.is_empty() {
+            let starts: Vec<String> = r
+                .amplification
+                .iter()
+                .map(|l| format!("layers.{l}"))
+                .collect();
+            out.push_str(&format!(
+                "amplification: error grows > 2× per layer for 3 layers from {}\n",
+                starts.join(", ")
+            ));
+        }
+        out
+    }
+}
+
+fn color(v: Verdict) -> Color {
+    match v {
+        Verdict::Ok => Color::Green,
+        Verdict::Drift => Color::Yellow,
+        Verdict::Mismatch => Color::Red,
+    }
+}

@@ -1,0 +1,590 @@
+//! Accuracy of the fused CPU kernels against their f64 truth (`hsdiff::backends::fused::cpu::truth`), per storage type.
+//!
+//! Inputs are fresh seeded random values (never zeros or identities). Low-precision kernels are
+//! compared with the truth computed from their *rounded* inputs, so the measured error is the
+//! kernel's own rounding, not input quantisation. Every output is also checked to be finite, and
+//! output buffers are pre-filled with NaN so that an unwritten element fails the test.
+//! Run with `--nocapture` to see the measured errors.
+
+use half::{bf16, f16};
+use hsdiff::backends::fused::cpu::{
+    Accum, ConvDims, Element, GdnDims, KernelError, NormDims, causal_conv1d_silu, fused_gdn,
+    gated_delta_rule, gated_rms_norm, truth,
+};
+
+/// SplitMix64: tiny, seeded, good enough for test data.
+struct Rng(u64);
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in (0, 1).
+    fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    fn normal(&mut self) -> f64 {
+        let (u1, u2) = (self.uniform(), self.uniform());
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+    fn normals(&mut self, n: usize, sd: f64) -> Vec<f64> {
+        (0..n).map(|_| sd * self.normal()).collect()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Decay {
+    /// g ≈ −5: the state forgets within a few tokens.
+    Strong,
+    /// g ≈ −1e-3: the state remembers almost everything.
+    NearZero,
+    /// log-normal mix spanning several decades, like real gates.
+    Mixed,
+}
+
+struct Inputs {
+    dims: GdnDims,
+    mixed: Vec<f64>,
+    w: Vec<f64>,
+    g: Vec<f64>,
+    beta: Vec<f64>,
+    init: Option<Vec<f64>>,
+}
+
+fn make_inputs(dims: GdnDims, decay: Decay, with_init: bool, seed: u64) -> Inputs {
+    let mut rng = Rng(seed);
+    let c = dims.conv_dim().unwrap();
+    let ngate = dims.batch * dims.seq * dims.v_heads;
+    let mixed = rng.normals(dims.batch * dims.seq * c, 1.0);
+    let w = rng.normals(c * dims.conv_kernel, 0.5);
+    let g = (0..ngate)
+        .map(|_| match decay {
+            Decay::Strong => -5.0 * (0.5 + rng.uniform()),
+            Decay::NearZero => -1e-3 * (0.5 + rng.uniform()),
+            Decay::Mixed => -(rng.normal() * 1.5 - 2.0).exp(),
+        })
+        .collect();
+    let beta = (0..ngate)
+        .map(|_| 1.0 / (1.0 + (-rng.normal()).exp()))
+        .collect();
+    let nstate = dims.batch * dims.v_heads * dims.k_dim * dims.v_dim;
+    let init = with_init.then(|| rng.normals(nstate, 0.5));
+    Inputs {
+        dims,
+        mixed,
+        w,
+        g,
+        beta,
+        init,
+    }
+}
+
+fn to_s<S: Element>(x: &[f64]) -> Vec<S> {
+    x.iter()
+        .map(|&v| S::from_acc(S::Acc::from_f64(v)))
+        .collect()
+}
+fn to_a<A: Accum>(x: &[f64]) -> Vec<A> {
+    x.iter().map(|&v| A::from_f64(v)).collect()
+}
+fn s_to_f64<S: Element>(x: &[S]) -> Vec<f64> {
+    x.iter().map(|v| v.to_acc().to_f64()).collect()
+}
+fn a_to_f64<A: Accum>(x: &[A]) -> Vec<f64> {
+    x.iter().map(|v| v.to_f64()).collect()
+}
+
+/// ‖a − b‖₂ / ‖b‖₂, asserting everything is finite first (NaN never passes).
+fn rel_l2(what: &str, a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    assert!(a.iter().all(|v| v.is_finite()), "{what}: non-finite output");
+    assert!(b.iter().all(|v| v.is_finite()), "{what}: non-finite truth");
+    let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+    let den: f64 = b.iter().map(|y| y * y).sum();
+    assert!(den > 0.0, "{what}: truth is all zeros");
+    (num / den).sqrt()
+}
+
+/// Relative-L2 bound per storage type.
+///
+/// - f64: u = 1.1e-16; a few hundred roundings along the longest dependency chain (dk-long dots
+///   through ≤ 1000 recurrent steps) stay far below 1e-12.
+/// - f32: u = 6e-8 times a growth factor of ~100 (dots of length dk, the recurrence) gives
+///   ~6e-6; measured transformers fp32 floors are 2–5e-7, so 1e-5 leaves margin without hiding a
+///   bug (a wrong operation order or a missed token gives ≥ 1e-3).
+/// - bf16: u = 3.9e-3; conv output rounded once to bf16 (≈ u/√3 relative noise per element)
+///   then propagated through the L2 norm and the recurrence, plus the output rounding: a correct
+///   bf16 layer sits ≈ 3e-3 from the truth; bound 1e-2.
+/// - f16: u = 4.9e-4, the same structure as bf16 ⇒ ≈ 4e-4 expected; bound 2e-3.
+fn bound<S: Element>() -> f64 {
+    match S::NAME {
+        "f64" => 1e-12,
+        "f32" => 1e-5,
+        "bf16" => 1e-2,
+        "f16" => 2e-3,
+        _ => unreachable!(),
+    }
+}
+
+fn check_fused<S: Element>(inp: &Inputs, label: &str) {
+    let d = inp.dims;
+    let scale = 1.0 / (d.k_dim as f64).sqrt();
+    // Round the inputs to what the kernel sees, and compute the truth from those.
+    let mixed: Vec<S> = to_s(&inp.mixed);
+    let w: Vec<S> = to_s(&inp.w);
+    let beta: Vec<S> = to_s(&inp.beta);
+    let g: Vec<S::Acc> = to_a(&inp.g);
+    let init: Option<Vec<S::Acc>> = inp.init.as_ref().map(|s| to_a(s));
+    let (t_out, t_fin, t_conv) = truth::gdn(
+        &s_to_f64(&mixed),
+        &s_to_f64(&w),
+        &a_to_f64(&g),
+        &s_to_f64(&beta),
+        scale,
+        init.as_ref().map(|s| a_to_f64(s)).as_deref(),
+        &d,
+    );
+    let nan_s = S::from_acc(S::Acc::from_f64(f64::NAN));
+    let mut out = vec![nan_s; t_out.len()];
+    let mut fin = vec![S::Acc::from_f64(f64::NAN); t_fin.len()];
+    let mut conv = vec![nan_s; t_conv.len()];
+    fused_gdn::<S>(
+        &mixed,
+        &w,
+        &g,
+        &beta,
+        scale,
+        init.as_deref(),
+        d,
+        &mut out,
+        &mut fin,
+        Some(&mut conv),
+    )
+    .unwrap();
+    let e_out = rel_l2("core_out", &s_to_f64(&out), &t_out);
+    let e_fin = rel_l2("final_state", &a_to_f64(&fin), &t_fin);
+    let e_conv = rel_l2("conv_out", &s_to_f64(&conv), &t_conv);
+    println!(
+        "fused {:>4} {label:<44} out {e_out:.2e}  state {e_fin:.2e}  conv {e_conv:.2e}",
+        S::NAME
+    );
+    let b = bound::<S>();
+    assert!(e_out <= b, "{label}: core_out rel L2 {e_out:e} > {b:e}");
+    assert!(e_fin <= b, "{label}: final_state rel L2 {e_fin:e} > {b:e}");
+    // The conv is one accumulation of K products and one rounding: ≤ a few u.
+    assert!(e_conv <= b, "{label}: conv rel L2 {e_conv:e} > {b:e}");
+
+    // Without conv capture the results must be bit-identical (same routine, same order).
+    let mut out2 = vec![nan_s; t_out.len()];
+    let mut fin2 = vec![S::Acc::from_f64(f64::NAN); t_fin.len()];
+    fused_gdn::<S>(
+        &mixed,
+        &w,
+        &g,
+        &beta,
+        scale,
+        init.as_deref(),
+        d,
+        &mut out2,
+        &mut fin2,
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        s_to_f64(&out2),
+        s_to_f64(&out),
+        "{label}: conv capture changed outputs"
+    );
+    assert_eq!(a_to_f64(&fin2), a_to_f64(&fin));
+
+    // The standalone rule on the captured conv output must match the fused kernel bit for bit
+    // (same recurrence, same inputs).
+    let c = d.conv_dim().unwrap();
+    let kd = d.k_heads * d.k_dim;
+    let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
+    for row in conv.chunks(c) {
+        q.extend_from_slice(&row[..kd]);
+        k.extend_from_slice(&row[kd..2 * kd]);
+        v.extend_from_slice(&row[2 * kd..]);
+    }
+    let mut out3 = vec![nan_s; t_out.len()];
+    let mut fin3 = vec![S::Acc::from_f64(f64::NAN); t_fin.len()];
+    gated_delta_rule::<S>(
+        &q,
+        &k,
+        &v,
+        &g,
+        &beta,
+        scale,
+        init.as_deref(),
+        d,
+        &mut out3,
+        &mut fin3,
+    )
+    .unwrap();
+    assert_eq!(
+        s_to_f64(&out3),
+        s_to_f64(&out),
+        "{label}: standalone rule differs"
+    );
+    assert_eq!(a_to_f64(&fin3), a_to_f64(&fin));
+}
+
+#[allow(clippy::too_many_arguments)]
+fn dims(b: usize, t: usize, hk: usize, hv: usize, dk: usize, dv: usize) -> GdnDims {
+    GdnDims {
+        batch: b,
+        seq: t,
+        k_heads: hk,
+        v_heads: hv,
+        k_dim: dk,
+        v_dim: dv,
+        conv_kernel: 4,
+    }
+}
+
+/// (dims, decay, initial state) — covers T = 1, 63, 64, 65, 300, 1000; r = 1, 2, 3; dk ≠ dv;
+/// dv not a multiple of the 32-column state block; B = 1 and 2.
+fn cases() -> Vec<(GdnDims, Decay, bool)> {
+    vec![
+        (dims(1, 1, 2, 4, 32, 48), Decay::Strong, true),
+        (dims(2, 1, 2, 2, 16, 8), Decay::NearZero, false),
+        (dims(2, 63, 2, 6, 24, 40), Decay::NearZero, false),
+        (dims(1, 64, 3, 3, 40, 32), Decay::Strong, false),
+        (dims(2, 65, 2, 4, 64, 96), Decay::NearZero, true),
+        (dims(1, 300, 1, 3, 128, 128), Decay::Mixed, true),
+        (dims(2, 300, 2, 4, 48, 20), Decay::Strong, true),
+        (dims(2, 1000, 2, 4, 32, 36), Decay::Strong, true),
+        (dims(1, 1000, 2, 2, 48, 64), Decay::NearZero, false),
+        (dims(1, 1000, 1, 2, 64, 64), Decay::Mixed, false),
+    ]
+}
+
+fn run_all<S: Element>() {
+    for (i, (d, decay, init)) in cases().into_iter().enumerate() {
+        let inp = make_inputs(d, decay, init, 1000 + i as u64);
+        let label = format!(
+            "B{} T{} Hk{} Hv{} dk{} dv{} {:?}{}",
+            d.batch,
+            d.seq,
+            d.k_heads,
+            d.v_heads,
+            d.k_dim,
+            d.v_dim,
+            decay,
+            if init { " +init" } else { "" }
+        );
+        check_fused::<S>(&inp, &label);
+    }
+}
+
+#[test]
+fn fused_f64_vs_truth() {
+    run_all::<f64>();
+}
+#[test]
+fn fused_f32_vs_truth() {
+    run_all::<f32>();
+}
+#[test]
+fn fused_bf16_vs_truth() {
+    run_all::<bf16>();
+}
+#[test]
+fn fused_f16_vs_truth() {
+    run_all::<f16>();
+}
+
+fn check_conv<S: Element>() {
+    let mut rng = Rng(7);
+    for (b, t, c, k) in [(1, 1, 5, 4), (2, 70, 300, 4), (1, 129, 17, 3), (2, 5, 9, 1)] {
+        let x: Vec<S> = to_s(&rng.normals(b * t * c, 1.0));
+        let w: Vec<S> = to_s(&rng.normals(c * k, 0.5));
+        let want = truth::causal_conv1d_silu(&s_to_f64(&x), &s_to_f64(&w), b, t, c, k);
+        let mut out = vec![S::from_acc(S::Acc::from_f64(f64::NAN)); want.len()];
+        let dims = ConvDims {
+            batch: b,
+            seq: t,
+            channels: c,
+            kernel: k,
+        };
+        causal_conv1d_silu(&x, &w, dims, &mut out).unwrap();
+        let e = rel_l2("conv", &s_to_f64(&out), &want);
+        println!("conv  {:>4} B{b} T{t} C{c} K{k}: {e:.2e}", S::NAME);
+        // One accumulation of K ≤ 4 products + SiLU + one rounding to S: a few u.
+        assert!(e <= bound::<S>(), "conv {e:e}");
+    }
+}
+
+#[test]
+fn conv_vs_truth() {
+    check_conv::<f64>();
+    check_conv::<f32>();
+    check_conv::<bf16>();
+    check_conv::<f16>();
+}
+
+fn check_norm<S: Element>() {
+    let mut rng = Rng(11);
+    for (rows, dim) in [(1, 128), (300, 128), (77, 20)] {
+        let x: Vec<S> = to_s(&rng.normals(rows * dim, 2.0));
+        let z: Vec<S> = to_s(&rng.normals(rows * dim, 1.5));
+        let w: Vec<S> = to_s(&rng.normals(dim, 1.0));
+        let eps = 1e-6;
+        let want = truth::gated_rms_norm(&s_to_f64(&x), &s_to_f64(&z), &s_to_f64(&w), eps, dim);
+        let mut out = vec![S::from_acc(S::Acc::from_f64(f64::NAN)); want.len()];
+        gated_rms_norm(&x, &z, &w, eps, NormDims { rows, dim }, &mut out).unwrap();
+        let e = rel_l2("norm", &s_to_f64(&out), &want);
+        println!("norm  {:>4} N{rows} dim{dim}: {e:.2e}", S::NAME);
+        assert!(e <= bound::<S>(), "norm {e:e}");
+    }
+}
+
+#[test]
+fn gated_rms_norm_vs_truth() {
+    check_norm::<f64>();
+    check_norm::<f32>();
+    check_norm::<bf16>();
+    check_norm::<f16>();
+}
+
+#[test]
+fn seq_zero_copies_state() {
+    let d = dims(2, 0, 1, 2, 8, 8);
+    let init: Vec<f32> = (0..2 * 2 * 64).map(|i| i as f32 * 0.01 + 0.5).collect();
+    let mut fin = vec![f32::NAN; init.len()];
+    let mut out: Vec<f32> = vec![];
+    let w = vec![0.3f32; d.conv_dim().unwrap() * 4];
+    fused_gdn::<f32>(
+        &[],
+        &w,
+        &[],
+        &[],
+        0.3,
+        Some(&init),
+        d,
+        &mut out,
+        &mut fin,
+        None,
+    )
+    .unwrap();
+    assert_eq!(fin, init);
+    fused_gdn::<f32>(&[], &w, &[], &[], 0.3, None, d, &mut out, &mut fin, None).unwrap();
+    assert!(fin.iter().all(|&v| v == 0.0));
+}
+
+#[test]
+fn shape_errors_not_panics() {
+    let d = dims(1, 5, 2, 4, 8, 6);
+    let c = d.conv_dim().unwrap();
+    let x = vec![0.1f32; 5 * c];
+    let w = vec![0.1f32; c * 4];
+    let g = vec![-0.1f32; 5 * 4];
+    let beta = vec![0.5f32; 5 * 4];
+    let mut out = vec![0.0f32; 5 * 4 * 6];
+    let mut fin = vec![0.0f32; 4 * 8 * 6];
+    let ok = fused_gdn::<f32>(&x, &w, &g, &beta, 0.3, None, d, &mut out, &mut fin, None);
+    assert!(ok.is_ok());
+    let short_init = vec![0.0f32; 4 * 8 * 6 - 1];
+    let err = |r: Result<(), KernelError>| {
+        let e = r.unwrap_err();
+        assert!(!e.to_string().is_empty());
+        e
+    };
+    err(fused_gdn::<f32>(
+        &x[1..],
+        &w,
+        &g,
+        &beta,
+        0.3,
+        None,
+        d,
+        &mut out,
+        &mut fin,
+        None,
+    ));
+    err(fused_gdn::<f32>(
+        &x,
+        &w[1..],
+        &g,
+        &beta,
+        0.3,
+        None,
+        d,
+        &mut out,
+        &mut fin,
+        None,
+    ));
+    err(fused_gdn::<f32>(
+        &x,
+        &w,
+        &g[1..],
+        &beta,
+        0.3,
+        None,
+        d,
+        &mut out,
+        &mut fin,
+        None,
+    ));
+    err(fused_gdn::<f32>(
+        &x,
+        &w,
+        &g,
+        &beta[1..],
+        0.3,
+        None,
+        d,
+        &mut out,
+        &mut fin,
+        None,
+    ));
+    err(fused_gdn::<f32>(
+        &x,
+        &w,
+        &g,
+        &beta,
+        0.3,
+        Some(&short_init),
+        d,
+        &mut out,
+        &mut fin,
+        None,
+    ));
+    err(fused_gdn::<f32>(
+        &x,
+        &w,
+        &g,
+        &beta,
+        0.3,
+        None,
+        d,
+        &mut out[1..],
+        &mut fin,
+        None,
+    ));
+    err(fused_gdn::<f32>(
+        &x,
+        &w,
+        &g,
+        &beta,
+        0.3,
+        None,
+        d,
+        &mut out,
+        &mut fin[1..],
+        None,
+    ));
+    let mut co = vec![0.0f32; 5 * c - 1];
+    err(fused_gdn::<f32>(
+        &x,
+        &w,
+        &g,
+        &beta,
+        0.3,
+        None,
+        d,
+        &mut out,
+        &mut fin,
+        Some(&mut co),
+    ));
+    let bad = GdnDims { v_heads: 3, ..d };
+    err(fused_gdn::<f32>(
+        &x, &w, &g, &beta, 0.3, None, bad, &mut out, &mut fin, None,
+    ));
+    let bad = GdnDims {
+        conv_kernel: 0,
+        ..d
+    };
+    err(fused_gdn::<f32>(
+        &x, &w, &g, &beta, 0.3, None, bad, &mut out, &mut fin, None,
+    ));
+    let bad = GdnDims { k_dim: 0, ..d };
+    err(fused_gdn::<f32>(
+        &x, &w, &g, &beta, 0.3, None, bad, &mut out, &mut fin, None,
+    ));
+    let huge = GdnDims {
+        seq: usize::MAX / 2,
+        ..d
+    };
+    assert_eq!(
+        err(fused_gdn::<f32>(
+            &x, &w, &g, &beta, 0.3, None, huge, &mut out, &mut fin, None
+        )),
+        KernelError::Overflow
+    );
+    let q = vec![0.1f32; 5 * 2 * 8];
+    let v = vec![0.1f32; 5 * 4 * 6];
+    assert!(
+        gated_delta_rule::<f32>(&q, &q, &v, &g, &beta, 0.3, None, d, &mut out, &mut fin).is_ok()
+    );
+    err(gated_delta_rule::<f32>(
+        &q[1..],
+        &q,
+        &v,
+        &g,
+        &beta,
+        0.3,
+        None,
+        d,
+        &mut out,
+        &mut fin,
+    ));
+    err(gated_delta_rule::<f32>(
+        &q,
+        &q,
+        &v[1..],
+        &g,
+        &beta,
+        0.3,
+        None,
+        d,
+        &mut out,
+        &mut fin,
+    ));
+    let cd = ConvDims {
+        batch: 1,
+        seq: 5,
+        channels: c,
+        kernel: 4,
+    };
+    let mut co = vec![0.0f32; 5 * c];
+    assert!(causal_conv1d_silu(&x, &w, cd, &mut co).is_ok());
+    err(causal_conv1d_silu(&x, &w[1..], cd, &mut co));
+    err(causal_conv1d_silu(
+        &x,
+        &w,
+        ConvDims { kernel: 0, ..cd },
+        &mut co,
+    ));
+    let nd = NormDims { rows: 5, dim: 6 };
+    let mut no = vec![0.0f32; 30];
+    assert!(gated_rms_norm(&out[..30], &out[..30], &out[..6], 1e-6, nd, &mut no).is_ok());
+    err(gated_rms_norm(
+        &out[..30],
+        &out[..29],
+        &out[..6],
+        1e-6,
+        nd,
+        &mut no,
+    ));
+    err(gated_rms_norm(
+        &out[..30],
+        &out[..30],
+        &out[..5],
+        1e-6,
+        nd,
+        &mut no,
+    ));
+    err(gated_rms_norm(
+        &out[..30],
+        &out[..30],
+        &out[..6],
+        1e-6,
+        NormDims { rows: 5, dim: 0 },
+        &mut no,
+    ));
+}
