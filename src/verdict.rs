@@ -147,9 +147,10 @@ pub fn summary(
         .filter(|l| l.top1_flips > 0)
         .map(|l| {
             format!(
-                "; it flips the top-1 token at {:.1}% of positions ({} near-ties)",
-                100.0 * l.top1_flips as f64 / l.tokens.max(1) as f64,
-                l.near_ties
+                "; the top-1 token differs at {} of {} positions ({} of them near-ties)",
+                l.top1_flips,
+                l.tokens,
+                l.top1_flips - l.top1_flips_decided
             )
         })
         .unwrap_or_default();

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 pub use chunked::Chunked;
 pub use fused::Fused;
 pub use reference::Reference;
-pub use registry::{BackendInfo, available_backends, backend_by_name};
+pub use registry::{BackendInfo, available_backends, backend_by_name, implementation_on};
 
 /// Shapes of one linear-attention call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

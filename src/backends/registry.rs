@@ -47,3 +47,10 @@ pub fn backend_by_name(name: &str, device: &Device) -> Result<Box<dyn LinearAtte
     backend.check_device(device)?;
     Ok(backend)
 }
+
+/// What `name` would run on `device` (its `implementation()`), or why it cannot run there (the
+/// error of `check_device()`). Used by `hsdiff backends`.
+pub fn implementation_on(name: &str, device: &Device) -> Result<String> {
+    let backend = backend_by_name(name, device)?;
+    Ok(backend.implementation(device))
+}

@@ -19,6 +19,8 @@ pub struct LogitStats {
     pub near_ties: usize,
     /// Tokens (decided or not) whose argmax differs.
     pub top1_flips: usize,
+    /// Of those, the ones that are not near-ties: flips the noise does not explain.
+    pub top1_flips_decided: usize,
     /// Mean |top5(a) ∩ top5(b)| / 5.
     pub top5_overlap: f64,
     pub tokens: usize,
@@ -85,6 +87,7 @@ pub fn logit_stats(a: &Tensor, b: &Tensor, tie_margin: f64) -> Result<LogitStats
         },
         near_ties,
         top1_flips: flips,
+        top1_flips_decided: decided - agree,
         top5_overlap: overlap / tokens.max(1) as f64,
         tokens,
         tie_margin,
