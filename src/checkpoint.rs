@@ -182,6 +182,10 @@ pub struct Checkpoint {
     files: Vec<SafetensorsFile>,
     /// tensor name → index into `files`
     index: BTreeMap<String, usize>,
+    /// tensor name → shard file that `model.safetensors.index.json` lists it under (sharded
+    /// checkpoints only), so that a tensor the index promises but the shard lacks is reported
+    /// against the right file.
+    declared: BTreeMap<String, PathBuf>,
     layout: KeyLayout,
 }
 
@@ -190,8 +194,14 @@ impl Checkpoint {
     pub fn open(dir: &Path) -> Result<Self> {
         let index_path = dir.join("model.safetensors.index.json");
         let single = dir.join("model.safetensors");
+        let mut declared = BTreeMap::new();
         let files = if index_path.exists() {
-            shard_names(&index_path)?
+            let (shards, weight_map) = read_index(&index_path)?;
+            declared = weight_map
+                .into_iter()
+                .map(|(tensor, file)| (tensor, dir.join(file)))
+                .collect();
+            shards
                 .iter()
                 .map(|name| SafetensorsFile::open(&dir.join(name)))
                 .collect::<Result<Vec<_>>>()?
@@ -203,7 +213,9 @@ impl Checkpoint {
                 "no model.safetensors or model.safetensors.index.json in this folder",
             ));
         };
-        Self::from_files(dir.to_path_buf(), files)
+        let mut ckpt = Self::from_files(dir.to_path_buf(), files)?;
+        ckpt.declared = declared;
+        Ok(ckpt)
     }
 
     pub fn from_files(dir: PathBuf, files: Vec<SafetensorsFile>) -> Result<Self> {
@@ -233,6 +245,7 @@ impl Checkpoint {
             dir,
             files,
             index,
+            declared: BTreeMap::new(),
             layout,
         })
     }
@@ -264,6 +277,13 @@ impl Checkpoint {
         device: &Device,
     ) -> Result<Tensor> {
         let Some(&i) = self.index.get(name) else {
+            if let Some(shard) = self.declared.get(name) {
+                return Err(Error::tensor(
+                    shard,
+                    name,
+                    "listed in model.safetensors.index.json for this shard, but missing from it",
+                ));
+            }
             return Err(Error::tensor(
                 self.file_of(name),
                 name,
@@ -296,6 +316,13 @@ impl Checkpoint {
         Ok(t)
     }
 
+    /// Every tensor's header entry and raw bytes, in name order across shards (for digests).
+    pub fn raw_tensors(&self) -> impl Iterator<Item = (&str, Result<(&TensorInfo, &[u8])>)> {
+        self.index
+            .iter()
+            .map(|(name, &i)| (name.as_str(), self.files[i].raw(name)))
+    }
+
     /// A digest of every tensor file, in shard order.
     pub fn weights_sha256(&self) -> String {
         let mut h = Sha256::new();
@@ -306,7 +333,8 @@ impl Checkpoint {
     }
 }
 
-fn shard_names(index_path: &Path) -> Result<Vec<String>> {
+/// The shard file names (sorted, deduplicated) and the tensor → file map of an index.json.
+fn read_index(index_path: &Path) -> Result<(Vec<String>, BTreeMap<String, String>)> {
     let text =
         std::fs::read_to_string(index_path).map_err(|e| Error::file(index_path, e.to_string()))?;
     let v: serde_json::Value = serde_json::from_str(&text)
@@ -316,6 +344,7 @@ fn shard_names(index_path: &Path) -> Result<Vec<String>> {
         .and_then(|m| m.as_object())
         .ok_or_else(|| Error::file(index_path, "no `weight_map` object"))?;
     let mut names: Vec<String> = Vec::new();
+    let mut weight_map = BTreeMap::new();
     for (tensor, file) in map {
         let file = file.as_str().ok_or_else(|| {
             Error::file(
@@ -326,7 +355,8 @@ fn shard_names(index_path: &Path) -> Result<Vec<String>> {
         if !names.iter().any(|n| n == file) {
             names.push(file.to_string());
         }
+        weight_map.insert(tensor.clone(), file.to_string());
     }
     names.sort();
-    Ok(names)
+    Ok((names, weight_map))
 }

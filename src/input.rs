@@ -47,7 +47,10 @@ pub fn resolve_prompt(arg: &str) -> Result<(String, PromptSource)> {
         (arg.to_string(), PromptSource::Text)
     };
     if text.is_empty() {
-        return Err(Error::Input("the prompt is empty".to_string()));
+        return Err(match &source {
+            PromptSource::File(path) => Error::file(path, "the prompt file is empty"),
+            _ => Error::Input("the prompt is empty".to_string()),
+        });
     }
     Ok((text, source))
 }

@@ -5,6 +5,7 @@
 //! Data flows one way: checkpoint → config + weights → model forward (with a pluggable
 //! linear-attention backend) → captures → metrics → verdicts → report → renderers.
 
+pub mod alignment;
 pub mod backends;
 pub mod builtin;
 pub mod capture;
@@ -13,8 +14,10 @@ pub mod cli;
 pub mod compare;
 pub mod config;
 pub mod device;
+pub mod envdiff;
 pub mod error;
 pub mod fingerprint;
+pub mod formats;
 pub mod input;
 pub mod metrics;
 pub mod model;

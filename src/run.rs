@@ -3,23 +3,50 @@
 use crate::backends::LinearAttentionBackend;
 use crate::cli::common::Session;
 use crate::device::{device_label, dtype_label};
-use crate::fingerprint::{DUMP_FORMAT, Fingerprint, tool_version};
+use crate::fingerprint::{
+    DUMP_FORMAT, Fingerprint, MachineInfo, git_commit, now_rfc3339, sha256_hex, token_ids_sha256,
+    tool_version, weights_digest,
+};
+use crate::model::{Model, ModelSource};
 
+/// The built-in model's tokenizer, for its digest (the same bytes `builtin` compiles in).
+const BUILTIN_TOKENIZER: &[u8] = include_bytes!("../golden/qwen3_5_tiny/tokenizer.json");
+
+/// What a run of `backend` in `session` is: this machine, the model, the input.
 pub fn fingerprint_for(session: &Session, backend: &dyn LinearAttentionBackend) -> Fingerprint {
     let model = &session.model;
-    Fingerprint {
+    let mut fp = Fingerprint {
         format: DUMP_FORMAT.to_string(),
         source: "hsdiff".to_string(),
         tool_version: Some(tool_version()),
+        git_commit: Some(git_commit()),
         backend: Some(backend.name().to_string()),
         implementation: Some(backend.implementation(&session.device)),
         dtype: Some(dtype_label(session.dtype).to_string()),
         device: Some(device_label(&session.device)),
-        model: Some(model.source.to_string()),
-        key_layout: Some(format!("{}layers.*", model.layout().root())),
-        config_sha256: Some(model.config.sha256.clone()),
         tokens: Some(session.ids.len()),
+        token_ids_sha256: Some(token_ids_sha256(&session.ids)),
         prompt: session.prompt_label.clone(),
-        extra: Default::default(),
-    }
+        created: Some(now_rfc3339()),
+        ..Default::default()
+    };
+    MachineInfo::collect(&session.device).fill(&mut fp);
+    fill_model(&mut fp, model);
+    fp
+}
+
+/// The model's part of a fingerprint: source, key layout and digests. A digest that cannot be
+/// computed (unreadable tokenizer.json, a tensor past the end of its file) is left out rather
+/// than failing the run; the run itself reports such files.
+pub fn fill_model(fp: &mut Fingerprint, model: &Model) {
+    fp.model = Some(model.source.to_string());
+    fp.key_layout = Some(format!("{}layers.*", model.layout().root()));
+    fp.config_sha256 = Some(model.config.sha256.clone());
+    fp.weights_digest = weights_digest(&model.checkpoint).ok();
+    fp.tokenizer_sha256 = match &model.source {
+        ModelSource::Builtin => Some(sha256_hex(BUILTIN_TOKENIZER)),
+        ModelSource::Dir(dir) => std::fs::read(dir.join("tokenizer.json"))
+            .ok()
+            .map(|b| sha256_hex(&b)),
+    };
 }

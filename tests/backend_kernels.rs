@@ -320,7 +320,7 @@ fn gates(rng: &mut StdRng, b: usize, t: usize, hv: usize, decay: Decay) -> (Vec<
         let strong = match decay {
             Decay::Strong => true,
             Decay::Weak => false,
-            Decay::Mixed => h % 2 == 0,
+            Decay::Mixed => h.is_multiple_of(2),
         };
         if strong { 5f64.ln() } else { 1e-3f64.ln() }
     };

@@ -368,3 +368,45 @@ fn tokenizer_ids_match_golden_input_ids() {
     eprintln!("{checked} (model, prompt, mode) state files have the tokenizer's ids");
     assert!(checked > 0, "no state files found");
 }
+
+#[test]
+fn capturing_ops_changes_no_result() {
+    // `--ops` must only observe: for every backend, the hidden states with op capture are
+    // bit-identical to those without, and every op capture is finite.
+    let backends = cpu_backends();
+    for &model_name in GOLDEN_MODELS {
+        let model = load_model(&golden_model_dir(model_name));
+        let ids = load_state(&state_path(model_name, "fizzbuzz", "f64")).ids;
+        for (bname, backend) in &backends {
+            for dtype in [DType::F64, DType::F32, DType::BF16] {
+                let tag = format!("{model_name}/fizzbuzz/{}/{bname}", dtype_name(dtype));
+                let plain = run_model(&model, &ids, dtype, backend.as_ref(), false);
+                let ops = run_model(&model, &ids, dtype, backend.as_ref(), true);
+                assert!(
+                    ops.len() > plain.len(),
+                    "{tag}: --ops captured nothing more"
+                );
+                for (name, a) in plain.iter() {
+                    let b = ops
+                        .get(name)
+                        .unwrap_or_else(|| panic!("{tag}: `{name}` missing with ops"));
+                    assert!(
+                        raw_bits(a) == raw_bits(b),
+                        "{tag}: `{name}` changes when ops are captured"
+                    );
+                }
+                for (name, t) in ops.iter() {
+                    if plain.get(name).is_none() {
+                        assert!(
+                            hsdiff::capture::names::parse_op(name).is_some(),
+                            "{tag}: unexpected capture `{name}`"
+                        );
+                        if t.dtype().is_float() {
+                            assert!(all_finite(t), "{tag}: `{name}` has non-finite values");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

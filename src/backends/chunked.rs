@@ -13,7 +13,7 @@
 //!
 //! The conv + SiLU and the gated RMSNorm are the `reference` ones (same casts).
 
-use candle_core::{D, Device, Tensor};
+use candle_core::{Device, Tensor};
 
 use super::{
     LinearAttentionBackend, Reference, accumulation_dtype, check_conv_shapes,
@@ -25,7 +25,6 @@ use crate::error::Result;
 const CHUNK: usize = 64;
 /// Rows solved by plain substitution at the bottom of the blocked triangular solve.
 const SOLVE_BLOCK: usize = 16;
-const L2_NORM_EPS: f64 = 1e-6;
 
 #[derive(Debug, Default)]
 pub struct Chunked;
@@ -87,7 +86,7 @@ impl LinearAttentionBackend for Chunked {
         };
         // q/k: L2 norm, then value head h ← key head h / r (repeat_interleave).
         let prep_qk = |x: &Tensor| -> Result<Tensor> {
-            let x = l2_normalise(&x.to_dtype(acc)?)?
+            let x = super::reference::l2_normalise(&x.to_dtype(acc)?)?
                 .unsqueeze(3)?
                 .broadcast_as((b, t, hk, r, dk))?
                 .reshape((b, t, hv, dk))?;
@@ -168,14 +167,6 @@ impl LinearAttentionBackend for Chunked {
         check_norm_shapes(self.name(), x, z, weight)?;
         Reference.gated_rms_norm(x, z, weight, eps)
     }
-}
-
-/// `x · rsqrt(Σx² + 1e-6)` over the last dim (transformers' `l2norm`).
-fn l2_normalise(x: &Tensor) -> Result<Tensor> {
-    let inv = (x.sqr()?.sum_keepdim(D::Minus1)? + L2_NORM_EPS)?
-        .sqrt()?
-        .recip()?;
-    Ok(x.broadcast_mul(&inv)?)
 }
 
 /// Solves `(I + A) X = R` for X, batched: `a` `[M, n, n]` strictly lower triangular (it must be

@@ -219,6 +219,22 @@ pub fn check_delta_rule_shapes(
             )));
         }
     }
+    // g and the state are handed over at the accumulation precision; casting a rounded g up
+    // here would hide that the caller rounded it.
+    let acc = accumulation_dtype(q.dtype());
+    if g.dtype() != acc {
+        return Err(err(format!(
+            "g must be {acc:?} for {:?} inputs, got {:?}",
+            q.dtype(),
+            g.dtype()
+        )));
+    }
+    if let Some(s) = initial_state.filter(|s| s.dtype() != acc) {
+        return Err(err(format!(
+            "initial state must be {acc:?}, got {:?}",
+            s.dtype()
+        )));
+    }
     for (name, x) in [("k", k), ("v", v), ("beta", beta)] {
         if x.dtype() != q.dtype() {
             return Err(err(format!(

@@ -122,7 +122,7 @@ impl LinearAttentionBackend for Reference {
 }
 
 /// `x · rsqrt(Σx² + 1e-6)` over the last dim (transformers' `l2norm`, eps constant 1e-6).
-fn l2_normalise(x: &Tensor) -> Result<Tensor> {
+pub(super) fn l2_normalise(x: &Tensor) -> Result<Tensor> {
     let inv = (x.sqr()?.sum_keepdim(D::Minus1)? + L2_NORM_EPS)?
         .sqrt()?
         .recip()?;

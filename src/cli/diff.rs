@@ -63,6 +63,11 @@ pub struct ReportArgs {
     /// Report only these decoder layers (the rest still run), e.g. 1,16,31.
     #[arg(long, value_name = "LIST")]
     pub layers: Option<String>,
+
+    /// Also draw the report to FILE.svg or FILE.png: rel L2 per tensor on a log scale with the
+    /// floor and bands, and a layer × token heatmap of the per-token error.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -100,6 +105,9 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
             "name both backends: hsdiff --a BACKEND --b BACKEND (see `hsdiff backends`)".into(),
         ));
     };
+    if let Some(path) = &args.report.plot {
+        crate::report::plot::check_path(path)?; // before the (long) runs
+    }
     let session = args.run.resolve()?;
     let a = backend_by_name(a_name, &session.device)?;
     let b = backend_by_name(b_name, &session.device)?;
@@ -225,6 +233,10 @@ pub fn emit(report: &Report, args: &ReportArgs) -> Result<i32> {
             eprintln!("{}", report.summary);
         }
         None => print!("{text}"),
+    }
+    if let Some(path) = &args.plot {
+        crate::report::plot::write_plot(report, path)?;
+        eprintln!("hsdiff: plot written to {}", path.display());
     }
     let flagged = match args.fail_on {
         FailOn::Never => false,

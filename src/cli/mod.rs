@@ -1,9 +1,15 @@
 //! Command-line interface: clap definitions and wiring. Exit codes follow `diff`: 0 nothing
 //! flagged, 1 divergence flagged, 2 trouble.
 
+mod backends;
+mod bench;
+mod check;
 pub mod common;
+mod compare;
 pub mod diff;
 mod dump;
+mod env;
+mod selftest;
 
 use clap::{Parser, Subcommand};
 
@@ -32,6 +38,22 @@ enum Command {
     Dump(dump::DumpArgs),
     /// List the built-in prompts.
     Prompts,
+    /// Check this build on a device: kernels vs the f64 truth, golden parity, fused vs
+    /// reference; `--bench` times the CUDA delta-rule kernel (docs/cuda.md).
+    Selftest(selftest::SelftestArgs),
+    /// Compare two files of captured hidden states (hsdiff dumps, safetensors, torch.save,
+    /// .npy/.npz).
+    Compare(compare::CompareArgs),
+    /// List the linear-attention backends and what each would run on each device kind.
+    Backends,
+    /// Benchmark the backends (and transformers) on the GDN core or the whole forward pass.
+    Bench(bench::BenchArgs),
+    /// Print this machine's fingerprint: what a dump made here records about the environment,
+    /// and what every backend runs on each device.
+    Env(env::EnvArgs),
+    /// Recompute a golden dump (default: the built-in golden set) in this environment and
+    /// compare: exit 0 ok, 1 divergence, 2 trouble.
+    Check(check::CheckArgs),
 }
 
 /// Parses the arguments, runs the command, and returns the process exit code.
@@ -57,6 +79,12 @@ fn dispatch(cli: &Cli) -> Result<i32> {
     match &cli.command {
         None => diff::run(&cli.diff),
         Some(Command::Dump(args)) => dump::run(args),
+        Some(Command::Selftest(args)) => selftest::run(args),
+        Some(Command::Compare(args)) => compare::run(args),
+        Some(Command::Backends) => backends::run(),
+        Some(Command::Bench(args)) => bench::run(args),
+        Some(Command::Env(args)) => env::run(args),
+        Some(Command::Check(args)) => check::run(args),
         Some(Command::Prompts) => {
             for (name, text) in BUILTIN_PROMPTS {
                 let first = text.lines().next().unwrap_or_default();

@@ -62,6 +62,14 @@ pub struct RunOptions<'a> {
 
 impl Model {
     pub fn load(dir: &Path) -> Result<Self> {
+        if !dir.is_dir() {
+            let msg = if dir.exists() {
+                "not a folder (--model takes a checkpoint folder)"
+            } else {
+                "no such model folder"
+            };
+            return Err(Error::file(dir, msg));
+        }
         let config = ModelConfig::from_file(&dir.join("config.json"))?;
         let checkpoint = Checkpoint::open(dir)?;
         Ok(Model {

@@ -3,7 +3,7 @@
 use candle_core::{DType, Tensor};
 use sha2::{Digest, Sha256};
 
-use super::{Inputs, Report, RouterRow, SCHEMA, Side, TensorRow, ThresholdInfo};
+use super::{Inputs, Report, RouterRow, SCHEMA, Side, TensorRow, ThresholdInfo, TokenIds};
 use crate::capture::names;
 use crate::compare::{Kind, RowSpec, TensorSource};
 use crate::device::dtype_label;
@@ -130,6 +130,15 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         logits.as_ref(),
     );
 
+    let env_diff = crate::envdiff::env_diff(&c.a_side.fingerprint, &c.b_side.fingerprint);
+    // Live runs differ by design in their backend; elsewhere a mattering difference leads.
+    let summary = match crate::envdiff::summary_clause(&env_diff) {
+        Some(clause) if !matches!(c.mode.as_str(), "propagate" | "isolate") => {
+            format!("{summary}; {clause}")
+        }
+        _ => summary,
+    };
+
     let mut sha = Sha256::new();
     for id in &c.input_ids {
         sha.update(id.to_le_bytes());
@@ -145,6 +154,11 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
             tokens: c.input_ids.len(),
             token_ids_sha256: format!("{:x}", sha.finalize()),
             token_ids_match: c.token_ids_match,
+            token_ids: if c.token_ids_match {
+                TokenIds::Match
+            } else {
+                TokenIds::Unknown
+            },
         },
         thresholds: ThresholdInfo {
             dtype: dtype_label(c.dtype).to_string(),
@@ -164,6 +178,8 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         logits,
         routers,
         command: c.command.clone(),
+        alignment: None,
+        env_diff,
     })
 }
 

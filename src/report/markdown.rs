@@ -5,16 +5,34 @@ use super::{Render, Report, Side, cosine, sci};
 
 pub struct Markdown;
 
+/// One row of the environment block: how to read a field of a side.
+type SideField = fn(&Side) -> Option<String>;
+
+/// A value for a table cell: `|` would end the cell.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
 impl Render for Markdown {
     fn render(&self, r: &Report) -> String {
         let mut out = String::new();
         out.push_str(&format!("**{}** — {}\n\n", r.verdict.as_str(), r.summary));
+        out.push_str(&format!(
+            "A: `{}` ({}) · B: `{}` ({}) · {} mode · {} · {} tokens\n\n",
+            r.a.label,
+            r.a.implementation.as_deref().unwrap_or("?"),
+            r.b.label,
+            r.b.implementation.as_deref().unwrap_or("?"),
+            r.mode,
+            r.thresholds.dtype,
+            r.inputs.tokens,
+        ));
         out.push_str("| tensor | mean \\|Δ\\| | max \\|Δ\\| (tok, ch) | rel L2 | cosine | min cos (tok) | floor | ×floor | A vs f64 | B vs f64 | verdict |\n");
         out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
         for t in &r.tensors {
             out.push_str(&format!(
                 "| {} | {} | {} ({}, {}) | {} | {} | {} ({}) | {} | {} | {} | {} | {} |\n",
-                t.name,
+                cell(&t.name),
                 sci(Some(t.mean_abs)),
                 sci(Some(t.max_abs)),
                 t.max_abs_at.token,
@@ -48,15 +66,46 @@ impl Render for Markdown {
                 100.0 * l.top5_overlap
             ));
         }
+        if !r.routers.is_empty() {
+            out.push_str("\nMoE router top-k agreement:\n\n");
+        }
         for router in &r.routers {
+            let flipped = if router.flipped_tokens.is_empty() {
+                String::new()
+            } else {
+                let shown: Vec<String> = router
+                    .flipped_tokens
+                    .iter()
+                    .take(12)
+                    .map(|t| t.to_string())
+                    .collect();
+                let more = router.flipped_tokens.len().saturating_sub(shown.len());
+                format!(
+                    " (flipped at tokens {}{})",
+                    shown.join(", "),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
+                )
+            };
             out.push_str(&format!(
-                "\nRouter layer {}: top-k sets agree on {:.1}% of tokens.",
+                "- layer {}: top-k sets agree on {:.1}% of tokens{flipped}\n",
                 router.layer,
                 100.0 * router.agree
             ));
         }
-        if !r.routers.is_empty() {
-            out.push('\n');
+        if !r.amplification.is_empty() {
+            let starts: Vec<String> = r
+                .amplification
+                .iter()
+                .map(|l| format!("layers.{l}"))
+                .collect();
+            out.push_str(&format!(
+                "\nAmplification: the error grows > 2× per layer for 3 layers from {}.\n",
+                starts.join(", ")
+            ));
         }
         out.push_str(&format!(
             "\nThresholds ({}): ok ≤ {}, fail > {}; flagged only above {}× (drift) / {}× (mismatch) the floor{}.\n",
@@ -67,12 +116,36 @@ impl Render for Markdown {
             r.thresholds.k_mismatch,
             r.thresholds.floor_source.as_deref().map(|s| format!(" ({s})")).unwrap_or_default()
         ));
+        if let Some(note) = super::token_ids_note(r) {
+            out.push_str(&format!("\n{note}.\n"));
+        }
+        if let Some(al) = &r.alignment {
+            out.push_str(&format!(
+                "\n**Alignment:** {}.\n",
+                crate::alignment::describe(al)
+            ));
+        }
+        out.push_str("\n### Environment differences\n\n");
+        if r.env_diff.is_empty() {
+            out.push_str(&format!("{}.\n", super::env_empty_note(r)));
+        } else {
+            out.push_str("| key | A | B | matters |\n|---|---|---|---|\n");
+            for d in &r.env_diff {
+                out.push_str(&format!(
+                    "| {} | {} | {} | {} |\n",
+                    d.key,
+                    super::clip(d.a.as_deref()).replace('|', "\\|"),
+                    super::clip(d.b.as_deref()).replace('|', "\\|"),
+                    if d.matters { "**yes**" } else { "no" }
+                ));
+            }
+        }
         out.push_str("\n<details><summary>Environment</summary>\n\n");
-        out.push_str(&format!("| | A | B |\n|---|---|---|\n"));
+        out.push_str("| | A | B |\n|---|---|---|\n");
         let field = |f: fn(&Side) -> Option<String>| {
             (f(&r.a).unwrap_or_default(), f(&r.b).unwrap_or_default())
         };
-        let rows: [(&str, fn(&Side) -> Option<String>); 8] = [
+        let rows: [(&str, SideField); 8] = [
             ("label", |s| Some(s.label.clone())),
             ("backend", |s| s.backend.clone()),
             ("implementation", |s| s.implementation.clone()),
@@ -84,12 +157,16 @@ impl Render for Markdown {
         ];
         for (name, f) in rows {
             let (a, b) = field(f);
-            out.push_str(&format!("| {name} | {a} | {b} |\n"));
+            out.push_str(&format!("| {name} | {} | {} |\n", cell(&a), cell(&b)));
         }
         out.push_str(&format!(
             "| tokens | {} (ids sha256 {}) | |\n",
             r.inputs.tokens,
-            &r.inputs.token_ids_sha256[..16.min(r.inputs.token_ids_sha256.len())]
+            r.inputs
+                .token_ids_sha256
+                .chars()
+                .take(16)
+                .collect::<String>()
         ));
         out.push_str("\n</details>\n");
         if let Some(cmd) = &r.command {

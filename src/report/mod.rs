@@ -4,11 +4,14 @@
 mod build;
 pub mod json;
 pub mod markdown;
+pub mod plot;
 pub mod table;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::alignment::Alignment;
 use crate::compare::Kind;
+pub use crate::envdiff::EnvDiff;
 use crate::fingerprint::Fingerprint;
 use crate::metrics::Location;
 use crate::metrics::logits::LogitStats;
@@ -37,6 +40,12 @@ pub struct Report {
     pub routers: Vec<RouterRow>,
     /// The command line that reproduces this report.
     pub command: Option<String>,
+    /// How B's layers line up with A's, when a shift was detected or applied (`compare`).
+    #[serde(default)]
+    pub alignment: Option<Alignment>,
+    /// Keys whose values differ between the two sides' fingerprints.
+    #[serde(default)]
+    pub env_diff: Vec<EnvDiff>,
 }
 
 /// One side of the comparison.
@@ -54,7 +63,24 @@ pub struct Side {
 pub struct Inputs {
     pub tokens: usize,
     pub token_ids_sha256: String,
+    /// True only when both sides' token ids were compared and are equal.
     pub token_ids_match: bool,
+    /// Where the token ids come from: both sides (checked), one side only, or neither.
+    #[serde(default)]
+    pub token_ids: TokenIds,
+}
+
+/// Which sides carry token ids.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenIds {
+    /// Both, and they are equal (live runs: the same input by construction).
+    #[default]
+    Match,
+    OnlyA,
+    OnlyB,
+    /// Neither side carries ids: whether the inputs were the same is unknown.
+    Unknown,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -108,11 +134,45 @@ pub trait Render {
     fn render(&self, report: &Report) -> String;
 }
 
+/// A line saying which sides carry token ids, unless both do (and they match).
+pub fn token_ids_note(r: &Report) -> Option<&'static str> {
+    match r.inputs.token_ids {
+        TokenIds::Match => None,
+        TokenIds::OnlyA => Some("token ids: only A carries them, so the inputs were not checked"),
+        TokenIds::OnlyB => Some("token ids: only B carries them, so the inputs were not checked"),
+        TokenIds::Unknown => {
+            Some("token ids: neither side carries them, so whether the inputs match is unknown")
+        }
+    }
+}
+
+/// Why the environment-differences section is empty.
+pub fn env_empty_note(r: &Report) -> &'static str {
+    match (
+        crate::envdiff::is_recorded(&r.a.fingerprint),
+        crate::envdiff::is_recorded(&r.b.fingerprint),
+    ) {
+        (true, true) => "none (the two fingerprints agree)",
+        (false, true) => "A records no environment (no fingerprint in the file)",
+        (true, false) => "B records no environment (no fingerprint in the file)",
+        (false, false) => "neither side records an environment",
+    }
+}
+
+/// A fingerprint value for a table cell: `—` when absent, long values cut to 48 characters.
+pub fn clip(s: Option<&str>) -> String {
+    match s {
+        None => "—".to_string(),
+        Some(s) if s.chars().count() > 48 => format!("{}…", s.chars().take(47).collect::<String>()),
+        Some(s) => s.to_string(),
+    }
+}
+
 /// Scientific notation with 2 decimals, `—` for missing values.
 pub fn sci(x: Option<f64>) -> String {
     match x {
         Some(v) if v.is_nan() => "NaN".to_string(),
-        Some(v) if v == 0.0 => "0".to_string(),
+        Some(0.0) => "0".to_string(),
         Some(v) => format!("{v:.2e}"),
         None => "—".to_string(),
     }
@@ -120,7 +180,7 @@ pub fn sci(x: Option<f64>) -> String {
 
 /// A cosine printed so that its distance from 1 is readable.
 pub fn cosine(c: f64) -> String {
-    if c >= 0.999_999_5 && c < 1.0 {
+    if (0.999_999_5..1.0).contains(&c) {
         format!("1−{:.1e}", 1.0 - c)
     } else {
         format!("{c:.6}")

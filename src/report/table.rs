@@ -25,6 +25,9 @@ impl Render for Table {
             r.mode,
             r.thresholds.dtype,
         ));
+        if let Some(note) = super::token_ids_note(r) {
+            out.push_str(&format!("{note}\n"));
+        }
         let mut grid = Grid::new();
         grid.load_preset(UTF8_FULL_CONDENSED)
             .set_content_arrangement(ContentArrangement::Disabled)
@@ -104,8 +107,32 @@ impl Render for Table {
                 starts.join(", ")
             ));
         }
+        if let Some(al) = &r.alignment {
+            out.push_str(&format!("alignment: {}\n", crate::alignment::describe(al)));
+        }
+        out.push_str(&env_section(r));
         out
     }
+}
+
+/// The "environment differences" section: one row per differing fingerprint key.
+fn env_section(r: &Report) -> String {
+    if r.env_diff.is_empty() {
+        return format!("environment differences: {}\n", super::env_empty_note(r));
+    }
+    let mut grid = Grid::new();
+    grid.load_preset(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(vec!["key", "A", "B", "matters"]);
+    for d in &r.env_diff {
+        grid.add_row(vec![
+            Cell::new(&d.key),
+            Cell::new(super::clip(d.a.as_deref())),
+            Cell::new(super::clip(d.b.as_deref())),
+            Cell::new(if d.matters { "yes" } else { "no" }),
+        ]);
+    }
+    format!("environment differences:\n{grid}\n")
 }
 
 fn color(v: Verdict) -> Color {

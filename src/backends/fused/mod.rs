@@ -8,6 +8,8 @@
 //! next to the O(T·Hv·dk·dv) work of the recurrence.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 use candle_core::{DType, Device, Tensor, WithDType};
 
@@ -69,6 +71,8 @@ impl LinearAttentionBackend for Fused {
                 rayon::current_num_threads(),
                 cpu::isa_name()
             ),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(_) => cuda::implementation(),
             _ => "fused/unavailable".to_string(),
         }
     }
@@ -76,6 +80,8 @@ impl LinearAttentionBackend for Fused {
     fn check_device(&self, device: &Device) -> Result<()> {
         match device {
             Device::Cpu => Ok(()),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(_) => Ok(()),
             _ => Err(Error::backend(
                 NAME,
                 "its CUDA kernels are not in this build (rebuild with --features cuda)",
@@ -85,6 +91,10 @@ impl LinearAttentionBackend for Fused {
 
     fn conv1d_silu(&self, x: &Tensor, weight: &Tensor) -> Result<Tensor> {
         let (batch, seq, channels, kernel) = check_conv_shapes(NAME, x, weight)?;
+        #[cfg(feature = "cuda")]
+        if x.device().is_cuda() {
+            return cuda::conv1d_silu(x, weight, false);
+        }
         require_cpu(x)?;
         let dims = cpu::ConvDims {
             batch,
@@ -105,6 +115,10 @@ impl LinearAttentionBackend for Fused {
         initial_state: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor)> {
         let d = check_delta_rule_shapes(NAME, q, k, v, g, beta, initial_state)?;
+        #[cfg(feature = "cuda")]
+        if q.device().is_cuda() {
+            return cuda::gated_delta_rule(q, k, v, g, beta, initial_state, false);
+        }
         require_cpu(q)?;
         let dims = cpu::GdnDims {
             batch: d.batch,
@@ -123,6 +137,10 @@ impl LinearAttentionBackend for Fused {
 
     fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
         let dim = check_norm_shapes(NAME, x, z, weight)?;
+        #[cfg(feature = "cuda")]
+        if x.device().is_cuda() {
+            return cuda::gated_rms_norm(x, z, weight, eps, false);
+        }
         require_cpu(x)?;
         if z.dtype() != x.dtype() || weight.dtype() != x.dtype() {
             return Err(Error::backend(
@@ -140,6 +158,10 @@ impl LinearAttentionBackend for Fused {
     fn forward(&self, inputs: &GdnInputs, capture_ops: bool) -> Result<GdnOutputs> {
         let d = inputs.dims;
         check_conv_shapes(NAME, inputs.mixed_qkv, inputs.conv_weight)?;
+        #[cfg(feature = "cuda")]
+        if inputs.mixed_qkv.device().is_cuda() {
+            return cuda_forward(self, inputs, capture_ops);
+        }
         require_cpu(inputs.mixed_qkv)?;
         let dims = cpu::GdnDims {
             batch: d.batch,
@@ -295,4 +317,36 @@ where
         .map(|c| Tensor::from_vec(c, inputs.mixed_qkv.dims(), device))
         .transpose()?;
     Ok((core, conv))
+}
+
+/// `forward` on a CUDA device: conv kernel, delta-rule kernel reading q/k/v out of the conv
+/// output, gated-norm kernel.
+#[cfg(feature = "cuda")]
+fn cuda_forward(fused: &Fused, inputs: &GdnInputs, capture_ops: bool) -> Result<GdnOutputs> {
+    let d = inputs.dims;
+    let (core, _state, conv) = cuda::fused_core(
+        inputs.mixed_qkv,
+        inputs.conv_weight,
+        inputs.g,
+        inputs.beta,
+        None,
+        &d,
+        false,
+    )?;
+    let out = fused.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
+    let out = out.reshape((d.batch, d.seq, d.num_value_heads * d.value_head_dim))?;
+    let ops = if capture_ops {
+        let (q, k, v) = split_qkv(&conv, &d)?;
+        vec![
+            (op_names::CONV_OUT, conv),
+            (op_names::Q, q),
+            (op_names::K, k),
+            (op_names::V, v),
+            (op_names::CORE_OUT, core),
+            (op_names::GATED_NORM_OUT, out.clone()),
+        ]
+    } else {
+        Vec::new()
+    };
+    Ok(GdnOutputs { out, ops })
 }

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# cuda-emu-test.sh [f32|f64|bf16] — runs the CUDA kernels of src/backends/fused/cuda/gdn.cu on
+# the CPU (every CUDA thread an OS thread; src/backends/fused/cuda/emu/) against double
+# references: indexing, masking, chunk/tile edges, strided q/k/v, full writes. Needs only g++
+# (C++20); no CUDA toolkit, no GPU. ~30 s on 2 cores. Not a speed test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${TMPDIR:-/tmp}/hsdiff-cuda-emu-test
+g++ -std=c++20 -O2 -pthread -I src/backends/fused/cuda/emu -x c++ \
+  src/backends/fused/cuda/emu/emu_test.cpp -o "$bin"
+"$bin" "$@"

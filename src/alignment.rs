@@ -1,0 +1,288 @@
+//! Layer alignment: does B's layer i line up with A's layer i + k for some k ≠ 0?
+//!
+//! An off-by-one from including the embedding output (the `output_hidden_states` tuple read as
+//! hook outputs), a different module path, a skipped layer: the two files then disagree at every
+//! layer although the numbers are right. For k ∈ [−[`MAX_SHIFT`], [`MAX_SHIFT`]] the median rel L2
+//! of (A layer i + k, B layer i) is computed over the layers both sides have (`embed` counts as
+//! layer −1); a shift is reported when its median is [`FAR_BETTER`]× smaller than the diagonal's.
+//! Only the first [`SAMPLE_TOKENS`] tokens are used: enough to tell layers apart, cheap on large
+//! files.
+
+use candle_core::{DType, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::capture::names;
+use crate::compare::TensorSource;
+use crate::error::Result;
+
+pub const MAX_SHIFT: i64 = 2;
+/// A shift must beat the diagonal's median rel L2 by this factor to be reported.
+pub const FAR_BETTER: f64 = 10.0;
+pub const SAMPLE_TOKENS: usize = 256;
+
+/// How B's layers line up with A's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Alignment {
+    /// B's layer i matches A's layer i + offset.
+    pub offset: i64,
+    /// Whether the comparison was made with this shift (`--shift`).
+    pub applied: bool,
+    pub evidence: Evidence,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// Median rel L2 of (A layer i, B layer i).
+    pub diagonal_median_rel_l2: f64,
+    pub diagonal_pairs: usize,
+    /// Median rel L2 of (A layer i + offset, B layer i).
+    pub shifted_median_rel_l2: f64,
+    pub shifted_pairs: usize,
+    /// Every offset tried.
+    pub offsets: Vec<OffsetScore>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OffsetScore {
+    pub offset: i64,
+    pub median_rel_l2: f64,
+    pub pairs: usize,
+}
+
+/// `embed` → −1, `layers.{i}` → i.
+pub fn layer_index(name: &str) -> Option<i64> {
+    if name == names::EMBED {
+        return Some(-1);
+    }
+    names::parse_layer(name).map(|i| i as i64)
+}
+
+fn layer_name(i: i64) -> Option<String> {
+    match i {
+        -1 => Some(names::EMBED.to_string()),
+        i if i >= 0 => Some(names::layer(i as usize)),
+        _ => None,
+    }
+}
+
+/// The first [`SAMPLE_TOKENS`] token rows of a `[1, T, …]` or `[T, …]` capture.
+fn sample(t: &Tensor) -> Result<Tensor> {
+    let axis = if t.rank() >= 3 { 1 } else { 0 };
+    let n = t.dim(axis)?.min(SAMPLE_TOKENS);
+    Ok(t.narrow(axis, 0, n)?)
+}
+
+/// ‖a − b‖ / ‖b‖ over finite elements, in f64, a chunk at a time.
+fn rel_l2(a: &Tensor, b: &Tensor) -> Result<f64> {
+    let a = a.flatten_all()?;
+    let b = b.flatten_all()?;
+    let n = a.dim(0)?;
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    let chunk = 1 << 20;
+    let mut off = 0;
+    while off < n {
+        let len = chunk.min(n - off);
+        let xa: Vec<f64> = a.narrow(0, off, len)?.to_dtype(DType::F64)?.to_vec1()?;
+        let xb: Vec<f64> = b.narrow(0, off, len)?.to_dtype(DType::F64)?.to_vec1()?;
+        for (x, y) in xa.iter().zip(&xb) {
+            if x.is_finite() && y.is_finite() {
+                num += (x - y) * (x - y);
+                den += y * y;
+            }
+        }
+        off += len;
+    }
+    Ok(if num == 0.0 {
+        0.0
+    } else if den == 0.0 {
+        f64::INFINITY
+    } else {
+        (num / den).sqrt()
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        0.5 * (v[m - 1] + v[m])
+    }
+}
+
+/// Scores every offset; `ok` is the rel L2 under which the diagonal already agrees (then no
+/// shifted pair is read, unless `full`). Returns the best offset (0 unless a shift is far
+/// better) and the evidence; None when the diagonal agrees (and not `full`) or fewer than 2
+/// layer pairs exist at every offset.
+pub fn detect(
+    a: &dyn TensorSource,
+    b: &dyn TensorSource,
+    ok: f64,
+    full: bool,
+) -> Result<Option<(i64, Evidence)>> {
+    let a_layers: Vec<i64> = a.names().iter().filter_map(|n| layer_index(n)).collect();
+    let mut b_layers: Vec<i64> = b.names().iter().filter_map(|n| layer_index(n)).collect();
+    b_layers.sort_unstable();
+    let mut rels: Vec<Vec<f64>> = vec![Vec::new(); (2 * MAX_SHIFT + 1) as usize];
+    let slot = |k: i64| (k + MAX_SHIFT) as usize;
+    // The diagonal first: when it agrees, nothing else is read.
+    let pass = |offsets: &[i64], rels: &mut Vec<Vec<f64>>| -> Result<()> {
+        for &i in &b_layers {
+            let Some(bt) = layer_name(i).map(|n| b.tensor(&n)).transpose()?.flatten() else {
+                continue;
+            };
+            let bt = sample(&bt)?;
+            for &k in offsets {
+                if !a_layers.contains(&(i + k)) {
+                    continue;
+                }
+                let Some(at) = layer_name(i + k)
+                    .map(|n| a.tensor(&n))
+                    .transpose()?
+                    .flatten()
+                else {
+                    continue;
+                };
+                let at = sample(&at)?;
+                if at.dims() == bt.dims() {
+                    rels[slot(k)].push(rel_l2(&at, &bt)?);
+                }
+            }
+        }
+        Ok(())
+    };
+    pass(&[0], &mut rels)?;
+    let diag = median(rels[slot(0)].clone());
+    let diag_pairs = rels[slot(0)].len();
+    if diag_pairs >= 2 && diag <= ok && !full {
+        return Ok(None);
+    }
+    let shifted: Vec<i64> = (-MAX_SHIFT..=MAX_SHIFT).filter(|&k| k != 0).collect();
+    pass(&shifted, &mut rels)?;
+    let offsets: Vec<OffsetScore> = (-MAX_SHIFT..=MAX_SHIFT)
+        .map(|k| OffsetScore {
+            offset: k,
+            median_rel_l2: median(rels[slot(k)].clone()),
+            pairs: rels[slot(k)].len(),
+        })
+        .collect();
+    if offsets.iter().all(|o| o.pairs < 2) {
+        return Ok(None);
+    }
+    let best = offsets
+        .iter()
+        .filter(|o| o.offset != 0 && o.pairs >= 2)
+        .min_by(|x, y| x.median_rel_l2.total_cmp(&y.median_rel_l2));
+    let (offset, shifted_median, shifted_pairs) = match best {
+        Some(o) if diag_pairs < 2 || o.median_rel_l2 * FAR_BETTER < diag => {
+            (o.offset, o.median_rel_l2, o.pairs)
+        }
+        _ => (0, diag, diag_pairs),
+    };
+    Ok(Some((
+        offset,
+        Evidence {
+            diagonal_median_rel_l2: diag,
+            diagonal_pairs: diag_pairs,
+            shifted_median_rel_l2: shifted_median,
+            shifted_pairs,
+            offsets,
+        },
+    )))
+}
+
+/// The evidence for comparing with B shifted by `k`: its scores against the diagonal's.
+pub fn evidence_for(e: &Evidence, k: i64) -> Evidence {
+    let score = |k: i64| e.offsets.iter().find(|o| o.offset == k);
+    let (sm, sp) = score(k).map_or((f64::NAN, 0), |o| (o.median_rel_l2, o.pairs));
+    let (dm, dp) = score(0).map_or((e.diagonal_median_rel_l2, e.diagonal_pairs), |o| {
+        (o.median_rel_l2, o.pairs)
+    });
+    Evidence {
+        diagonal_median_rel_l2: dm,
+        diagonal_pairs: dp,
+        shifted_median_rel_l2: sm,
+        shifted_pairs: sp,
+        offsets: e.offsets.clone(),
+    }
+}
+
+/// "B looks shifted by +1 layer relative to A (median rel L2 3.1e-1 aligned vs 2.0e-3 shifted)".
+pub fn describe(al: &Alignment) -> String {
+    let e = &al.evidence;
+    let layers = if al.offset.abs() == 1 {
+        "layer"
+    } else {
+        "layers"
+    };
+    let how = format!(
+        "median rel L2 {:.1e} over {} aligned layer pairs vs {:.1e} over {} pairs shifted by {:+}",
+        e.diagonal_median_rel_l2,
+        e.diagonal_pairs,
+        e.shifted_median_rel_l2,
+        e.shifted_pairs,
+        al.offset
+    );
+    if al.applied {
+        format!(
+            "compared with --shift {}: B's layer i against A's layer i{:+} ({how})",
+            al.offset, al.offset
+        )
+    } else {
+        format!(
+            "B looks shifted by {:+} {layers} relative to A ({how}); rerun with --shift {} to compare them aligned",
+            al.offset, al.offset
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::Captures;
+    use candle_core::Device;
+
+    fn caps(layers: &[(&str, f32)]) -> Captures {
+        let mut c = Captures::new(vec![]);
+        for (n, v) in layers {
+            let t = Tensor::arange(0f32, 8f32, &Device::Cpu)
+                .and_then(|t| t.affine(1.0, f64::from(*v) * 10.0))
+                .and_then(|t| t.reshape((1, 2, 4)))
+                .expect("tensor");
+            c.push(*n, t);
+        }
+        c
+    }
+
+    #[test]
+    fn detects_plus_one() {
+        // A labels the embedding output as layers.0 (hidden_states read as hooks).
+        let a = caps(&[
+            ("layers.0", 0.0),
+            ("layers.1", 1.0),
+            ("layers.2", 2.0),
+            ("layers.3", 3.0),
+        ]);
+        let b = caps(&[
+            ("embed", 0.0),
+            ("layers.0", 1.0),
+            ("layers.1", 2.0),
+            ("layers.2", 3.0),
+        ]);
+        let (k, e) = detect(&a, &b, 1e-5, false).expect("runs").expect("pairs");
+        assert_eq!(k, 1, "{e:?}");
+        assert_eq!(e.shifted_median_rel_l2, 0.0);
+        assert_eq!(e.shifted_pairs, 4);
+    }
+
+    #[test]
+    fn aligned_reads_nothing_more() {
+        let a = caps(&[("layers.0", 0.0), ("layers.1", 1.0)]);
+        let b = caps(&[("layers.0", 0.0), ("layers.1", 1.0)]);
+        assert!(detect(&a, &b, 1e-5, false).expect("runs").is_none());
+    }
+}

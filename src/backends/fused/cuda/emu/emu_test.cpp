@@ -1,0 +1,262 @@
+// Runs the kernels of ../gdn.cu on the CPU through cuda_shim.h and compares them with plain
+// double-precision references (the same formulas as hsdiff::backends::fused::cpu::truth).
+// Checks indexing, masking, chunk/tile edges, strided q/k/v and full writes (outputs are
+// NaN-poisoned first). Build and run: scripts/cuda-emu-test.sh. Exit 0 = all passed.
+#include "cuda_shim.h"
+#include <cstdio>
+#include <random>
+#include <string>
+
+namespace {
+alignas(16) unsigned char smem_raw[1 << 20];
+}
+#include "../gdn.cu"
+
+static int failures = 0;
+static std::mt19937_64 rng(12345);
+static std::vector<double> normals(size_t n, double sd) {
+    std::normal_distribution<double> d(0.0, sd);
+    std::vector<double> v(n);
+    for (auto &x : v) x = d(rng);
+    return v;
+}
+static double rel_l2(const std::vector<double> &a, const std::vector<double> &b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (!std::isfinite(a[i])) return NAN;
+        num += (a[i] - b[i]) * (a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return std::sqrt(num / den);
+}
+static void check(const std::string &what, const std::vector<double> &got,
+                  const std::vector<double> &want, double bound) {
+    const double e = rel_l2(got, want);
+    const bool ok = e <= bound;  // NaN fails
+    std::printf("%-4s %-62s rel L2 %.3e (bound %.0e)\n", ok ? "ok" : "FAIL", what.c_str(), e, bound);
+    if (!ok) ++failures;
+}
+
+// Storage-type helpers.
+template <typename T> T st(double x);
+template <> float st<float>(double x) { return (float)x; }
+template <> double st<double>(double x) { return x; }
+template <> __nv_bfloat16 st<__nv_bfloat16>(double x) { return __float2bfloat16_rn((float)x); }
+template <typename T> double f64(T x) { return (double)to_acc(x); }
+template <typename T> std::vector<T> stv(const std::vector<double> &x) {
+    std::vector<T> r(x.size());
+    for (size_t i = 0; i < x.size(); ++i) r[i] = st<T>(x[i]);
+    return r;
+}
+template <typename T> std::vector<double> back(const std::vector<T> &x) {
+    std::vector<double> r(x.size());
+    for (size_t i = 0; i < x.size(); ++i) r[i] = f64(x[i]);
+    return r;
+}
+
+// ----- references (double) -----
+static std::vector<double> ref_conv(const std::vector<double> &x, const std::vector<double> &w,
+                                    int B, int T, int C, int K) {
+    std::vector<double> out((size_t)B * T * C);
+    for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t)
+            for (int c = 0; c < C; ++c) {
+                double acc = 0;
+                for (int j = 0; j < K; ++j) {
+                    int s = t - (K - 1) + j;
+                    if (s >= 0) acc += w[c * K + j] * x[((size_t)b * T + s) * C + c];
+                }
+                out[((size_t)b * T + t) * C + c] = acc / (1 + std::exp(-acc));
+            }
+    return out;
+}
+static std::vector<double> ref_norm(const std::vector<double> &x, const std::vector<double> &z,
+                                    const std::vector<double> &w, double eps, int dim) {
+    std::vector<double> out(x.size());
+    for (size_t r = 0; r < x.size() / dim; ++r) {
+        double ss = 0;
+        for (int i = 0; i < dim; ++i) ss += x[r * dim + i] * x[r * dim + i];
+        double inv = 1 / std::sqrt(ss / dim + eps);
+        for (int i = 0; i < dim; ++i) {
+            double zz = z[r * dim + i];
+            out[r * dim + i] = w[i] * (x[r * dim + i] * inv) * (zz / (1 + std::exp(-zz)));
+        }
+    }
+    return out;
+}
+// q/k rows at (b*T+t)*qks + kh*dk, v rows at (b*T+t)*vs + h*dv.
+static void ref_gdn(const std::vector<double> &q, const std::vector<double> &k,
+                    const std::vector<double> &v, size_t qoff, size_t koff, size_t voff, long qks,
+                    long vs, const std::vector<double> &g, const std::vector<double> &beta,
+                    const std::vector<double> *init, int B, int T, int Hk, int Hv, int dk, int dv,
+                    double scale, std::vector<double> &out, std::vector<double> &fin) {
+    out.assign((size_t)B * T * Hv * dv, 0);
+    fin.assign((size_t)B * Hv * dk * dv, 0);
+    const int r = Hv / Hk;
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < Hv; ++h) {
+            int kh = h / r;
+            std::vector<double> S((size_t)dk * dv, 0);
+            if (init) for (size_t i = 0; i < S.size(); ++i) S[i] = (*init)[((size_t)b * Hv + h) * dk * dv + i];
+            for (int t = 0; t < T; ++t) {
+                size_t row = (size_t)b * T + t;
+                std::vector<double> qn(dk), kn(dk);
+                double sq = 0, sk = 0;
+                for (int d = 0; d < dk; ++d) {
+                    qn[d] = q[qoff + row * qks + (size_t)kh * dk + d];
+                    kn[d] = k[koff + row * qks + (size_t)kh * dk + d];
+                    sq += qn[d] * qn[d];
+                    sk += kn[d] * kn[d];
+                }
+                for (int d = 0; d < dk; ++d) {
+                    qn[d] *= scale / std::sqrt(sq + 1e-6);
+                    kn[d] /= std::sqrt(sk + 1e-6);
+                }
+                double dec = std::exp(g[row * Hv + h]), bt = beta[row * Hv + h];
+                for (auto &s : S) s *= dec;
+                for (int c = 0; c < dv; ++c) {
+                    double p = 0;
+                    for (int d = 0; d < dk; ++d) p += S[(size_t)d * dv + c] * kn[d];
+                    double u = bt * (v[voff + row * vs + (size_t)h * dv + c] - p);
+                    for (int d = 0; d < dk; ++d) S[(size_t)d * dv + c] += kn[d] * u;
+                }
+                for (int c = 0; c < dv; ++c) {
+                    double o = 0;
+                    for (int d = 0; d < dk; ++d) o += S[(size_t)d * dv + c] * qn[d];
+                    out[(row * Hv + h) * dv + c] = o;
+                }
+            }
+            for (size_t i = 0; i < S.size(); ++i) fin[((size_t)b * Hv + h) * dk * dv + i] = S[i];
+        }
+}
+
+template <typename T> struct Entry;
+template <> struct Entry<float> {
+    static constexpr const char *name = "f32";
+    static constexpr double bound = 1e-5;
+    template <class... X> static void conv(X... a) { conv1d_silu_f32(a...); }
+    template <class... X> static void norm(X... a) { gated_rms_norm_f32(a...); }
+    template <class... X> static void gdn(X... a) { gdn_chunk_f32(a...); }
+};
+template <> struct Entry<double> {
+    static constexpr const char *name = "f64";
+    static constexpr double bound = 1e-12;
+    template <class... X> static void conv(X... a) { conv1d_silu_f64(a...); }
+    template <class... X> static void norm(X... a) { gated_rms_norm_f64(a...); }
+    template <class... X> static void gdn(X... a) { gdn_chunk_f64(a...); }
+};
+template <> struct Entry<__nv_bfloat16> {
+    static constexpr const char *name = "bf16";
+    static constexpr double bound = 1e-2;
+    template <class... X> static void conv(X... a) { conv1d_silu_bf16(a...); }
+    template <class... X> static void norm(X... a) { gated_rms_norm_bf16(a...); }
+    template <class... X> static void gdn(X... a) { gdn_chunk_bf16(a...); }
+};
+
+template <typename T> T nan_of() { return st<T>(NAN); }
+
+template <typename T> void test_conv(int B, int Tn, int C, int K) {
+    auto x = stv<T>(normals((size_t)B * Tn * C, 1.0));
+    auto w = stv<T>(normals((size_t)C * K, 0.5));
+    std::vector<T> out((size_t)B * Tn * C, nan_of<T>());
+    const long long n = (long long)out.size();
+    emu_launch({(unsigned)std::min<long long>((n + 255) / 256, 3), 1, 1}, {256, 1, 1},
+               [&] { Entry<T>::conv(x.data(), w.data(), out.data(), (long long)B, (long long)Tn, (long long)C, K); });
+    check(std::string("conv ") + Entry<T>::name + " B" + std::to_string(B) + " T" + std::to_string(Tn) +
+              " C" + std::to_string(C) + " K" + std::to_string(K),
+          back(out), ref_conv(back(x), back(w), B, Tn, C, K), Entry<T>::bound);
+}
+
+template <typename T> void test_norm(int rows, int dim) {
+    auto x = stv<T>(normals((size_t)rows * dim, 2.0));
+    auto z = stv<T>(normals((size_t)rows * dim, 1.5));
+    auto w = stv<T>(normals(dim, 1.0));
+    std::vector<T> out(x.size(), nan_of<T>());
+    emu_launch({2, 1, 1}, {256, 1, 1}, [&] {
+        Entry<T>::norm(x.data(), z.data(), w.data(), out.data(), (long long)rows, dim,
+                       (typename AccOf<T>::type)1e-6);
+    });
+    check(std::string("norm ") + Entry<T>::name + " rows" + std::to_string(rows) + " dim" + std::to_string(dim),
+          back(out), ref_norm(back(x), back(z), back(w), 1e-6, dim), Entry<T>::bound);
+}
+
+// strided: q/k/v are column slices of one [B, T, 2*Hk*dk + Hv*dv] buffer (the fused path).
+template <typename T>
+void test_gdn(int B, int Tn, int Hk, int Hv, int dk, int dv, double gscale, bool with_init, bool strided) {
+    typedef typename AccOf<T>::type A;
+    const long kd = (long)Hk * dk, vd = (long)Hv * dv, C = 2 * kd + vd;
+    std::vector<T> q, k, v;
+    size_t qoff = 0, koff = 0, voff = 0;
+    long qks = kd, vs = vd;
+    if (strided) {
+        q = stv<T>(normals((size_t)B * Tn * C, 1.0));
+        koff = kd; voff = 2 * kd; qks = C; vs = C;
+    } else {
+        q = stv<T>(normals((size_t)B * Tn * kd, 1.0));
+        k = stv<T>(normals((size_t)B * Tn * kd, 1.0));
+        v = stv<T>(normals((size_t)B * Tn * vd, 1.0));
+    }
+    const T *qp = q.data();
+    const T *kp = strided ? q.data() + koff : k.data();
+    const T *vp = strided ? q.data() + voff : v.data();
+    std::uniform_real_distribution<double> U(0.5, 1.5);
+    std::normal_distribution<double> N(0, 1);
+    std::vector<A> g((size_t)B * Tn * Hv);
+    std::vector<T> beta((size_t)B * Tn * Hv);
+    for (size_t i = 0; i < g.size(); ++i) {
+        g[i] = (A)(gscale > 0 ? -gscale * U(rng) : -std::exp(N(rng) * 1.5 - 2.0));
+        beta[i] = st<T>(1 / (1 + std::exp(-N(rng))));
+    }
+    std::vector<A> init;
+    std::vector<double> init_d;
+    if (with_init) {
+        init_d = normals((size_t)B * Hv * dk * dv, 0.5);
+        for (double x : init_d) init.push_back((A)x);
+        for (size_t i = 0; i < init.size(); ++i) init_d[i] = init[i];
+    }
+    std::vector<T> out((size_t)B * Tn * Hv * dv, nan_of<T>());
+    std::vector<A> fin((size_t)B * Hv * dk * dv, (A)NAN);
+    const double scale = 1 / std::sqrt((double)dk);
+    constexpr int CH = sizeof(A) == 8 ? 32 : 64;
+    const size_t smem = (size_t)(2 * CH * (dk + 1) + 32 * dk + 32 * CH + 2 * CH * CH + 3 * CH) * sizeof(A);
+    if (smem > sizeof(smem_raw)) { std::printf("FAIL smem\n"); ++failures; return; }
+    std::memset(smem_raw, 0xff, smem);  // shared memory starts as garbage (NaN)
+    emu_launch({(unsigned)((dv + 31) / 32), (unsigned)Hv, (unsigned)B}, {256, 1, 1}, [&] {
+        Entry<T>::gdn(qp, kp, vp, g.data(), beta.data(), with_init ? init.data() : nullptr, out.data(),
+                      fin.data(), Tn, Hk, Hv, dk, dv, (long long)qks, (long long)vs, (A)scale);
+    });
+    std::vector<double> gd(g.begin(), g.end()), ro, rf;
+    std::vector<double> qd = back(q), kd_ = strided ? qd : back(k), vd_ = strided ? qd : back(v);
+    ref_gdn(qd, kd_, vd_, qoff, koff, voff, qks, vs, gd, back(beta), with_init ? &init_d : nullptr,
+            B, Tn, Hk, Hv, dk, dv, scale, ro, rf);
+    char label[160];
+    std::snprintf(label, sizeof label, "gdn %s B%d T%d Hk%d Hv%d dk%d dv%d g%s%s%s", Entry<T>::name, B, Tn, Hk, Hv,
+                  dk, dv, gscale > 0 ? std::to_string(gscale).substr(0, 5).c_str() : "mixed",
+                  with_init ? " +init" : "", strided ? " strided" : "");
+    check(std::string(label) + " out", back(out), ro, Entry<T>::bound);
+    std::vector<double> fd(fin.begin(), fin.end());
+    check(std::string(label) + " state", fd, rf, Entry<T>::bound);
+}
+
+template <typename T> void all() {
+    test_conv<T>(1, 1, 5, 4);
+    test_conv<T>(2, 70, 300, 4);
+    test_conv<T>(1, 129, 17, 3);
+    test_norm<T>(1, 128);
+    test_norm<T>(77, 20);
+    test_norm<T>(300, 128);
+    test_gdn<T>(1, 1, 2, 4, 32, 48, 5.0, true, false);
+    test_gdn<T>(2, 65, 2, 4, 24, 40, 1e-3, true, true);
+    test_gdn<T>(1, 64, 3, 3, 40, 32, 5.0, false, false);
+    test_gdn<T>(2, 63, 2, 6, 16, 8, 0.0, false, true);
+    test_gdn<T>(1, 150, 1, 2, 128, 72, 0.0, true, false);
+}
+
+int main(int argc, char **argv) {
+    std::string only = argc > 1 ? argv[1] : "";
+    if (only.empty() || only == "f32") all<float>();
+    if (only.empty() || only == "f64") all<double>();
+    if (only.empty() || only == "bf16") all<__nv_bfloat16>();
+    std::printf("%s: %d failure(s)\n", failures ? "FAILED" : "passed", failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,326 @@
+//! `hsdiff compare A B`: compare two files of captured hidden states — hsdiff dumps, safetensors
+//! written by PyTorch, `torch.save` files, numpy arrays — with the same table, verdicts and JSON
+//! as a live run (static thresholds: files carry no rounding floor), plus the layer alignment
+//! and the environment differences.
+
+use std::path::PathBuf;
+
+use candle_core::DType;
+use clap::Args;
+use serde_json::Value;
+
+use super::diff::{ReportArgs, emit};
+use crate::alignment::{self, Alignment};
+use crate::capture::names;
+use crate::compare::{Kind, RowSpec, plan_rows};
+use crate::device::{dtype_label, parse_dtype};
+use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
+use crate::formats::{FileSource, coarseness, naming};
+use crate::report::{Comparison, Side, TokenIds, build_report};
+use crate::verdict::thresholds;
+
+#[derive(Args, Debug, Clone)]
+pub struct CompareArgs {
+    /// Side A: an hsdiff dump, safetensors, torch.save (.pt/.pth), .npy or .npz file.
+    #[arg(value_name = "A")]
+    pub a: PathBuf,
+
+    /// Side B.
+    #[arg(value_name = "B")]
+    pub b: PathBuf,
+
+    /// Compare A's tensor A_NAME with B's tensor B_NAME (names as in the files, or hsdiff's
+    /// names); repeatable.
+    #[arg(long = "map", value_name = "A_NAME=B_NAME")]
+    pub map: Vec<String>,
+
+    /// Compare B's layer i with A's layer i+K (embed counts as layer −1), e.g. when one side
+    /// counts the embedding output as a layer.
+    #[arg(
+        long,
+        value_name = "K",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub shift: i64,
+
+    /// Compute dtype of files that record none (f64, f32, bf16, f16): sets the thresholds, and
+    /// lets 16-bit integer numpy arrays be read as bf16 bit patterns.
+    #[arg(long, value_name = "DTYPE")]
+    pub dtype_hint: Option<String>,
+
+    #[command(flatten)]
+    pub report: ReportArgs,
+}
+
+pub fn run(args: &CompareArgs) -> Result<i32> {
+    let hint = args.dtype_hint.as_deref().map(parse_dtype).transpose()?;
+    let mut a = FileSource::open(&args.a, hint)?;
+    let mut b = FileSource::open(&args.b, hint)?;
+    let (label_a, label_b) = labels(&args.a, &args.b);
+
+    let mut extra_rows = Vec::new();
+    for m in &args.map {
+        let (x, y) = m
+            .split_once('=')
+            .ok_or_else(|| Error::Input(format!("--map expects A_NAME=B_NAME, got `{m}`")))?;
+        let target = if naming::is_ours(x) {
+            x
+        } else if naming::is_ours(y) {
+            y
+        } else {
+            extra_rows.push(x.to_string());
+            x
+        };
+        a.rename(x, target)?;
+        b.rename(y, target)?;
+    }
+    for (side, src) in [("A", &a), ("B", &b)] {
+        for c in &src.conventions {
+            eprintln!("hsdiff: {side} ({}): {c}", src.path().display());
+        }
+        if src.names().is_empty() {
+            return Err(Error::file(
+                src.path(),
+                format!(
+                    "no tensor name recognised (found {}); name them as in docs/file-formats.md or use --map",
+                    list(&src.raw_names())
+                ),
+            ));
+        }
+    }
+
+    // Token ids first: different inputs make every other number meaningless.
+    let (input_ids, token_ids) = match (a.input_ids()?, b.input_ids()?) {
+        (Some(x), Some(y)) => {
+            if x != y {
+                return Err(token_mismatch(&a, &b, &x, &y));
+            }
+            (x, TokenIds::Match)
+        }
+        (Some(x), None) => (x, TokenIds::OnlyA),
+        (None, Some(y)) => (y, TokenIds::OnlyB),
+        (None, None) => (Vec::new(), TokenIds::Unknown),
+    };
+
+    let dtype = [a.compute_dtype(), b.compute_dtype()]
+        .into_iter()
+        .flatten()
+        .max_by_key(|d| coarseness(*d))
+        .unwrap_or(DType::F32);
+    let th = thresholds(dtype);
+
+    let detected = alignment::detect(&a, &b, th.ok, args.shift != 0)?;
+    let alignment = match (&detected, args.shift) {
+        (Some((_, e)), k) if k != 0 => Some(Alignment {
+            offset: k,
+            applied: true,
+            evidence: alignment::evidence_for(e, k),
+        }),
+        (Some((k, e)), 0) if *k != 0 => Some(Alignment {
+            offset: *k,
+            applied: false,
+            evidence: e.clone(),
+        }),
+        _ => None,
+    };
+    b.shift_layers(args.shift);
+
+    let layers = args
+        .report
+        .layers
+        .as_deref()
+        .map(parse_layer_list)
+        .transpose()?;
+    let b_names = b.names();
+    let common: Vec<String> = a
+        .names()
+        .into_iter()
+        .filter(|n| n != names::INPUT_IDS && b_names.contains(n))
+        .collect();
+    let mut rows = plan_rows(&common, None, layers.as_deref());
+    for name in extra_rows {
+        if !rows.iter().any(|r| r.name == name) && common.contains(&name) {
+            rows.push(RowSpec {
+                name,
+                kind: Kind::Op,
+                layer: None,
+            });
+        }
+    }
+    if rows.is_empty() {
+        return Err(Error::Compare(format!(
+            "{} and {} have no tensor in common (A: {}; B: {}); use --map A_NAME=B_NAME",
+            args.a.display(),
+            args.b.display(),
+            list(&a.names()),
+            list(&b_names)
+        )));
+    }
+    for row in &rows {
+        let (sa, sb) = (a.shape(&row.name), b.shape(&row.name));
+        if sa != sb {
+            return Err(Error::Compare(format!(
+                "`{}` has shape {:?} in {} (`{}`) but {:?} in {} (`{}`)",
+                row.name,
+                sa.unwrap_or_default(),
+                args.a.display(),
+                a.raw_name(&row.name).unwrap_or_default(),
+                sb.unwrap_or_default(),
+                args.b.display(),
+                b.raw_name(&row.name).unwrap_or_default(),
+            )));
+        }
+    }
+    let tokens = if input_ids.is_empty() {
+        rows.iter()
+            .find_map(|r| a.shape(&r.name))
+            .and_then(|s| s.get(1).copied())
+            .unwrap_or(0)
+    } else {
+        input_ids.len()
+    };
+
+    let comparison = Comparison {
+        a: &a,
+        b: &b,
+        a_side: side(&a, label_a, dtype)?,
+        b_side: side(&b, label_b, dtype)?,
+        truth: None,
+        floor: None,
+        rows,
+        dtype,
+        mode: "files".to_string(),
+        input_ids,
+        token_ids_match: token_ids == TokenIds::Match,
+        command: Some(command_line()),
+    };
+    let mut report = build_report(&comparison)?;
+    report.inputs.token_ids = token_ids;
+    report.inputs.tokens = tokens;
+    if let Some(al) = &alignment {
+        report.summary = if al.applied {
+            format!("{} (compared with --shift {})", report.summary, al.offset)
+        } else {
+            format!("{}; {}", alignment::describe(al), report.summary)
+        };
+    }
+    report.alignment = alignment;
+    emit(&report, &args.report)
+}
+
+/// Labels for the two sides: file names, or the paths as given when the names are equal.
+fn labels(a: &std::path::Path, b: &std::path::Path) -> (String, String) {
+    let name = |p: &std::path::Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| p.display().to_string())
+    };
+    let (x, y) = (name(a), name(b));
+    if x == y {
+        (a.display().to_string(), b.display().to_string())
+    } else {
+        (x, y)
+    }
+}
+
+fn token_mismatch(a: &FileSource, b: &FileSource, x: &[u32], y: &[u32]) -> Error {
+    let pos = x
+        .iter()
+        .zip(y)
+        .position(|(p, q)| p != q)
+        .unwrap_or(x.len().min(y.len()));
+    let at = |v: &[u32]| v.get(pos).map_or("nothing".to_string(), |t| t.to_string());
+    Error::Compare(format!(
+        "token ids differ: {} ({} tokens) and {} ({} tokens) first differ at position {pos} (A has {}, B has {}); the two captures are of different inputs",
+        a.path().display(),
+        x.len(),
+        b.path().display(),
+        y.len(),
+        at(x),
+        at(y)
+    ))
+}
+
+/// One side of the report, from the file's fingerprint (if any).
+fn side(src: &FileSource, label: String, dtype: DType) -> Result<Side> {
+    let fingerprint = match &src.fingerprint {
+        None => Fingerprint::default(),
+        Some(Value::Object(map)) => {
+            let mut map = map.clone();
+            for key in ["format", "source"] {
+                map.entry(key)
+                    .or_insert_with(|| Value::String(String::new()));
+            }
+            serde_json::from_value(Value::Object(map.clone())).unwrap_or_else(|_| Fingerprint {
+                extra: map,
+                ..Default::default()
+            })
+        }
+        Some(_) => {
+            return Err(Error::file(
+                src.path(),
+                "the `hsdiff` fingerprint is not a JSON object",
+            ));
+        }
+    };
+    let recorded = |k: &str| {
+        src.fingerprint
+            .as_ref()
+            .and_then(|f| f.get(k))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    Ok(Side {
+        label,
+        backend: recorded("backend"),
+        implementation: recorded("implementation"),
+        dtype: recorded("dtype")
+            .or_else(|| Some(dtype_label(src.compute_dtype().unwrap_or(dtype)).to_string())),
+        device: recorded("device"),
+        fingerprint,
+    })
+}
+
+fn list(names: &[String]) -> String {
+    let shown: Vec<&str> = names.iter().take(6).map(String::as_str).collect();
+    if names.len() > 6 {
+        format!("{}, … ({} in all)", shown.join(", "), names.len())
+    } else if names.is_empty() {
+        "nothing".to_string()
+    } else {
+        shown.join(", ")
+    }
+}
+
+fn parse_layer_list(arg: &str) -> Result<Vec<usize>> {
+    arg.split(',')
+        .map(|s| s.trim().parse::<usize>())
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|_| {
+            Error::Input(format!(
+                "--layers expects comma-separated layer indices, got `{arg}`"
+            ))
+        })
+}
+
+/// This process's command line, shell-quoted, for the "reproduce" line of reports.
+fn command_line() -> String {
+    std::env::args()
+        .enumerate()
+        .map(|(i, a)| {
+            if i == 0 {
+                "hsdiff".to_string()
+            } else if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./,:=@".contains(c))
+            {
+                a
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,874 @@
+//! `hsdiff selftest --device cpu|cuda [--bench]`: one command that proves a build works on a
+//! device (docs/cuda.md).
+//!
+//! 1. Kernels: the fused kernels of that device (CPU: `fused::cpu`; CUDA: `fused::cuda`) on
+//!    fresh seeded random inputs against the f64 truth (`fused::cpu::truth`), with the bounds
+//!    of tests/fused_cpu_kernels.rs per dtype; outputs NaN-poisoned first, so an unwritten
+//!    element fails; the standalone delta rule must equal the fused one bit for bit.
+//! 2. Golden parity: the built-in model on the device, every backend, f32 (≤ 1e-5) and f64
+//!    (≤ 1e-10) against the float64 golden states (`golden/states/qwen3_5_tiny`).
+//! 3. `hsdiff --a fused --b reference --device D` on the built-in model, through the library.
+//! 4. `--bench` (CUDA): the delta-rule kernel at Qwen3.5-27B linear-layer geometry.
+//!
+//! Prints a pass/fail table; exit 0 when everything passed, 1 when something failed, 2 when
+//! the device cannot be used.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor, WithDType};
+use clap::{Args, Parser};
+use half::{bf16, f16};
+
+use crate::backends::fused::cpu::{self, Accum, Element, truth};
+use crate::backends::{available_backends, backend_by_name};
+use crate::builtin;
+use crate::capture::dump::Dump;
+use crate::device::{dtype_label, parse_device};
+use crate::error::{Error, Result};
+use crate::model::RunOptions;
+use crate::progress::Progress;
+
+#[derive(Args, Debug)]
+pub struct SelftestArgs {
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu", value_name = "DEVICE")]
+    pub device: String,
+
+    /// Folder of the golden states (the repository's golden/states).
+    #[arg(long, default_value = "golden/states", value_name = "DIR")]
+    pub golden: PathBuf,
+
+    /// Skip the long (T = 1000) kernel cases.
+    #[arg(long)]
+    pub quick: bool,
+
+    /// Also time the delta-rule kernel at Qwen3.5-27B geometry (CUDA builds, --device cuda).
+    #[arg(long)]
+    pub bench: bool,
+
+    /// Sequence lengths of the bench.
+    #[arg(long, value_delimiter = ',', default_value = "2048,8192,32768")]
+    pub bench_seq: Vec<usize>,
+
+    /// Write the bench inputs, hsdiff's outputs and timings here, for scripts/gpu-bench.py.
+    #[arg(long, value_name = "DIR")]
+    pub bench_dir: Option<PathBuf>,
+}
+
+/// One line of the result table.
+struct Row {
+    check: String,
+    measured: f64,
+    bound: f64,
+    pass: bool,
+    note: String,
+}
+
+#[derive(Default)]
+struct Table {
+    rows: Vec<Row>,
+}
+
+impl Table {
+    /// Records `measured ≤ bound` (NaN fails).
+    fn bound(&mut self, check: String, measured: f64, bound: f64) {
+        self.bound_note(check, measured, bound, String::new());
+    }
+    fn bound_note(&mut self, check: String, measured: f64, bound: f64, note: String) {
+        let pass = measured <= bound;
+        self.rows.push(Row {
+            check,
+            measured,
+            bound,
+            pass,
+            note,
+        });
+        self.print_last();
+    }
+    fn flag(&mut self, check: String, pass: bool, note: String) {
+        self.rows.push(Row {
+            check,
+            measured: f64::NAN,
+            bound: f64::NAN,
+            pass,
+            note,
+        });
+        self.print_last();
+    }
+    fn error(&mut self, check: String, e: &Error) {
+        self.flag(check, false, format!("error: {e}"));
+    }
+    fn print_last(&self) {
+        let r = self.rows.last().expect("a row");
+        let verdict = if r.pass { "PASS" } else { "FAIL" };
+        if r.measured.is_nan() && r.bound.is_nan() {
+            println!("{verdict}  {:<58} {}", r.check, r.note);
+        } else {
+            println!(
+                "{verdict}  {:<58} {:>10.3e} ≤ {:<8.0e} {}",
+                r.check, r.measured, r.bound, r.note
+            );
+        }
+    }
+    fn failures(&self) -> usize {
+        self.rows.iter().filter(|r| !r.pass).count()
+    }
+}
+
+pub fn run(args: &SelftestArgs) -> Result<i32> {
+    let device = parse_device(&args.device)?;
+    if args.bench && !device.is_cuda() {
+        return Err(Error::Input("--bench needs --device cuda".into()));
+    }
+    println!(
+        "hsdiff selftest on {} — fused backend: {}",
+        args.device,
+        backend_by_name("fused", &device)
+            .map(|b| b.implementation(&device))
+            .unwrap_or_else(|e| format!("unavailable ({e})"))
+    );
+    let started = Instant::now();
+    let mut table = Table::default();
+
+    println!("\n== kernels vs the f64 truth ==");
+    kernel_checks::<f64>(&device, args.quick, &mut table);
+    kernel_checks::<f32>(&device, args.quick, &mut table);
+    kernel_checks::<bf16>(&device, args.quick, &mut table);
+    kernel_checks::<f16>(&device, args.quick, &mut table);
+
+    println!("\n== whole model vs the golden float64 states ==");
+    if let Err(e) = golden_checks(&device, &args.golden, &mut table) {
+        table.error("golden parity".into(), &e);
+    }
+
+    println!(
+        "\n== hsdiff --a fused --b reference --device {} ==",
+        args.device
+    );
+    match library_diff(&args.device) {
+        Ok((code, report)) => table.flag(
+            "library diff fused vs reference (built-in model)".into(),
+            code == 0,
+            format!("exit {code}; report in {}", report.display()),
+        ),
+        Err(e) => table.error("library diff fused vs reference".into(), &e),
+    }
+
+    if args.bench {
+        println!("\n== bench ==");
+        #[cfg(feature = "cuda")]
+        if let Err(e) = bench::run(
+            &device,
+            &args.bench_seq,
+            args.bench_dir.as_deref(),
+            &mut table,
+        ) {
+            table.error("bench".into(), &e);
+        }
+    }
+
+    let fails = table.failures();
+    println!(
+        "\nselftest: {} passed, {} failed ({:.1} s)",
+        table.rows.len() - fails,
+        fails,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(if fails == 0 { 0 } else { 1 })
+}
+
+// --- 1. kernels ----------------------------------------------------------------------------
+
+/// SplitMix64 + Box–Muller, as in tests/fused_cpu_kernels.rs.
+struct Rng(u64);
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    fn normal(&mut self) -> f64 {
+        let (u1, u2) = (self.uniform(), self.uniform());
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+    fn normals(&mut self, n: usize, sd: f64) -> Vec<f64> {
+        (0..n).map(|_| sd * self.normal()).collect()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Decay {
+    Strong,
+    NearZero,
+    Mixed,
+}
+
+fn gdims(b: usize, t: usize, hk: usize, hv: usize, dk: usize, dv: usize) -> cpu::GdnDims {
+    cpu::GdnDims {
+        batch: b,
+        seq: t,
+        k_heads: hk,
+        v_heads: hv,
+        k_dim: dk,
+        v_dim: dv,
+        conv_kernel: 4,
+    }
+}
+
+/// The cases of tests/fused_cpu_kernels.rs: T = 1, 63, 64, 65, 300, 1000; r = 1, 2, 3; dk ≠ dv;
+/// dv not a multiple of 32; B = 1 and 2; with and without an initial state.
+fn cases(quick: bool) -> Vec<(cpu::GdnDims, Decay, bool)> {
+    let mut v = vec![
+        (gdims(1, 1, 2, 4, 32, 48), Decay::Strong, true),
+        (gdims(2, 1, 2, 2, 16, 8), Decay::NearZero, false),
+        (gdims(2, 63, 2, 6, 24, 40), Decay::NearZero, false),
+        (gdims(1, 64, 3, 3, 40, 32), Decay::Strong, false),
+        (gdims(2, 65, 2, 4, 64, 96), Decay::NearZero, true),
+        (gdims(1, 300, 1, 3, 128, 128), Decay::Mixed, true),
+        (gdims(2, 300, 2, 4, 48, 20), Decay::Strong, true),
+    ];
+    if !quick {
+        v.extend([
+            (gdims(2, 1000, 2, 4, 32, 36), Decay::Strong, true),
+            (gdims(1, 1000, 2, 2, 48, 64), Decay::NearZero, false),
+            (gdims(1, 1000, 1, 2, 64, 64), Decay::Mixed, false),
+        ]);
+    }
+    v
+}
+
+/// Bounds of tests/fused_cpu_kernels.rs (rel L2 per storage type; reasoning there).
+fn bound_for(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => 1e-12,
+        DType::F32 => 1e-5,
+        DType::BF16 => 1e-2,
+        _ => 2e-3,
+    }
+}
+
+/// ‖a − b‖ / ‖b‖; NaN when a has a non-finite element (NaN never passes a bound).
+fn rel_l2(a: &[f64], b: &[f64]) -> f64 {
+    if a.len() != b.len() || a.iter().any(|v| !v.is_finite()) {
+        return f64::NAN;
+    }
+    let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+    let den: f64 = b.iter().map(|y| y * y).sum();
+    (num / den).sqrt()
+}
+
+/// `x` rounded to S and back (what the kernel sees).
+fn round_s<S: Element>(x: &[f64]) -> Vec<f64> {
+    x.iter()
+        .map(|&v| S::from_acc(S::Acc::from_f64(v)).to_acc().to_f64())
+        .collect()
+}
+fn round_acc<S: Element>(x: &[f64]) -> Vec<f64> {
+    x.iter().map(|&v| S::Acc::from_f64(v).to_f64()).collect()
+}
+fn to_s<S: Element>(x: &[f64]) -> Vec<S> {
+    x.iter()
+        .map(|&v| S::from_acc(S::Acc::from_f64(v)))
+        .collect()
+}
+fn to_a<S: Element>(x: &[f64]) -> Vec<S::Acc> {
+    x.iter().map(|&v| S::Acc::from_f64(v)).collect()
+}
+fn s_f64<S: Element>(x: &[S]) -> Vec<f64> {
+    x.iter().map(|v| v.to_acc().to_f64()).collect()
+}
+fn a_f64<A: Accum>(x: &[A]) -> Vec<f64> {
+    x.iter().map(|v| v.to_f64()).collect()
+}
+fn host(t: &Tensor) -> Result<Vec<f64>> {
+    Ok(t.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()?)
+}
+#[cfg(feature = "cuda")]
+fn dev_tensor(x: &[f64], shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+    Ok(Tensor::from_vec(x.to_vec(), shape, device)?.to_dtype(dtype)?)
+}
+
+/// Inputs of one delta-rule case, already rounded to what the kernel sees (as f64).
+struct GdnCase {
+    d: cpu::GdnDims,
+    mixed: Vec<f64>,
+    w: Vec<f64>,
+    g: Vec<f64>,
+    beta: Vec<f64>,
+    init: Option<Vec<f64>>,
+}
+
+/// The kernel's results as f64: (core out, final state, conv out, standalone == fused bitwise).
+type GdnResult = (Vec<f64>, Vec<f64>, Vec<f64>, bool);
+
+fn kernel_checks<S: Element + WithDType>(device: &Device, quick: bool, table: &mut Table) {
+    let dt = dtype_label(S::DTYPE);
+    let bound = bound_for(S::DTYPE);
+    for (i, (d, decay, with_init)) in cases(quick).into_iter().enumerate() {
+        let label = format!(
+            "gdn {dt} B{} T{} Hk{} Hv{} dk{} dv{} {decay:?}{}",
+            d.batch,
+            d.seq,
+            d.k_heads,
+            d.v_heads,
+            d.k_dim,
+            d.v_dim,
+            if with_init { " +init" } else { "" }
+        );
+        let case = make_case::<S>(d, decay, with_init, 1000 + i as u64);
+        let scale = 1.0 / (d.k_dim as f64).sqrt();
+        let (t_out, t_fin, t_conv) = truth::gdn(
+            &case.mixed,
+            &case.w,
+            &case.g,
+            &case.beta,
+            scale,
+            case.init.as_deref(),
+            &d,
+        );
+        match run_gdn::<S>(device, &case) {
+            Ok((out, fin, conv, same)) => {
+                table.bound(format!("{label} out"), rel_l2(&out, &t_out), bound);
+                table.bound(format!("{label} state"), rel_l2(&fin, &t_fin), bound);
+                table.bound(format!("{label} conv"), rel_l2(&conv, &t_conv), bound);
+                table.flag(
+                    format!("{label} standalone == fused"),
+                    same,
+                    if same { "bit-identical" } else { "differs" }.into(),
+                );
+            }
+            Err(e) => table.error(label, &e),
+        }
+    }
+    let mut rng = Rng(7);
+    for (b, t, c, k) in [(1, 1, 5, 4), (2, 70, 300, 4), (1, 129, 17, 3), (2, 5, 9, 1)] {
+        let x = round_s::<S>(&rng.normals(b * t * c, 1.0));
+        let w = round_s::<S>(&rng.normals(c * k, 0.5));
+        let want = truth::causal_conv1d_silu(&x, &w, b, t, c, k);
+        let label = format!("conv {dt} B{b} T{t} C{c} K{k}");
+        match run_conv::<S>(device, &x, &w, (b, t, c, k)) {
+            Ok(got) => table.bound(label, rel_l2(&got, &want), bound),
+            Err(e) => table.error(label, &e),
+        }
+    }
+    let mut rng = Rng(11);
+    for (rows, dim) in [(1, 128), (300, 128), (77, 20)] {
+        let x = round_s::<S>(&rng.normals(rows * dim, 2.0));
+        let z = round_s::<S>(&rng.normals(rows * dim, 1.5));
+        let w = round_s::<S>(&rng.normals(dim, 1.0));
+        let want = truth::gated_rms_norm(&x, &z, &w, 1e-6, dim);
+        let label = format!("gated norm {dt} N{rows} dim{dim}");
+        match run_norm::<S>(device, &x, &z, &w, (rows, dim)) {
+            Ok(got) => table.bound(label, rel_l2(&got, &want), bound),
+            Err(e) => table.error(label, &e),
+        }
+    }
+}
+
+fn make_case<S: Element>(d: cpu::GdnDims, decay: Decay, with_init: bool, seed: u64) -> GdnCase {
+    let mut rng = Rng(seed);
+    let c = 2 * d.k_heads * d.k_dim + d.v_heads * d.v_dim;
+    let ngate = d.batch * d.seq * d.v_heads;
+    let mixed = rng.normals(d.batch * d.seq * c, 1.0);
+    let w = rng.normals(c * d.conv_kernel, 0.5);
+    let g: Vec<f64> = (0..ngate)
+        .map(|_| match decay {
+            Decay::Strong => -5.0 * (0.5 + rng.uniform()),
+            Decay::NearZero => -1e-3 * (0.5 + rng.uniform()),
+            Decay::Mixed => -(rng.normal() * 1.5 - 2.0).exp(),
+        })
+        .collect();
+    let beta: Vec<f64> = (0..ngate)
+        .map(|_| 1.0 / (1.0 + (-rng.normal()).exp()))
+        .collect();
+    let nstate = d.batch * d.v_heads * d.k_dim * d.v_dim;
+    let init = with_init.then(|| round_acc::<S>(&rng.normals(nstate, 0.5)));
+    GdnCase {
+        d,
+        mixed: round_s::<S>(&mixed),
+        w: round_s::<S>(&w),
+        g: round_acc::<S>(&g),
+        beta: round_s::<S>(&beta),
+        init,
+    }
+}
+
+fn run_gdn<S: Element + WithDType>(device: &Device, case: &GdnCase) -> Result<GdnResult> {
+    let d = case.d;
+    let scale = 1.0 / (d.k_dim as f64).sqrt();
+    let c = 2 * d.k_heads * d.k_dim + d.v_heads * d.v_dim;
+    if !device.is_cuda() {
+        let nan = S::from_acc(S::Acc::from_f64(f64::NAN));
+        let nan_a = S::Acc::from_f64(f64::NAN);
+        let (mixed, w, beta) = (
+            to_s::<S>(&case.mixed),
+            to_s::<S>(&case.w),
+            to_s::<S>(&case.beta),
+        );
+        let g = to_a::<S>(&case.g);
+        let init = case.init.as_ref().map(|s| to_a::<S>(s));
+        let n_out = d.batch * d.seq * d.v_heads * d.v_dim;
+        let n_fin = d.batch * d.v_heads * d.k_dim * d.v_dim;
+        let (mut out, mut fin, mut conv) =
+            (vec![nan; n_out], vec![nan_a; n_fin], vec![nan; mixed.len()]);
+        let ke = |e: cpu::KernelError| Error::backend("fused", e.to_string());
+        cpu::fused_gdn::<S>(
+            &mixed,
+            &w,
+            &g,
+            &beta,
+            scale,
+            init.as_deref(),
+            d,
+            &mut out,
+            &mut fin,
+            Some(&mut conv),
+        )
+        .map_err(ke)?;
+        let kd = d.k_heads * d.k_dim;
+        let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
+        for row in conv.chunks(c) {
+            q.extend_from_slice(&row[..kd]);
+            k.extend_from_slice(&row[kd..2 * kd]);
+            v.extend_from_slice(&row[2 * kd..]);
+        }
+        let (mut out2, mut fin2) = (vec![nan; n_out], vec![nan_a; n_fin]);
+        cpu::gated_delta_rule::<S>(
+            &q,
+            &k,
+            &v,
+            &g,
+            &beta,
+            scale,
+            init.as_deref(),
+            d,
+            &mut out2,
+            &mut fin2,
+        )
+        .map_err(ke)?;
+        let (o, f) = (s_f64(&out), a_f64(&fin));
+        let same = s_f64(&out2) == o && a_f64(&fin2) == f;
+        return Ok((o, f, s_f64(&conv), same));
+    }
+    #[cfg(feature = "cuda")]
+    {
+        use crate::backends::{self, fused::cuda};
+        let dt = S::DTYPE;
+        let acc = backends::accumulation_dtype(dt);
+        let (b, t, hv) = (d.batch, d.seq, d.v_heads);
+        let mixed = dev_tensor(&case.mixed, &[b, t, c], dt, device)?;
+        let w = dev_tensor(&case.w, &[c, d.conv_kernel], dt, device)?;
+        let g = dev_tensor(&case.g, &[b, t, hv], acc, device)?;
+        let beta = dev_tensor(&case.beta, &[b, t, hv], dt, device)?;
+        let init = case
+            .init
+            .as_ref()
+            .map(|s| dev_tensor(s, &[b, hv, d.k_dim, d.v_dim], acc, device))
+            .transpose()?;
+        let dims = backends::GdnDims {
+            batch: b,
+            seq: t,
+            num_key_heads: d.k_heads,
+            num_value_heads: hv,
+            key_head_dim: d.k_dim,
+            value_head_dim: d.v_dim,
+            conv_kernel: d.conv_kernel,
+        };
+        let (core, state, conv) =
+            cuda::fused_core(&mixed, &w, &g, &beta, init.as_ref(), &dims, true)?;
+        let (q, k, v) = backends::split_qkv(&conv, &dims)?;
+        let (core2, state2) = cuda::gated_delta_rule(&q, &k, &v, &g, &beta, init.as_ref(), true)?;
+        let (o, f) = (host(&core)?, host(&state)?);
+        let same = host(&core2)? == o && host(&state2)? == f;
+        Ok((o, f, host(&conv)?, same))
+    }
+    #[cfg(not(feature = "cuda"))]
+    Err(Error::Input("CUDA is not in this build".into()))
+}
+
+fn run_conv<S: Element + WithDType>(
+    device: &Device,
+    x: &[f64],
+    w: &[f64],
+    (b, t, c, k): (usize, usize, usize, usize),
+) -> Result<Vec<f64>> {
+    if !device.is_cuda() {
+        let mut out = vec![S::from_acc(S::Acc::from_f64(f64::NAN)); x.len()];
+        let dims = cpu::ConvDims {
+            batch: b,
+            seq: t,
+            channels: c,
+            kernel: k,
+        };
+        cpu::causal_conv1d_silu(&to_s::<S>(x), &to_s::<S>(w), dims, &mut out)
+            .map_err(|e| Error::backend("fused", e.to_string()))?;
+        return Ok(s_f64(&out));
+    }
+    #[cfg(feature = "cuda")]
+    {
+        let xt = dev_tensor(x, &[b, t, c], S::DTYPE, device)?;
+        let wt = dev_tensor(w, &[c, k], S::DTYPE, device)?;
+        host(&crate::backends::fused::cuda::conv1d_silu(&xt, &wt, true)?)
+    }
+    #[cfg(not(feature = "cuda"))]
+    Err(Error::Input("CUDA is not in this build".into()))
+}
+
+fn run_norm<S: Element + WithDType>(
+    device: &Device,
+    x: &[f64],
+    z: &[f64],
+    w: &[f64],
+    (rows, dim): (usize, usize),
+) -> Result<Vec<f64>> {
+    if !device.is_cuda() {
+        let mut out = vec![S::from_acc(S::Acc::from_f64(f64::NAN)); x.len()];
+        cpu::gated_rms_norm(
+            &to_s::<S>(x),
+            &to_s::<S>(z),
+            &to_s::<S>(w),
+            1e-6,
+            cpu::NormDims { rows, dim },
+            &mut out,
+        )
+        .map_err(|e| Error::backend("fused", e.to_string()))?;
+        return Ok(s_f64(&out));
+    }
+    #[cfg(feature = "cuda")]
+    {
+        let dt = S::DTYPE;
+        let xt = dev_tensor(x, &[rows, dim], dt, device)?;
+        let zt = dev_tensor(z, &[rows, dim], dt, device)?;
+        let wt = dev_tensor(w, &[dim], dt, device)?;
+        host(&crate::backends::fused::cuda::gated_rms_norm(
+            &xt, &zt, &wt, 1e-6, true,
+        )?)
+    }
+    #[cfg(not(feature = "cuda"))]
+    Err(Error::Input("CUDA is not in this build".into()))
+}
+
+// --- 2. golden parity ----------------------------------------------------------------------
+
+/// Built-in model on `device`, every backend, f32 and f64, against `{prompt}.f64.safetensors`.
+fn golden_checks(device: &Device, golden: &Path, table: &mut Table) -> Result<()> {
+    let dir = golden.join("qwen3_5_tiny");
+    let mut prompts: Vec<String> = std::fs::read_dir(&dir)
+        .map_err(|e| Error::Input(format!("cannot list {}: {e}", dir.display())))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .strip_suffix(".f64.safetensors")
+                .map(str::to_string)
+        })
+        .collect();
+    prompts.sort();
+    if prompts.is_empty() {
+        return Err(Error::Input(format!(
+            "no *.f64.safetensors in {}",
+            dir.display()
+        )));
+    }
+    let model = builtin::model()?;
+    for prompt in &prompts {
+        let dump = Dump::open(&dir.join(format!("{prompt}.f64.safetensors")))?;
+        let ids = dump
+            .input_ids()?
+            .ok_or_else(|| Error::Input(format!("{prompt}: no input_ids")))?;
+        let mut truth = Vec::new();
+        for name in dump.names() {
+            let t = dump.tensor(&name)?;
+            if name != "input_ids" && t.dtype().is_float() {
+                truth.push((name, host(&t)?));
+            }
+        }
+        for info in available_backends() {
+            for (dtype, bound) in [(DType::F32, 1e-5), (DType::F64, 1e-10)] {
+                let label = format!("golden {prompt} {} {}", dtype_label(dtype), info.name);
+                match golden_run(&model, &ids, dtype, device, info.name, &truth) {
+                    Ok((worst, name)) => table.bound_note(label, worst, bound, name),
+                    Err(e) => table.error(label, &e),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Largest rel L2 over the golden tensors, and which tensor it was.
+fn golden_run(
+    model: &crate::model::Model,
+    ids: &[u32],
+    dtype: DType,
+    device: &Device,
+    backend: &str,
+    truth: &[(String, Vec<f64>)],
+) -> Result<(f64, String)> {
+    let b = backend_by_name(backend, device)?;
+    let opts = RunOptions {
+        dtype,
+        device: device.clone(),
+        backend: b.as_ref(),
+        capture_ops: false,
+        feed: None,
+    };
+    let caps = model.run(ids, &opts, &Progress::hidden())?;
+    let (mut worst, mut which) = (0.0f64, String::new());
+    for (name, want) in truth {
+        let got = caps
+            .get(name)
+            .ok_or_else(|| Error::Input(format!("no capture `{name}`")))?;
+        let e = rel_l2(&host(got)?, want);
+        if e.is_nan() || e > worst {
+            worst = e;
+            which = name.clone();
+            if e.is_nan() {
+                break;
+            }
+        }
+    }
+    Ok((worst, which))
+}
+
+// --- 3. the library's diff -----------------------------------------------------------------
+
+#[derive(Parser)]
+struct DiffCli {
+    #[command(flatten)]
+    diff: super::diff::DiffArgs,
+}
+
+/// `hsdiff --a fused --b reference --device D` on the built-in model; (exit code, report path).
+fn library_diff(device: &str) -> Result<(i32, PathBuf)> {
+    let report =
+        std::env::temp_dir().join(format!("hsdiff-selftest-diff-{}.txt", std::process::id()));
+    let report_arg = report.to_string_lossy().into_owned();
+    let cli = DiffCli::try_parse_from([
+        "hsdiff",
+        "--a",
+        "fused",
+        "--b",
+        "reference",
+        "--device",
+        device,
+        "--out",
+        &report_arg,
+    ])
+    .map_err(|e| Error::Input(format!("diff arguments: {e}")))?;
+    Ok((super::diff::run(&cli.diff)?, report))
+}
+
+// --- 4. bench ------------------------------------------------------------------------------
+
+#[cfg(feature = "cuda")]
+mod bench {
+    use std::io::Write;
+    use std::path::Path;
+
+    use candle_core::{DType, Device, IndexOp, Tensor};
+
+    use super::{Table, rel_l2};
+    use crate::backends::fused::cpu::{self, truth};
+    use crate::backends::fused::cuda;
+    use crate::error::{Error, Result};
+
+    /// Qwen3.5-27B linear-attention geometry.
+    const HK: usize = 16;
+    const HV: usize = 48;
+    const DK: usize = 128;
+    const DV: usize = 128;
+    /// Value heads compared against the CPU f64 truth (the truth is slow: key heads 0 and 1).
+    const TRUTH_HEADS: usize = 6;
+
+    pub fn run(
+        device: &Device,
+        seqs: &[usize],
+        dir: Option<&Path>,
+        table: &mut Table,
+    ) -> Result<()> {
+        let Device::Cuda(dev) = device else {
+            return Err(Error::Input("bench needs a CUDA device".into()));
+        };
+        let bw = cuda::copy_bandwidth_gbs(dev, 1 << 30, 10)?;
+        println!("device-to-device copy bandwidth: {bw:.0} GB/s (1 GiB copies, median of 10)");
+        println!(
+            "{:>7} {:>11} {:>11} {:>11} {:>9} {:>9} {:>7}",
+            "T", "median ms", "min ms", "p90 ms", "MB moved", "GB/s", "% copy"
+        );
+        let mut summary = Vec::new();
+        device.set_seed(20260)?;
+        for &t in seqs {
+            let q = Tensor::randn(0f32, 1.0, (1, t, HK, DK), device)?.to_dtype(DType::BF16)?;
+            let k = Tensor::randn(0f32, 1.0, (1, t, HK, DK), device)?.to_dtype(DType::BF16)?;
+            let v = Tensor::randn(0f32, 1.0, (1, t, HV, DV), device)?.to_dtype(DType::BF16)?;
+            // Real-looking gates: g = −exp(N(−2, 1.5)) (log-normal decays), β = σ(N(0, 1)).
+            let g = ((Tensor::randn(0f32, 1.5, (1, t, HV), device)? - 2.0)?.exp()? * -1.0)?;
+            let beta = candle_nn::ops::sigmoid(&Tensor::randn(0f32, 1.0, (1, t, HV), device)?)?
+                .to_dtype(DType::BF16)?;
+            for _ in 0..3 {
+                cuda::gated_delta_rule(&q, &k, &v, &g, &beta, None, false)?;
+            }
+            let first = cuda::time_ms(dev, || {
+                cuda::gated_delta_rule(&q, &k, &v, &g, &beta, None, false).map(|_| ())
+            })?;
+            let iters = ((3000.0 / first.max(1e-3)) as usize).clamp(5, 50);
+            let mut times = Vec::with_capacity(iters);
+            for _ in 0..iters {
+                times.push(cuda::time_ms(dev, || {
+                    cuda::gated_delta_rule(&q, &k, &v, &g, &beta, None, false).map(|_| ())
+                })?);
+            }
+            times.sort_by(f64::total_cmp);
+            let med = times[times.len() / 2];
+            let p90 = times[(times.len() * 9 / 10).min(times.len() - 1)];
+            let bytes =
+                2 * t * HK * DK * 2 + t * HV * DV * 2 * 2 + t * HV * (4 + 2) + HV * DK * DV * 4;
+            let gbs = bytes as f64 / (med * 1e-3) / 1e9;
+            println!(
+                "{t:>7} {med:>11.3} {:>11.3} {p90:>11.3} {:>9.1} {gbs:>9.0} {:>6.1}%",
+                times[0],
+                bytes as f64 / 1e6,
+                100.0 * gbs / bw
+            );
+            let (out, _state) = cuda::gated_delta_rule(&q, &k, &v, &g, &beta, None, false)?;
+            let mut accuracy = None;
+            if t == *seqs.iter().min().unwrap_or(&t) && t <= 8192 {
+                let e = truth_error(&q, &k, &v, &g, &beta, &out, t)?;
+                table.bound(
+                    format!("bench bf16 T{t} hsdiff vs f64 truth (heads 0..{TRUTH_HEADS})"),
+                    e,
+                    super::bound_for(DType::BF16),
+                );
+                accuracy = Some(e);
+            }
+            if let Some(dir) = dir {
+                write_case(
+                    dir,
+                    t,
+                    &[
+                        ("q", &q),
+                        ("k", &k),
+                        ("v", &v),
+                        ("g", &g),
+                        ("beta", &beta),
+                        ("hsdiff_out", &out),
+                    ],
+                )?;
+                let meta = serde_json::json!({
+                    "B": 1, "T": t, "Hk": HK, "Hv": HV, "dk": DK, "dv": DV,
+                    "dtype": "bf16", "g_dtype": "f32",
+                    "hsdiff_ms_median": med, "hsdiff_ms_min": times[0], "hsdiff_ms_p90": p90,
+                    "hsdiff_ms_all": times, "bytes_moved": bytes, "copy_bw_gbs": bw,
+                    "hsdiff_vs_truth_rel_l2": accuracy, "truth_heads": TRUTH_HEADS,
+                    "implementation": cuda::implementation(),
+                });
+                let path = dir.join(format!("T{t}")).join("meta.json");
+                std::fs::write(&path, serde_json::to_vec_pretty(&meta).unwrap_or_default())
+                    .map_err(|e| Error::file(&path, e.to_string()))?;
+                if accuracy.is_some() {
+                    let tr = truth_out(&q, &k, &v, &g, &beta, t)?;
+                    write_raw_f64(&dir.join(format!("T{t}")).join("truth_out.f64"), &tr)?;
+                }
+            }
+            summary.push((t, med));
+        }
+        for (t, med) in summary {
+            table.flag(
+                format!("bench bf16 T{t} hsdiff gdn kernel"),
+                true,
+                format!("{med:.3} ms median"),
+            );
+        }
+        Ok(())
+    }
+
+    /// The f64 truth of value heads 0..TRUTH_HEADS ([T, TRUTH_HEADS, dv], row-major).
+    fn truth_out(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        t: usize,
+    ) -> Result<Vec<f64>> {
+        let r = HV / HK;
+        let hk = TRUTH_HEADS / r;
+        let h = |x: Tensor| -> Result<Vec<f64>> { super::host(&x.contiguous()?) };
+        let q = h(q.i((.., .., 0..hk, ..))?)?;
+        let k = h(k.i((.., .., 0..hk, ..))?)?;
+        let v = h(v.i((.., .., 0..TRUTH_HEADS, ..))?)?;
+        let g = h(g.i((.., .., 0..TRUTH_HEADS))?)?;
+        let beta = h(beta.i((.., .., 0..TRUTH_HEADS))?)?;
+        let d = cpu::GdnDims {
+            batch: 1,
+            seq: t,
+            k_heads: hk,
+            v_heads: TRUTH_HEADS,
+            k_dim: DK,
+            v_dim: DV,
+            conv_kernel: 0,
+        };
+        let (out, _) =
+            truth::gated_delta_rule(&q, &k, &v, &g, &beta, 1.0 / (DK as f64).sqrt(), None, &d);
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn truth_error(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        out: &Tensor,
+        t: usize,
+    ) -> Result<f64> {
+        let want = truth_out(q, k, v, g, beta, t)?;
+        let got = super::host(&out.i((.., .., 0..TRUTH_HEADS, ..))?.contiguous()?)?;
+        Ok(rel_l2(&got, &want))
+    }
+
+    /// Raw little-endian files `{name}.{bf16|f32}` under `dir/T{t}/`.
+    fn write_case(dir: &Path, t: usize, tensors: &[(&str, &Tensor)]) -> Result<()> {
+        let d = dir.join(format!("T{t}"));
+        std::fs::create_dir_all(&d).map_err(|e| Error::file(&d, e.to_string()))?;
+        for (name, x) in tensors {
+            let x = x.flatten_all()?;
+            let (ext, bytes): (&str, Vec<u8>) = match x.dtype() {
+                DType::BF16 => (
+                    "bf16",
+                    x.to_vec1::<half::bf16>()?
+                        .iter()
+                        .flat_map(|v| v.to_bits().to_le_bytes())
+                        .collect(),
+                ),
+                DType::F32 => (
+                    "f32",
+                    x.to_vec1::<f32>()?
+                        .iter()
+                        .flat_map(|v| v.to_le_bytes())
+                        .collect(),
+                ),
+                other => return Err(Error::Input(format!("cannot write {other:?}"))),
+            };
+            let path = d.join(format!("{name}.{ext}"));
+            std::fs::File::create(&path)
+                .and_then(|mut f| f.write_all(&bytes))
+                .map_err(|e| Error::file(&path, e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn write_raw_f64(path: &Path, x: &[f64]) -> Result<()> {
+        let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(path, bytes).map_err(|e| Error::file(path, e.to_string()))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,288 @@
+//! Environment differences between the two sides of a report: their fingerprints compared key
+//! by key, each differing key classified as one that can change the numbers (`matters`: the
+//! linear-attention implementation, kernel packages present or not, dtype, device, weights,
+//! tokenizer, library versions, …) or one that cannot (hostname, time, paths, hsdiff's version).
+//!
+//! Fingerprints are treated as generic JSON: nested objects are flattened to dotted keys
+//! (`linear_attention_impl.causal_conv1d_fn.implementation`), so fields a writer adds flow
+//! through without changes here. A key that is unknown counts as mattering unless its name says
+//! it is a host, a time or a path.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::fingerprint::Fingerprint;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnvDiff {
+    /// Dotted key in the fingerprint JSON.
+    pub key: String,
+    /// The value on side A (`null`: not recorded).
+    pub a: Option<String>,
+    pub b: Option<String>,
+    /// Whether this difference can change the hidden states.
+    pub matters: bool,
+}
+
+/// Keys that never change the numbers, by exact (last-segment) name.
+const HARMLESS: &[&str] = &[
+    "hostname",
+    "host",
+    "created",
+    "time",
+    "timestamp",
+    "date",
+    "tool_version",
+    "hsdiff_version",
+    "git_commit",
+    "commit",
+    "format",
+    "source",
+    "os",
+    "pid",
+    "user",
+    "cwd",
+    "cpu",
+    "cpu_model",
+    "threads",
+    "num_threads",
+    "calls",
+    "gpu_driver",
+    "key_layout",
+    "module_path",
+];
+
+/// Substrings of keys that can change the numbers (checked before the harmless patterns, so
+/// `fast_path` matters although it ends in `path`).
+const MATTERS: &[&str] = &[
+    "fla",
+    "causal_conv1d",
+    "fast_path",
+    "kernel",
+    "linear_attention",
+    "linear_attn",
+    "impl",
+    "backend",
+    "attn",
+    "attention",
+    "dtype",
+    "device",
+    "digest",
+    "sha256",
+    "hash",
+    "weights",
+    "config",
+    "tokenizer",
+    "torch",
+    "transformers",
+    "cuda",
+    "compute_capability",
+    "cpu_features",
+    "simd",
+    "triton",
+    "version",
+];
+
+/// Substrings of keys that never change the numbers.
+const HARMLESS_PATTERNS: &[&str] = &[
+    "host", "time", "date", "path", "_dir", "file", "cwd", "user",
+];
+
+/// Whether a difference in `key` can change the hidden states.
+pub fn matters(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    let last = key.rsplit('.').next().unwrap_or(&key);
+    if HARMLESS.contains(&last) || HARMLESS.contains(&key.as_str()) {
+        return false;
+    }
+    if MATTERS.iter().any(|m| key.contains(m)) {
+        return true;
+    }
+    !HARMLESS_PATTERNS.iter().any(|p| key.contains(p))
+}
+
+/// Flattens a JSON object into `(dotted key, value as text)`; arrays are joined with commas.
+fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out);
+            }
+        }
+        Value::Null => {}
+        Value::String(s) => out.push((prefix.to_string(), s.clone())),
+        Value::Array(items) => out.push((
+            prefix.to_string(),
+            items
+                .iter()
+                .map(|x| match x {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(","),
+        )),
+        other => out.push((prefix.to_string(), other.to_string())),
+    }
+}
+
+/// Whether a fingerprint holds anything (files written without one give an empty record).
+pub fn is_recorded(fp: &Fingerprint) -> bool {
+    fp != &Fingerprint::default()
+}
+
+/// Every key whose value differs between the two fingerprints, mattering ones first. Keys one
+/// writer records and the other does not are listed but do not matter (different writers record
+/// different things); with no fingerprint on one side there is nothing to compare.
+pub fn env_diff(a: &Fingerprint, b: &Fingerprint) -> Vec<EnvDiff> {
+    if !is_recorded(a) || !is_recorded(b) {
+        return Vec::new();
+    }
+    let (Ok(va), Ok(vb)) = (serde_json::to_value(a), serde_json::to_value(b)) else {
+        return Vec::new();
+    };
+    diff_values(&va, &vb)
+}
+
+/// [`env_diff`] on raw JSON.
+pub fn diff_values(a: &Value, b: &Value) -> Vec<EnvDiff> {
+    let (mut fa, mut fb) = (Vec::new(), Vec::new());
+    flatten("", a, &mut fa);
+    flatten("", b, &mut fb);
+    let ma: std::collections::BTreeMap<_, _> = fa.into_iter().collect();
+    let mb: std::collections::BTreeMap<_, _> = fb.into_iter().collect();
+    let mut keys: Vec<&String> = ma.keys().chain(mb.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    // hsdiff dumps record the number of tokens and model names that the ids check and the
+    // digests already cover; "model" is a path or a name when a digest is present on both sides.
+    let digests = ["weights_digest", "config_sha256"]
+        .iter()
+        .any(|k| ma.contains_key(*k) && mb.contains_key(*k));
+    let mut out: Vec<EnvDiff> = keys
+        .into_iter()
+        .filter_map(|k| {
+            let (x, y) = (ma.get(k), mb.get(k));
+            if x == y {
+                return None;
+            }
+            // A key one side lacks matters only inside a section both sides record
+            // (`kernels.fla.version` next to `kernels.fla.available`): a package present on
+            // one machine only. A section only one writer records is just a different writer.
+            let in_both = |m: &std::collections::BTreeMap<String, String>| match k.rsplit_once('.')
+            {
+                Some((parent, _)) => {
+                    let p = format!("{parent}.");
+                    m.keys().any(|key| key.starts_with(&p))
+                }
+                None => m.contains_key(k),
+            };
+            let both = in_both(&ma) && in_both(&mb);
+            let m = both && matters(k) && !(k == "model" && digests);
+            Some(EnvDiff {
+                key: k.clone(),
+                a: x.cloned(),
+                b: y.cloned(),
+                matters: m,
+            })
+        })
+        .collect();
+    out.sort_by_key(|d| !d.matters);
+    out
+}
+
+/// "linear_attention_impl (fla vs torch fallback), device (cuda:0 vs cpu)" for the summary.
+pub fn summary_clause(diffs: &[EnvDiff]) -> Option<String> {
+    let m: Vec<&EnvDiff> = diffs.iter().filter(|d| d.matters).collect();
+    if m.is_empty() {
+        return None;
+    }
+    let short = |s: &Option<String>| {
+        let s = s.as_deref().unwrap_or("—");
+        if s.chars().count() > 32 {
+            format!("{}…", s.chars().take(31).collect::<String>())
+        } else {
+            s.to_string()
+        }
+    };
+    let mut parts: Vec<String> = m
+        .iter()
+        .take(3)
+        .map(|d| format!("{} ({} vs {})", d.key, short(&d.a), short(&d.b)))
+        .collect();
+    if m.len() > 3 {
+        parts.push(format!("{} more", m.len() - 3));
+    }
+    Some(format!("environments differ in {}", parts.join(", ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn classification() {
+        for k in [
+            "linear_attention_impl",
+            "fast_path",
+            "kernels.fla.available",
+            "causal_conv1d",
+            "dtype",
+            "device",
+            "weights_digest",
+            "config_sha256",
+            "tokenizer_sha256",
+            "torch",
+            "transformers",
+            "attn_implementation",
+            "implementation",
+            "backend",
+            "cpu_features",
+        ] {
+            assert!(matters(k), "{k} should matter");
+        }
+        for k in [
+            "hostname",
+            "created",
+            "tool_version",
+            "git_commit",
+            "model_path",
+            "linear_attention_impl.causal_conv1d_fn.calls",
+            "output_dir",
+            "threads",
+        ] {
+            assert!(!matters(k), "{k} should not matter");
+        }
+    }
+
+    #[test]
+    fn nested_keys_and_one_sided() {
+        let a = json!({"format": "hsdiff.dump/v1", "hostname": "a", "kernels": {"fla": true}, "only_a": "x",
+            "pkgs": {"causal_conv1d": {"available": false}}});
+        let b = json!({"format": "hsdiff.dump/v1", "hostname": "b", "kernels": {"fla": false},
+            "pkgs": {"causal_conv1d": {"available": true, "version": "1.5"}}});
+        let d = diff_values(&a, &b);
+        assert_eq!(d[0].key, "kernels.fla");
+        assert!(d[0].matters);
+        let host = d.iter().find(|x| x.key == "hostname").expect("hostname");
+        assert!(!host.matters);
+        let one = d.iter().find(|x| x.key == "only_a").expect("only_a");
+        assert!(!one.matters && one.b.is_none());
+        let v = d
+            .iter()
+            .find(|x| x.key == "pkgs.causal_conv1d.version")
+            .expect("version");
+        assert!(v.matters && v.a.is_none());
+        let s = summary_clause(&d).expect("clause");
+        assert!(
+            s.starts_with("environments differ in kernels.fla (true vs false)"),
+            "{s}"
+        );
+    }
+}
