@@ -445,6 +445,8 @@ def main() -> None:
     ap.add_argument("--dtype", default="f32", help="f32 (default), bf16, f16, f64")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
     ap.add_argument("--attn-implementation", default=None, help="eager, sdpa, flash_attention_2, … (default: transformers')")
+    ap.add_argument("--experts-implementation", default=None,
+                    help="MoE experts: eager, grouped_mm, … (default: transformers'; grouped_mm refuses f64)")
     ap.add_argument("--layers-path", default=None,
                     help="module path of the decoder-layer ModuleList, e.g. model.language_model.layers (default: found)")
     ap.add_argument("--no-logits", action="store_true", help="do not store the logits")
@@ -481,6 +483,8 @@ def main() -> None:
     kwargs = {"trust_remote_code": args.trust_remote_code}
     if args.attn_implementation:
         kwargs["attn_implementation"] = args.attn_implementation
+    if args.experts_implementation:
+        kwargs["experts_implementation"] = args.experts_implementation
     try:
         try:
             model = cls.from_pretrained(args.model, dtype=torch_dtype, **kwargs)
@@ -534,8 +538,15 @@ def main() -> None:
     hooks += [layer.register_forward_hook(save(f"layers.{i}")) for i, layer in enumerate(layers)]
     if final_norm is not None:
         hooks.append(final_norm.register_forward_hook(save("final_norm")))
-    with torch.inference_mode(), CallCounter(modeling) as counter:
-        out = model(input_ids=input_ids, use_cache=False)
+    try:
+        with torch.inference_mode(), CallCounter(modeling) as counter:
+            out = model(input_ids=input_ids, use_cache=False)
+    except Exception as e:  # noqa: BLE001
+        text = (str(e).strip().splitlines() or [""])[0]
+        hint = ""
+        if torch_dtype == torch.float64 and "Double" in text:
+            hint = " (float64: try --attn-implementation eager --experts-implementation eager)"
+        die(f"the forward pass failed: {type(e).__name__}: {text}{hint}")
     for h in hooks:
         h.remove()
     logits = getattr(out, "logits", None)

@@ -65,13 +65,6 @@ fn layer_name(i: i64) -> Option<String> {
     }
 }
 
-/// The first [`SAMPLE_TOKENS`] token rows of a `[1, T, …]` or `[T, …]` capture.
-fn sample(t: &Tensor) -> Result<Tensor> {
-    let axis = if t.rank() >= 3 { 1 } else { 0 };
-    let n = t.dim(axis)?.min(SAMPLE_TOKENS);
-    Ok(t.narrow(axis, 0, n)?)
-}
-
 /// ‖a − b‖ / ‖b‖ over finite elements, in f64, a chunk at a time.
 fn rel_l2(a: &Tensor, b: &Tensor) -> Result<f64> {
     let a = a.flatten_all()?;
@@ -132,22 +125,24 @@ pub fn detect(
     // The diagonal first: when it agrees, nothing else is read.
     let pass = |offsets: &[i64], rels: &mut Vec<Vec<f64>>| -> Result<()> {
         for &i in &b_layers {
-            let Some(bt) = layer_name(i).map(|n| b.tensor(&n)).transpose()?.flatten() else {
+            let Some(bt) = layer_name(i)
+                .map(|n| b.tensor_head(&n, SAMPLE_TOKENS))
+                .transpose()?
+                .flatten()
+            else {
                 continue;
             };
-            let bt = sample(&bt)?;
             for &k in offsets {
                 if !a_layers.contains(&(i + k)) {
                     continue;
                 }
                 let Some(at) = layer_name(i + k)
-                    .map(|n| a.tensor(&n))
+                    .map(|n| a.tensor_head(&n, SAMPLE_TOKENS))
                     .transpose()?
                     .flatten()
                 else {
                     continue;
                 };
-                let at = sample(&at)?;
                 if at.dims() == bt.dims() {
                     rels[slot(k)].push(rel_l2(&at, &bt)?);
                 }

@@ -122,6 +122,22 @@ impl SafetensorsFile {
             .map_err(|e| Error::tensor(&self.path, name, e.to_string()))
     }
 
+    /// Whether reads of the map will be scattered (no readahead: a sampled digest then reads
+    /// only the pages it samples) or normal. Compiled-in files ignore it.
+    pub fn advise_random(&self, random: bool) {
+        #[cfg(unix)]
+        if let Bytes::Mapped(m) = &self.bytes {
+            let advice = if random {
+                memmap2::Advice::Random
+            } else {
+                memmap2::Advice::Normal
+            };
+            let _ = m.advise(advice);
+        }
+        #[cfg(not(unix))]
+        let _ = random;
+    }
+
     /// SHA-256 over the whole file, streamed from the map.
     pub fn sha256(&self) -> String {
         let mut h = Sha256::new();
@@ -321,6 +337,13 @@ impl Checkpoint {
         self.index
             .iter()
             .map(|(name, &i)| (name.as_str(), self.files[i].raw(name)))
+    }
+
+    /// [`SafetensorsFile::advise_random`] for every file.
+    pub fn advise_random(&self, random: bool) {
+        for f in &self.files {
+            f.advise_random(random);
+        }
     }
 
     /// A digest of every tensor file, in shard order.

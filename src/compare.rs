@@ -12,6 +12,19 @@ use crate::error::Result;
 pub trait TensorSource {
     fn tensor(&self, name: &str) -> Result<Option<Tensor>>;
     fn names(&self) -> Vec<String>;
+
+    /// The first `n` token rows of a `[1, T, …]` (or `[T, …]`) capture, all of them when T ≤ n.
+    /// Sources that can read a prefix without the rest (memory-mapped files) override this.
+    fn tensor_head(&self, name: &str, n: usize) -> Result<Option<Tensor>> {
+        match self.tensor(name)? {
+            Some(t) => {
+                let axis = usize::from(t.rank() >= 3);
+                let rows = t.dim(axis)?;
+                Ok(Some(t.narrow(axis, 0, rows.min(n))?))
+            }
+            None => Ok(None),
+        }
+    }
 }
 
 impl TensorSource for Captures {

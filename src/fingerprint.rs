@@ -144,6 +144,15 @@ pub fn token_ids_sha256(ids: &[u32]) -> String {
 /// name or of whole tensors (fine-tuning, a different checkpoint, a different quantisation),
 /// not a change confined to bytes between windows. Value: `sampled-sha256-v1:<hex>`.
 pub fn weights_digest(checkpoint: &Checkpoint) -> Result<String> {
+    // Without this, each sampled page pulls in the device's whole readahead window (8 MiB on
+    // some VMs), i.e. the entire file.
+    checkpoint.advise_random(true);
+    let digest = sampled_digest(checkpoint);
+    checkpoint.advise_random(false);
+    digest
+}
+
+fn sampled_digest(checkpoint: &Checkpoint) -> Result<String> {
     let mut sha = Sha256::new();
     for (name, raw) in checkpoint.raw_tensors() {
         let (info, data) = raw?;

@@ -41,7 +41,7 @@ pub const K_MISMATCH: f64 = 4.0;
 pub const K_DRIFT: f64 = 2.0;
 
 /// Static per-layer rel-L2 bands of a compute dtype: `ok` up to the first, `fail` above the
-/// second (docs/verdicts.md gives the sources: fla's test tolerances, torch.testing, measured
+/// second (docs/reading-a-report.md#verdicts gives the sources: fla's test tolerances, torch.testing, measured
 /// floors of transformers' own fallbacks).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Thresholds {

@@ -122,6 +122,34 @@ fn hidden_states_last_entry_is_the_final_norm() {
     assert!(dict.fingerprint.is_some());
 }
 
+/// The alignment check reads only the first tokens of each layer, straight from the map.
+#[test]
+fn head_reads_match_full_reads() {
+    for file in [
+        "dump_f32.safetensors",
+        "hs_stacked.npy",
+        "hs_tuple.pt",
+        "hs_compressed.npz",
+    ] {
+        let src = FileSource::open(&fixture(file), None).expect("opens");
+        for name in ["embed", "layers.3"] {
+            let full = src.get(name).expect("get").expect("present");
+            let head = src.get_head(name, 3).expect("head").expect("present");
+            assert_eq!(head.dims(), [1, 3, 64], "{file} {name}");
+            let want: Vec<f32> = full
+                .narrow(1, 0, 3)
+                .and_then(|t| t.flatten_all())
+                .and_then(|t| t.to_vec1())
+                .expect("values");
+            let got: Vec<f32> = head
+                .flatten_all()
+                .and_then(|t| t.to_vec1())
+                .expect("values");
+            assert_eq!(got, want, "{file} {name}");
+        }
+    }
+}
+
 #[test]
 fn hsdiff_dump_against_pytorch_hidden_states() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -423,6 +451,47 @@ fn broken_files_exit_2_naming_the_file() {
                 1,
                 "{err}"
             );
+        }
+    }
+}
+
+/// Random byte flips in the headers of every fixture format: exit 0, 1 or 2, never a panic.
+#[test]
+fn mutated_files_never_panic() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = fixture("dump_f32.safetensors");
+    for name in [
+        "dump_f32.safetensors",
+        "hs_dict.pt",
+        "hs_stacked.npy",
+        "hs.npz",
+        "hs_compressed.npz",
+    ] {
+        let bytes = std::fs::read(fixture(name)).expect("read");
+        for round in 0..12 {
+            let mut m = bytes.clone();
+            for _ in 0..rng.random_range(1..4) {
+                // Mostly the header / pickle / zip directory, sometimes anywhere.
+                let at = if rng.random_bool(0.7) {
+                    rng.random_range(0..m.len().min(600))
+                } else {
+                    rng.random_range(0..m.len())
+                };
+                m[at] = rng.random();
+            }
+            let path = dir.path().join(format!("m{round}_{name}"));
+            std::fs::write(&path, &m).expect("write");
+            let o = compare(&good, &path, &[]);
+            let err = stderr(&o);
+            assert!(
+                matches!(o.status.code(), Some(0..=2)),
+                "{}: {:?} {err}",
+                path.display(),
+                o.status
+            );
+            assert!(!err.contains("panicked"), "{}: {err}", path.display());
         }
     }
 }

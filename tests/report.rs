@@ -502,12 +502,24 @@ fn plot_writes_svg_and_png_and_refuses_bad_paths() {
     assert!(svg_text.contains("floor"));
     let png_bytes = std::fs::read(&png).expect("read png");
     assert_eq!(&png_bytes[..8], b"\x89PNG\r\n\x1a\n");
+    // A long input is binned: the figure stays small.
+    let mut long = r.clone();
+    long.inputs.tokens = 20_000;
+    for t in &mut long.tensors {
+        t.per_token_rel = (0..20_000).map(|i| 1e-3 * (1.0 + (i % 7) as f64)).collect();
+    }
+    let long_svg = render_svg(&long).expect("long svg");
+    assert!(long_svg.len() < 3_000_000, "{} bytes", long_svg.len());
+    assert!(long_svg.contains("34-token bins"));
     // An empty report still draws.
     let mut empty = r.clone();
     empty.tensors.clear();
     render_svg(&empty).expect("empty svg");
 
+    let a_folder = dir.path().join("folder.svg");
+    std::fs::create_dir(&a_folder).expect("mkdir");
     for bad in [
+        a_folder,
         dir.path().join("r.pdf"),
         dir.path().join("noext"),
         dir.path().join("missing/dir/r.svg"),
@@ -715,11 +727,13 @@ fn synthetic_report() -> Report {
                 layer: 0,
                 agree: 1.0,
                 flipped_tokens: vec![],
+                flip_margins: vec![],
             },
             RouterRow {
                 layer: 2,
                 agree: 0.5,
                 flipped_tokens: vec![1, 3],
+                flip_margins: vec![Some(2.5e-3), None],
             },
         ],
         command: Some("hsdiff --a fused --b reference --prompt fizzbuzz --dtype bf16".into()),

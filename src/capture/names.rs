@@ -21,6 +21,12 @@ pub fn router_topk(i: usize) -> String {
     format!("router.{i}.topk_ids")
 }
 
+/// Per token, the router probability gap between the last chosen expert and the best expert
+/// left out in MoE layer `i`, `[1, T]` (accumulation dtype).
+pub fn router_margin(i: usize) -> String {
+    format!("router.{i}.margin")
+}
+
 /// Parses `layers.{i}` (exactly; not op names) into `i`.
 pub fn parse_layer(name: &str) -> Option<usize> {
     name.strip_prefix("layers.")?.parse().ok()

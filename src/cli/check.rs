@@ -452,27 +452,26 @@ fn forward(
 /// Says on stderr when the golden file was made from other config or weights than the model
 /// about to run; the numbers will then disagree, and this says why.
 fn note_model_differences(path: &Path, fp: &Fingerprint, model: &Model) {
-    if let Some(want) = &fp.config_sha256 {
-        if want != &model.config.sha256 {
-            eprintln!(
-                "hsdiff: note: {} was made from a config.json with sha256 {}, this model's is {}",
-                path.display(),
-                short(want),
-                short(&model.config.sha256)
-            );
-        }
+    if let Some(want) = &fp.config_sha256
+        && want != &model.config.sha256
+    {
+        eprintln!(
+            "hsdiff: note: {} was made from a config.json with sha256 {}, this model's is {}",
+            path.display(),
+            short(want),
+            short(&model.config.sha256)
+        );
     }
-    if let Some(want) = &fp.weights_digest {
-        if let Ok(here) = weights_digest(&model.checkpoint) {
-            if want != &here {
-                eprintln!(
-                    "hsdiff: note: {} was made from other weights (digest {}, this model's {})",
-                    path.display(),
-                    short(want),
-                    short(&here)
-                );
-            }
-        }
+    if let Some(want) = &fp.weights_digest
+        && let Ok(here) = weights_digest(&model.checkpoint)
+        && want != &here
+    {
+        eprintln!(
+            "hsdiff: note: {} was made from other weights (digest {}, this model's {})",
+            path.display(),
+            short(want),
+            short(&here)
+        );
     }
 }
 

@@ -41,7 +41,8 @@ pub struct CompareArgs {
         long,
         value_name = "K",
         default_value_t = 0,
-        allow_negative_numbers = true
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(i64).range(-1024..=1024)
     )]
     pub shift: i64,
 

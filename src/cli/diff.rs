@@ -136,10 +136,12 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
     } else {
         let reference = backend_by_name("reference", &session.device)?;
         let truth = forward(&session, reference.as_ref(), DType::F64, args.ops, feed)?;
-        let floor = if b.name() == "reference" {
-            None // B is the floor run itself
-        } else if a.name() == "reference" && args.mode == Mode::Propagate {
-            None // so is A
+        // B is the floor run itself, and so is A in propagate mode (in isolate mode A is not
+        // fed, so it cannot stand for the fed floor run).
+        let floor = if b.name() == "reference"
+            || (a.name() == "reference" && args.mode == Mode::Propagate)
+        {
+            None
         } else {
             Some(forward(
                 &session,

@@ -45,10 +45,10 @@ fn devices(requested: &Device, label: &str) -> Vec<(String, Device)> {
     let mut out = vec![("cpu".to_string(), Device::Cpu)];
     if !matches!(requested, Device::Cpu) {
         out.push((label.to_string(), requested.clone()));
-    } else if cfg!(feature = "cuda") {
-        if let Ok(d) = parse_device("cuda:0") {
-            out.push(("cuda:0".to_string(), d));
-        }
+    } else if cfg!(feature = "cuda")
+        && let Ok(d) = parse_device("cuda:0")
+    {
+        out.push(("cuda:0".to_string(), d));
     }
     out
 }

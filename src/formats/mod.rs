@@ -259,7 +259,10 @@ impl FileSource {
 
     fn npy(path: &Path, map: Mmap) -> Result<Self> {
         let h = npy::parse_header(&map).map_err(|e| bad(path, e))?;
-        let end = h.data_offset + h.data_len();
+        let end = h
+            .data_len()
+            .and_then(|n| n.checked_add(h.data_offset))
+            .ok_or_else(|| bad(path, format!("impossible shape {:?}", h.shape)))?;
         if end > map.len() {
             return Err(bad(
                 path,
@@ -295,8 +298,11 @@ impl FileSource {
                 .read_prefix(&map, name, head_len)
                 .map_err(|e| Error::tensor(path, stem, e))?;
             let h = npy::parse_header(&head).map_err(|e| Error::tensor(path, stem, e))?;
+            let len = h.data_len().ok_or_else(|| {
+                Error::tensor(path, stem, format!("impossible shape {:?}", h.shape))
+            })?;
             let loc = zip
-                .loc(name, h.data_offset, h.data_len())
+                .loc(name, h.data_offset, len)
                 .map_err(|e| Error::tensor(path, stem, e))?;
             entries.push(Entry {
                 raw: stem.to_string(),
@@ -355,7 +361,10 @@ impl FileSource {
             }
             let n = e.shape[0];
             let inner: Vec<usize> = e.shape[1..].to_vec();
-            let bytes = inner.iter().product::<usize>() * elem;
+            let Some(bytes) = npy::checked_bytes(&inner, elem) else {
+                out.push(e);
+                continue;
+            };
             for i in 0..n {
                 out.push(Entry {
                     raw: format!("{}.{i}", e.raw),
@@ -438,7 +447,7 @@ impl FileSource {
             };
             let renamed = match (layer, op) {
                 (None, _) => Some(name),
-                (Some(l), op) => match (l + k, op) {
+                (Some(l), op) => match (l.saturating_add(k), op) {
                     (-1, None) => Some(names::EMBED.to_string()),
                     (j, None) if j >= 0 => Some(names::layer(j as usize)),
                     (j, Some(op)) if j >= 0 => Some(names::op(j as usize, &op)),
@@ -453,7 +462,10 @@ impl FileSource {
 
     /// Reads one entry as stored.
     fn load(&self, idx: usize) -> Result<Tensor> {
-        let e = &self.entries[idx];
+        self.load_entry(&self.entries[idx])
+    }
+
+    fn load_entry(&self, e: &Entry) -> Result<Tensor> {
         let err = |msg: String| Error::tensor(&self.path, &e.raw, msg);
         let dtype = match (e.dtype, e.bits16) {
             (Some(d), _) => d,
@@ -484,12 +496,13 @@ impl FileSource {
             }
             _ => return Err(err("internal: location does not match the file".into())),
         };
-        let expect = e.shape.iter().product::<usize>() * dtype.size_in_bytes();
-        if bytes.len() != expect {
+        let expect = npy::checked_bytes(&e.shape, dtype.size_in_bytes());
+        if Some(bytes.len()) != expect {
             return Err(err(format!(
-                "holds {} bytes, its shape {:?} needs {expect} (truncated?)",
+                "holds {} bytes, its shape {:?} needs {} (truncated?)",
                 bytes.len(),
-                e.shape
+                e.shape,
+                expect.map_or("more".to_string(), |n| n.to_string())
             )));
         }
         if e.fortran {
@@ -503,6 +516,37 @@ impl FileSource {
             .map_err(|x| err(x.to_string()))
     }
 
+    /// The first `n` token rows of the tensor hsdiff calls `name`, reading only their bytes.
+    pub fn get_head(&self, name: &str, n: usize) -> Result<Option<Tensor>> {
+        let Some(&idx) = self.names.get(name) else {
+            return Ok(None);
+        };
+        let e = &self.entries[idx];
+        // Token axis: 1 for [1, T, …], 0 for [T, D]; only C-order single sequences.
+        let axis = match e.shape.len() {
+            2 => 0,
+            r if r >= 3 && e.shape[0] == 1 => 1,
+            _ => return self.get(name),
+        };
+        if e.fortran || e.shape[axis] <= n {
+            return self.get(name);
+        }
+        let elem = match (e.dtype, e.bits16) {
+            (Some(d), _) => d.size_in_bytes(),
+            (None, _) => 2,
+        };
+        let Some(len) =
+            npy::checked_bytes(&e.shape[axis + 1..], elem).and_then(|r| r.checked_mul(n))
+        else {
+            return self.get(name);
+        };
+        let mut head = e.clone();
+        head.shape[axis] = n;
+        head.loc = e.loc.part(0, len);
+        let t = self.load_entry(&head)?;
+        self.normalise(idx, name, t).map(Some)
+    }
+
     /// The tensor hsdiff calls `name`, as stored, with a missing batch dimension added
     /// (`[T, D]` → `[1, T, D]`).
     pub fn get(&self, name: &str) -> Result<Option<Tensor>> {
@@ -510,8 +554,13 @@ impl FileSource {
             return Ok(None);
         };
         let t = self.load(idx)?;
+        self.normalise(idx, name, t).map(Some)
+    }
+
+    /// Checks a loaded capture and gives it a batch dimension.
+    fn normalise(&self, idx: usize, name: &str, t: Tensor) -> Result<Tensor> {
         if name == names::INPUT_IDS || name.starts_with("router.") {
-            return Ok(Some(t));
+            return Ok(t);
         }
         if !matches!(
             t.dtype(),
@@ -527,7 +576,7 @@ impl FileSource {
             ));
         }
         match t.rank() {
-            2 => Ok(Some(t.unsqueeze(0)?)),
+            2 => Ok(t.unsqueeze(0)?),
             r if r >= 3 && t.dim(0)? > 1 => Err(Error::tensor(
                 &self.path,
                 &self.entries[idx].raw,
@@ -537,7 +586,7 @@ impl FileSource {
                     t.dims()
                 ),
             )),
-            _ => Ok(Some(t)),
+            _ => Ok(t),
         }
     }
 
@@ -619,6 +668,9 @@ impl crate::compare::TensorSource for FileSource {
     }
     fn names(&self) -> Vec<String> {
         FileSource::names(self)
+    }
+    fn tensor_head(&self, name: &str, n: usize) -> Result<Option<Tensor>> {
+        self.get_head(name, n)
     }
 }
 
@@ -702,11 +754,13 @@ impl ZipIndex {
     /// Where `len` bytes at `skip` into entry `name` are.
     pub fn loc(&self, name: &str, skip: usize, len: usize) -> std::result::Result<Loc, String> {
         let f = self.find(name)?;
-        if skip + len > f.size {
+        let end = skip
+            .checked_add(len)
+            .ok_or_else(|| format!("archive entry {name}: impossible size"))?;
+        if end > f.size {
             return Err(format!(
                 "archive entry {name} holds {} bytes, {} needed (truncated?)",
-                f.size,
-                skip + len
+                f.size, end
             ));
         }
         Ok(match (f.stored, f.start) {

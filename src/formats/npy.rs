@@ -34,12 +34,18 @@ impl Header {
         }
     }
 
-    pub fn data_len(&self) -> usize {
-        self.shape.iter().product::<usize>() * self.elem_size()
+    /// Bytes of data the header declares; None when that overflows.
+    pub fn data_len(&self) -> Option<usize> {
+        checked_bytes(&self.shape, self.elem_size())
     }
 }
 
 const MAGIC: &[u8] = b"\x93NUMPY";
+
+/// `elem × Π shape`, or None on overflow (a malformed header must not panic).
+pub fn checked_bytes(shape: &[usize], elem: usize) -> Option<usize> {
+    shape.iter().try_fold(elem, |acc, &d| acc.checked_mul(d))
+}
 
 /// Bytes of the fixed prelude: magic, version, header length (v1: u16, v2/v3: u32).
 pub fn prelude_len(bytes: &[u8]) -> Result<usize, String> {

@@ -13,7 +13,7 @@ use candle_core::DType;
 use candle_core::pickle::{Object, Stack};
 use serde_json::Value;
 
-use super::{Entry, ZipIndex};
+use super::{Entry, ZipIndex, npy};
 use crate::capture::dump::METADATA_KEY;
 
 /// Everything read from a `.pt` file's pickle.
@@ -40,18 +40,9 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, String> {
         .ok_or("no data.pkl in the archive: not a torch.save file")?;
     let prefix = pkl.strip_suffix("data.pkl").unwrap_or_default().to_string();
     let pickle = zip.read_all(bytes, &pkl)?;
-    let mut stack = Stack::empty();
-    stack
-        .read_loop(&mut BufReader::new(Cursor::new(pickle)))
-        .map_err(|e| {
-            format!(
-                "cannot unpickle {pkl} ({}); save a dict of tensors or the hidden_states tuple",
-                short(&e.to_string())
-            )
-        })?;
-    let obj = stack
-        .finalize()
-        .map_err(|e| format!("cannot unpickle {pkl}: {}", short(&e.to_string())))?;
+    let obj = unpickle(&pickle).map_err(|e| {
+        format!("cannot unpickle {pkl} ({e}); save a dict of tensors or the hidden_states tuple")
+    })?;
     let mut walk = Walk {
         zip: &zip,
         prefix: &prefix,
@@ -190,7 +181,7 @@ impl Walk<'_> {
         let offset = as_usize(offset).ok_or_else(|| bad("bad storage offset"))?;
         let shape = usize_tuple(size).ok_or_else(|| bad("bad size"))?;
         let stride = usize_tuple(stride).ok_or_else(|| bad("bad stride"))?;
-        let numel: usize = shape.iter().product();
+        let numel = npy::checked_bytes(&shape, 1).ok_or_else(|| bad("impossible size"))?;
         if numel > 1 && stride != contiguous_strides(&shape) {
             let mut rev_shape = shape.clone();
             rev_shape.reverse();
@@ -206,10 +197,10 @@ impl Walk<'_> {
         let fortran = numel > 1 && shape.len() > 1 && stride != contiguous_strides(&shape);
         let entry_name = format!("{}data/{key}", self.prefix);
         let size = dtype.size_in_bytes();
-        let loc = self
-            .zip
-            .loc(&entry_name, offset * size, numel * size)
-            .map_err(|e| bad(&e))?;
+        let (Some(skip), Some(len)) = (offset.checked_mul(size), numel.checked_mul(size)) else {
+            return Err(bad("impossible size"));
+        };
+        let loc = self.zip.loc(&entry_name, skip, len).map_err(|e| bad(&e))?;
         Ok(Some(Entry {
             raw: name.to_string(),
             dtype: Some(dtype),
@@ -220,6 +211,23 @@ impl Walk<'_> {
             seq,
         }))
     }
+}
+
+/// Runs candle's unpickler. It can panic on malformed input (an over-long `LONG1`, …); a panic
+/// is caught, kept off stderr, and turned into an error.
+fn unpickle(bytes: &[u8]) -> Result<Object, String> {
+    let run = || -> Result<Object, String> {
+        let mut stack = Stack::empty();
+        stack
+            .read_loop(&mut BufReader::new(Cursor::new(bytes)))
+            .map_err(|e| short(&e.to_string()))?;
+        stack.finalize().map_err(|e| short(&e.to_string()))
+    };
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let out = std::panic::catch_unwind(run);
+    std::panic::set_hook(hook);
+    out.unwrap_or_else(|_| Err("malformed pickle".to_string()))
 }
 
 /// The arguments of `_rebuild_tensor_v2` if `obj` rebuilds a tensor (plain, parameter, or

@@ -71,10 +71,16 @@ pub fn logit_stats(a: &Tensor, b: &Tensor, tie_margin: f64) -> Result<LogitStats
         overlap += top_a.iter().filter(|i| top_b.contains(i)).count() as f64 / k as f64;
     }
     let (kl_max_token, kl_max) =
-        kls.iter().copied().enumerate().fold(
-            (0, 0.0),
-            |best, (i, x)| if x > best.1 { (i, x) } else { best },
-        );
+        kls.iter()
+            .copied()
+            .enumerate()
+            .fold((0, 0.0_f64), |best, (i, x)| {
+                if !best.1.is_nan() && (x.is_nan() || x > best.1) {
+                    (i, x)
+                } else {
+                    best
+                }
+            });
     Ok(LogitStats {
         kl_mean: kls.iter().sum::<f64>() / tokens.max(1) as f64,
         kl_p99: percentile(&kls, 0.99),

@@ -122,10 +122,12 @@ pub fn diff_stats(name: &str, a: &Tensor, b: &Tensor) -> Result<DiffStats> {
         let ra: Vec<f64> = a.get(token)?.to_dtype(DType::F64)?.to_vec1()?;
         let rb: Vec<f64> = b.get(token)?.to_dtype(DType::F64)?.to_vec1()?;
         let mut row = Sums::default();
+        let mut row_one_sided = false;
         for (channel, (&x, &y)) in ra.iter().zip(&rb).enumerate() {
             count_non_finite(x, &mut s.nan_a, &mut s.inf_a);
             count_non_finite(y, &mut s.nan_b, &mut s.inf_b);
             if !(x.is_finite() && y.is_finite()) {
+                row_one_sided |= x.is_finite() != y.is_finite();
                 continue;
             }
             let d = (x - y).abs();
@@ -139,8 +141,13 @@ pub fn diff_stats(name: &str, a: &Tensor, b: &Tensor) -> Result<DiffStats> {
                 s.max_abs_at = Location { token, channel };
             }
         }
-        s.per_token_rel
-            .push(ratio(row.sq_diff.sqrt(), row.sq_b.sqrt()));
+        // A token with NaN/Inf on one side only has no meaningful error: mark it NaN rather than
+        // let the finite elements make it look fine.
+        s.per_token_rel.push(if row_one_sided {
+            f64::NAN
+        } else {
+            ratio(row.sq_diff.sqrt(), row.sq_b.sqrt())
+        });
         // Bit-identical rows have cosine exactly 1, whatever the rounding of the dot product.
         let cos = if row.sq_diff == 0.0 {
             1.0

@@ -50,8 +50,14 @@ pub struct SparseMoe {
     norm_topk_prob: bool,
 }
 
-/// The experts each token was routed to, `[tokens][k]`, most probable first.
-pub type RouterChoice = Vec<Vec<u32>>;
+/// What the router decided for each token.
+pub struct RouterChoice {
+    /// The experts each token was routed to, `[tokens][k]`, most probable first.
+    pub experts: Vec<Vec<u32>>,
+    /// Per token, the probability gap between the k-th chosen expert and the best expert left
+    /// out: how close the routing was to flipping.
+    pub margins: Vec<f64>,
+}
 
 impl SparseMoe {
     pub fn new(cfg: &ModelConfig, moe: &MoeConfig, w: &Weights) -> Result<Self> {
@@ -100,7 +106,10 @@ impl SparseMoe {
             candle_nn::ops::softmax(&logits.to_dtype(accumulation_dtype(dtype))?, D::Minus1)?;
         let probs: Vec<Vec<f64>> = probs.to_dtype(candle_core::DType::F64)?.to_vec2()?;
 
-        let mut choice: RouterChoice = Vec::with_capacity(probs.len());
+        let mut choice = RouterChoice {
+            experts: Vec::with_capacity(probs.len()),
+            margins: Vec::with_capacity(probs.len()),
+        };
         // per expert: (token rows, routing weights)
         let mut routed: Vec<(Vec<u32>, Vec<f64>)> =
             vec![(Vec::new(), Vec::new()); self.experts.len()];
@@ -119,7 +128,11 @@ impl SparseMoe {
                 routed[e].0.push(token as u32);
                 routed[e].1.push(w);
             }
-            choice.push(top.iter().map(|&e| e as u32).collect());
+            choice.experts.push(top.iter().map(|&e| e as u32).collect());
+            let kth = p[order[self.top_k - 1]];
+            choice
+                .margins
+                .push(order.get(self.top_k).map_or(kth, |&e| kth - p[e]));
         }
 
         let mut out = flat.zeros_like()?;

@@ -138,7 +138,15 @@ impl Model {
                 caps.push(names::op(i, "out_proj"), gdn.out_proj);
             }
             if let Some(choice) = layer_caps.router {
-                caps.push(names::router_topk(i), router_tensor(&choice, device)?);
+                caps.push(
+                    names::router_topk(i),
+                    router_tensor(&choice.experts, device)?,
+                );
+                let t = choice.margins.len();
+                caps.push(
+                    names::router_margin(i),
+                    Tensor::from_vec(choice.margins, (1, t), device)?,
+                );
             }
             caps.push(names::layer(i), out.clone());
             x = out;

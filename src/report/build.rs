@@ -216,10 +216,19 @@ fn router_rows(c: &Comparison) -> Result<Vec<RouterRow>> {
             })
             .map(|(t, _)| t)
             .collect();
+        let margins: Option<Vec<f64>> = match c.b.tensor(&names::router_margin(layer))? {
+            Some(m) => Some(m.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?),
+            None => None,
+        };
+        let flip_margins = flipped
+            .iter()
+            .map(|&t| margins.as_ref().and_then(|m| m.get(t).copied()))
+            .collect();
         rows.push(RouterRow {
             layer,
             agree: 1.0 - flipped.len() as f64 / a.len().max(1) as f64,
             flipped_tokens: flipped,
+            flip_margins,
         });
     }
     Ok(rows)

@@ -70,25 +70,9 @@ impl Render for Markdown {
             out.push_str("\nMoE router top-k agreement:\n\n");
         }
         for router in &r.routers {
-            let flipped = if router.flipped_tokens.is_empty() {
-                String::new()
-            } else {
-                let shown: Vec<String> = router
-                    .flipped_tokens
-                    .iter()
-                    .take(12)
-                    .map(|t| t.to_string())
-                    .collect();
-                let more = router.flipped_tokens.len().saturating_sub(shown.len());
-                format!(
-                    " (flipped at tokens {}{})",
-                    shown.join(", "),
-                    if more > 0 {
-                        format!(" and {more} more")
-                    } else {
-                        String::new()
-                    }
-                )
+            let flipped = match router.describe_flips(12) {
+                f if f.is_empty() => f,
+                f => format!(" (flipped at {f})"),
             };
             out.push_str(&format!(
                 "- layer {}: top-k sets agree on {:.1}% of tokens{flipped}\n",

@@ -127,6 +127,36 @@ pub struct RouterRow {
     /// Fraction of tokens whose top-k expert set is the same on both sides.
     pub agree: f64,
     pub flipped_tokens: Vec<usize>,
+    /// For each flipped token, side B's router margin (probability gap between the last chosen
+    /// expert and the best one left out), when B recorded it: a small margin means the flip is
+    /// rounding deciding a near-tie.
+    pub flip_margins: Vec<Option<f64>>,
+}
+
+impl RouterRow {
+    /// "tokens 3 (margin 1.2e-3), 7 (margin 4.0e-2) and 5 more", or "" when nothing flipped.
+    pub fn describe_flips(&self, max_shown: usize) -> String {
+        if self.flipped_tokens.is_empty() {
+            return String::new();
+        }
+        let shown: Vec<String> = self
+            .flipped_tokens
+            .iter()
+            .zip(self.flip_margins.iter().chain(std::iter::repeat(&None)))
+            .take(max_shown)
+            .map(|(t, m)| match m {
+                Some(m) => format!("{t} (margin {m:.1e})"),
+                None => t.to_string(),
+            })
+            .collect();
+        let more = self.flipped_tokens.len().saturating_sub(shown.len());
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        format!("tokens {}{more}", shown.join(", "))
+    }
 }
 
 /// A way to render a report as text (terminal table, markdown, JSON).

@@ -582,6 +582,17 @@ fn draw_rel_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report)
     Ok(())
 }
 
+/// Heatmap cells per row at most (wider inputs are binned).
+const MAX_CELLS: usize = 600;
+
+/// The value a bin of tokens is drawn with: non-finite if any is, else the largest.
+fn bin_value(values: &[f64]) -> f64 {
+    if let Some(bad) = values.iter().find(|v| !v.is_finite()) {
+        return *bad;
+    }
+    values.iter().copied().fold(0.0, f64::max)
+}
+
 /// Maps a per-token relative error to a colour of the log scale `[lo, hi]`.
 fn heat_color(v: f64, lo: f64, hi: f64) -> RGBColor {
     if v.is_nan() || v.is_infinite() {
@@ -615,6 +626,17 @@ fn draw_heatmap<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report) -
         _ => (1e-3, 1.0),
     };
 
+    // Long inputs: one cell per bin of tokens (the bin's worst value), so that a figure stays a
+    // few thousand cells whatever the length.
+    let bin = tokens.div_ceil(MAX_CELLS).max(1);
+    let caption = if bin > 1 {
+        format!(
+            "per-token rel error ‖a_t − b_t‖ / ‖b_t‖, max over {bin}-token bins (log colour; grey: identical, magenta: NaN/Inf)"
+        )
+    } else {
+        "per-token rel error ‖a_t − b_t‖ / ‖b_t‖ (log colour; grey: identical, magenta: NaN/Inf)"
+            .to_string()
+    };
     let (map_area, bar_area) = area.split_horizontally(WIDTH - 130);
     let row_names: Vec<String> = rows.iter().map(|t| t.name.clone()).collect();
     let stride = m.div_ceil(40).max(1);
@@ -632,10 +654,7 @@ fn draw_heatmap<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report) -
         .margin_bottom(8)
         .x_label_area_size(44)
         .y_label_area_size(100)
-        .caption(
-            "per-token rel error ‖a_t − b_t‖ / ‖b_t‖ (log colour; grey: identical, magenta: NaN/Inf)",
-            ("sans-serif", 15),
-        )
+        .caption(caption, ("sans-serif", 15))
         .build_cartesian_2d(
             0i32..tokens as i32,
             (0i32..2 * m as i32).with_key_points(y_keys),
@@ -660,12 +679,16 @@ fn draw_heatmap<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report) -
         .draw()?;
     chart.draw_series(rows.iter().enumerate().flat_map(|(i, t)| {
         let y0 = row_y(i);
-        t.per_token_rel.iter().enumerate().map(move |(tok, &v)| {
-            Rectangle::new(
-                [(tok as i32, y0), (tok as i32 + 1, y0 + 2)],
-                heat_color(v, lo, hi).filled(),
-            )
-        })
+        t.per_token_rel
+            .chunks(bin)
+            .enumerate()
+            .map(move |(j, values)| {
+                let start = (j * bin) as i32;
+                Rectangle::new(
+                    [(start, y0), (start + values.len() as i32, y0 + 2)],
+                    heat_color(bin_value(values), lo, hi).filled(),
+                )
+            })
     }))?;
     // Tensors with NaN/Inf: their per-token errors cover the finite elements only, so outline
     // them in magenta.

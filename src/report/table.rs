@@ -90,8 +90,12 @@ impl Render for Table {
             ));
         }
         for router in &r.routers {
+            let flipped = match router.describe_flips(6) {
+                f if f.is_empty() => f,
+                f => format!(": flipped at {f}"),
+            };
             out.push_str(&format!(
-                "router layer {}: top-k sets agree on {:.1}% of tokens\n",
+                "router layer {}: top-k sets agree on {:.1}% of tokens{flipped}\n",
                 router.layer,
                 100.0 * router.agree
             ));
