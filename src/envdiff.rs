@@ -50,6 +50,9 @@ const HARMLESS: &[&str] = &[
     "gpu_driver",
     "key_layout",
     "module_path",
+    "model_class",
+    "tool",
+    "python",
 ];
 
 /// Substrings of keys that can change the numbers (checked before the harmless patterns, so
@@ -164,6 +167,10 @@ pub fn diff_values(a: &Value, b: &Value) -> Vec<EnvDiff> {
     let digests = ["weights_digest", "config_sha256"]
         .iter()
         .any(|k| ma.contains_key(*k) && mb.contains_key(*k));
+    // Two files from the same writer record the same keys; one it leaves out is absent on
+    // that machine (`fla` dropped because the package is not installed), which matters.
+    let same_writer =
+        ma.get("source").is_some_and(|s| !s.is_empty()) && ma.get("source") == mb.get("source");
     let mut out: Vec<EnvDiff> = keys
         .into_iter()
         .filter_map(|k| {
@@ -171,7 +178,7 @@ pub fn diff_values(a: &Value, b: &Value) -> Vec<EnvDiff> {
             if x == y {
                 return None;
             }
-            // A key one side lacks matters only inside a section both sides record
+            // Otherwise a key one side lacks matters only inside a section both sides record
             // (`kernels.fla.version` next to `kernels.fla.available`): a package present on
             // one machine only. A section only one writer records is just a different writer.
             let in_both = |m: &std::collections::BTreeMap<String, String>| match k.rsplit_once('.')
@@ -182,7 +189,7 @@ pub fn diff_values(a: &Value, b: &Value) -> Vec<EnvDiff> {
                 }
                 None => m.contains_key(k),
             };
-            let both = in_both(&ma) && in_both(&mb);
+            let both = same_writer || (in_both(&ma) && in_both(&mb));
             let m = both && matters(k) && !(k == "model" && digests);
             Some(EnvDiff {
                 key: k.clone(),
@@ -274,6 +281,15 @@ mod tests {
         assert!(!host.matters);
         let one = d.iter().find(|x| x.key == "only_a").expect("only_a");
         assert!(!one.matters && one.b.is_none());
+        // Same writer: a key only one side records (a package missing there) matters.
+        let same = diff_values(
+            &json!({"source": "pytorch", "fla": "0.3.2", "hostname": "a"}),
+            &json!({"source": "pytorch", "hostname": "b"}),
+        );
+        assert!(
+            same.iter()
+                .any(|x| x.key == "fla" && x.matters && x.b.is_none())
+        );
         let v = d
             .iter()
             .find(|x| x.key == "pkgs.causal_conv1d.version")

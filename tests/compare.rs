@@ -362,7 +362,7 @@ fn bf16_bits_in_numpy_need_the_hint() {
     let embed = file.tensor("embed").expect("embed");
     assert_eq!(embed.dtype(), safetensors::Dtype::BF16);
     let mut header = "{'descr': '<i2', 'fortran_order': False, 'shape': (1, 8, 64), }".to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
     header.push('\n');

@@ -22,8 +22,10 @@ use serde_json::Value;
 
 use crate::capture::dump::METADATA_KEY;
 use crate::capture::names;
-use crate::checkpoint::SafetensorsFile;
 use crate::error::{Error, Result};
+
+/// Alignment of the ranges released from the map (see [`FileSource::release`]).
+const RELEASE_ALIGN: usize = 64 << 10;
 
 /// What kind of file a side is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,12 +55,6 @@ impl FileFormat {
 pub enum Loc {
     /// A byte range of the memory map.
     Range(usize, usize),
-    /// A safetensors tensor, `skip` bytes in, `len` bytes long.
-    St {
-        name: String,
-        skip: usize,
-        len: usize,
-    },
     /// Inside a compressed zip entry: `len` bytes after the first `skip`.
     Zip {
         entry: String,
@@ -72,11 +68,6 @@ impl Loc {
     fn part(&self, off: usize, n: usize) -> Loc {
         match self {
             Loc::Range(a, _) => Loc::Range(a + off, a + off + n),
-            Loc::St { name, skip, .. } => Loc::St {
-                name: name.clone(),
-                skip: skip + off,
-                len: n,
-            },
             Loc::Zip { entry, skip, .. } => Loc::Zip {
                 entry: entry.clone(),
                 skip: skip + off,
@@ -102,16 +93,11 @@ pub struct Entry {
     pub seq: Option<(String, usize, usize)>,
 }
 
-enum Backing {
-    Safetensors(SafetensorsFile),
-    Mapped(Mmap),
-}
-
 /// A file of captured tensors, opened for comparison.
 pub struct FileSource {
     path: PathBuf,
     pub format: FileFormat,
-    backing: Backing,
+    map: Mmap,
     entries: Vec<Entry>,
     /// hsdiff name → entry.
     names: BTreeMap<String, usize>,
@@ -169,8 +155,7 @@ impl FileSource {
                 "a legacy (pre-1.6, non-zip) torch.save file: re-save it with torch ≥ 1.6 defaults",
             ));
         } else {
-            drop(map);
-            Self::safetensors(path).map_err(|e| match (&e, ext.as_str()) {
+            Self::safetensors(path, map).map_err(|e| match (&e, ext.as_str()) {
                 (_, "safetensors" | "st") => e,
                 _ => bad(
                     path,
@@ -184,11 +169,11 @@ impl FileSource {
         Ok(src)
     }
 
-    fn empty(path: &Path, format: FileFormat, backing: Backing) -> Self {
+    fn empty(path: &Path, format: FileFormat, map: Mmap) -> Self {
         FileSource {
             path: path.to_path_buf(),
             format,
-            backing,
+            map,
             entries: Vec::new(),
             names: BTreeMap::new(),
             conventions: Vec::new(),
@@ -198,9 +183,18 @@ impl FileSource {
         }
     }
 
-    fn safetensors(path: &Path) -> Result<Self> {
-        let file = SafetensorsFile::open(path)?;
-        let fingerprint = match file.user_metadata().and_then(|m| m.get(METADATA_KEY)) {
+    fn safetensors(path: &Path, map: Mmap) -> Result<Self> {
+        let (header_len, meta) = safetensors::SafeTensors::read_metadata(&map).map_err(|e| {
+            use safetensors::SafeTensorError as E;
+            let why = match e {
+                E::MetadataIncompleteBuffer => "shorter than its header says: truncated".into(),
+                E::HeaderTooSmall => "too small to hold a header".into(),
+                E::InvalidHeaderLength => "header length points past the end of the file".into(),
+                other => format!("{other:?}"),
+            };
+            bad(path, format!("not a valid safetensors file ({why})"))
+        })?;
+        let fingerprint = match meta.metadata().as_ref().and_then(|m| m.get(METADATA_KEY)) {
             Some(json) => Some(serde_json::from_str::<Value>(json).map_err(|e| {
                 bad(
                     path,
@@ -209,10 +203,12 @@ impl FileSource {
             })?),
             None => None,
         };
+        let base = 8 + header_len;
         let mut entries = Vec::new();
-        for name in file.names() {
-            // Checks that the data lies inside the file (a truncated file fails here).
-            let (info, data) = file.raw(&name)?;
+        let mut infos: Vec<(String, &safetensors::tensor::TensorInfo)> =
+            meta.tensors().into_iter().collect();
+        infos.sort_by(|x, y| x.0.cmp(&y.0));
+        for (name, info) in infos {
             use safetensors::Dtype as S;
             let dtype = match info.dtype {
                 S::F64 => DType::F64,
@@ -232,17 +228,21 @@ impl FileSource {
                     ));
                 }
             };
+            let (start, end) = (base + info.data_offsets.0, base + info.data_offsets.1);
+            if end > map.len() || start > end {
+                return Err(Error::tensor(
+                    path,
+                    &name,
+                    "data lies past the end of the file (truncated?)",
+                ));
+            }
             entries.push(Entry {
                 raw: name.clone(),
                 dtype: Some(dtype),
                 bits16: None,
                 shape: info.shape.clone(),
                 fortran: false,
-                loc: Loc::St {
-                    name: name.clone(),
-                    skip: 0,
-                    len: data.len(),
-                },
+                loc: Loc::Range(start, end),
                 seq: None,
             });
         }
@@ -251,7 +251,7 @@ impl FileSource {
         } else {
             FileFormat::Safetensors
         };
-        let mut src = Self::empty(path, format, Backing::Safetensors(file));
+        let mut src = Self::empty(path, format, map);
         src.entries = entries;
         src.fingerprint = fingerprint;
         Ok(src)
@@ -281,7 +281,7 @@ impl FileSource {
             loc: Loc::Range(h.data_offset, end),
             seq: None,
         };
-        let mut src = Self::empty(path, FileFormat::Npy, Backing::Mapped(map));
+        let mut src = Self::empty(path, FileFormat::Npy, map);
         src.entries.push(entry);
         Ok(src)
     }
@@ -314,14 +314,14 @@ impl FileSource {
                 seq: None,
             });
         }
-        let mut src = Self::empty(path, FileFormat::Npz, Backing::Mapped(map));
+        let mut src = Self::empty(path, FileFormat::Npz, map);
         src.entries = entries;
         Ok(src)
     }
 
     fn torch(path: &Path, map: Mmap) -> Result<Self> {
         let parsed = torch::parse(&map).map_err(|e| bad(path, e))?;
-        let mut src = Self::empty(path, FileFormat::Torch, Backing::Mapped(map));
+        let mut src = Self::empty(path, FileFormat::Torch, map);
         src.entries = parsed.entries;
         // A bare tensor is named after the file, as a .npy is.
         for e in &mut src.entries {
@@ -479,23 +479,15 @@ impl FileSource {
                 ));
             }
         };
-        let bytes: Cow<[u8]> = match (&e.loc, &self.backing) {
-            (Loc::Range(a, b), Backing::Mapped(map)) => Cow::Borrowed(
-                map.get(*a..*b)
-                    .ok_or_else(|| err("data lies past the end of the file (truncated?)".into()))?,
-            ),
-            (Loc::St { name, skip, len }, Backing::Safetensors(file)) => {
-                let (_, data) = file.raw(name)?;
-                Cow::Borrowed(
-                    data.get(*skip..skip + len)
-                        .ok_or_else(|| err("data out of range".into()))?,
-                )
-            }
-            (Loc::Zip { entry, skip, len }, Backing::Mapped(map)) => {
-                Cow::Owned(torch::read_entry(map, entry, *skip, *len).map_err(err)?)
-            }
-            _ => return Err(err("internal: location does not match the file".into())),
-        };
+        let bytes: Cow<[u8]> =
+            match &e.loc {
+                Loc::Range(a, b) => Cow::Borrowed(self.map.get(*a..*b).ok_or_else(|| {
+                    err("data lies past the end of the file (truncated?)".into())
+                })?),
+                Loc::Zip { entry, skip, len } => {
+                    Cow::Owned(torch::read_entry(&self.map, entry, *skip, *len).map_err(err)?)
+                }
+            };
         let expect = npy::checked_bytes(&e.shape, dtype.size_in_bytes());
         if Some(bytes.len()) != expect {
             return Err(err(format!(
@@ -505,15 +497,39 @@ impl FileSource {
                 expect.map_or("more".to_string(), |n| n.to_string())
             )));
         }
-        if e.fortran {
+        let t = if e.fortran {
             let mut rev = e.shape.clone();
             rev.reverse();
             let t = Tensor::from_raw_buffer(&bytes, dtype, &rev, &Device::Cpu)?;
             let dims: Vec<usize> = (0..rev.len()).rev().collect();
-            return Ok(t.permute(dims)?.contiguous()?);
+            t.permute(dims)?.contiguous()?
+        } else {
+            Tensor::from_raw_buffer(&bytes, dtype, &e.shape, &Device::Cpu)
+                .map_err(|x| err(x.to_string()))?
+        };
+        drop(bytes);
+        if let Loc::Range(a, b) = e.loc {
+            self.release(a, b);
         }
-        Tensor::from_raw_buffer(&bytes, dtype, &e.shape, &Device::Cpu)
-            .map_err(|x| err(x.to_string()))
+        Ok(t)
+    }
+
+    /// Drops the pages of `[a, b)` from this process's mapping once they have been copied into
+    /// a tensor, so that resident memory stays near one tensor pair however large the file
+    /// (the kernel keeps them in its page cache; a later read faults them back in).
+    fn release(&self, a: usize, b: usize) {
+        // madvise wants a page-aligned start; 64 KiB is a multiple of every page size in use.
+        let start = a & !(RELEASE_ALIGN - 1);
+        if b <= start || b > self.map.len() {
+            return;
+        }
+        // SAFETY: MADV_DONTNEED on a read-only, file-backed mapping only drops page-table
+        // entries: later reads see the file's bytes again. No reference into the range is alive
+        // (the tensor holds a copy).
+        let _ = unsafe {
+            self.map
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, b - start)
+        };
     }
 
     /// The first `n` token rows of the tensor hsdiff calls `name`, reading only their bytes.

@@ -2,7 +2,7 @@
 //!
 //! Recognised, in order of precedence when two entries claim the same name:
 //! 1. hsdiff's own names: `embed`, `layers.{i}`, `layers.{i}.{op}`, `final_norm`, `logits`,
-//!    `input_ids`, `router.{i}.topk_ids`;
+//!    `input_ids`, `router.{i}.*` (`topk_ids`, …);
 //! 2. module paths of hook dumps: `layers.N`, `embed_tokens`, `norm` under any of the prefixes
 //!    `model.`, `model.model.`, `model.language_model.`, `model.model.language_model.`,
 //!    `language_model.`; and `lm_head` for the logits;
@@ -48,8 +48,8 @@ pub fn is_ours(name: &str) -> bool {
         || names::parse_op(name).is_some()
         || name
             .strip_prefix("router.")
-            .and_then(|r| r.strip_suffix(".topk_ids"))
-            .is_some_and(|i| i.parse::<usize>().is_ok())
+            .and_then(|r| r.split_once('.'))
+            .is_some_and(|(i, what)| i.parse::<usize>().is_ok() && !what.is_empty())
 }
 
 fn alias(raw: &str) -> Option<String> {

@@ -160,7 +160,7 @@ mod tests {
         let mut h = MAGIC.to_vec();
         h.extend([1, 0]);
         let mut text = dict.to_string();
-        while (10 + text.len() + 1) % 64 != 0 {
+        while !(10 + text.len() + 1).is_multiple_of(64) {
             text.push(' ');
         }
         text.push('\n');
@@ -175,7 +175,7 @@ mod tests {
         let p = parse_header(&h).expect("parses");
         assert_eq!(p.dtype, Some(DType::F32));
         assert_eq!(p.shape, vec![1, 3, 4]);
-        assert_eq!(p.data_offset % 64, 0);
+        assert!(p.data_offset.is_multiple_of(64));
         assert_eq!(p.data_offset, h.len());
         assert!(!p.fortran_order);
     }
