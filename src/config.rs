@@ -311,12 +311,14 @@ impl ModelConfig {
         )?;
         check(
             self.num_key_value_heads > 0
-                && self.num_attention_heads % self.num_key_value_heads == 0,
+                && self
+                    .num_attention_heads
+                    .is_multiple_of(self.num_key_value_heads),
             "num_attention_heads must be a multiple of num_key_value_heads",
         )?;
         let l = &self.linear;
         check(
-            l.num_key_heads > 0 && l.num_value_heads % l.num_key_heads == 0,
+            l.num_key_heads > 0 && l.num_value_heads.is_multiple_of(l.num_key_heads),
             "linear_num_value_heads must be a multiple of linear_num_key_heads",
         )?;
         check(
@@ -325,7 +327,7 @@ impl ModelConfig {
         )?;
         let rot = self.rotary_dim();
         check(
-            rot % 2 == 0 && rot <= self.head_dim,
+            rot.is_multiple_of(2) && rot <= self.head_dim,
             "head_dim × partial_rotary_factor must be an even number ≤ head_dim",
         )?;
         if let Some(moe) = &self.moe {
@@ -351,7 +353,7 @@ impl ModelConfig {
                 m.num_experts > 0
                     && !m.mlp_only_layers.contains(&i)
                     && m.decoder_sparse_step > 0
-                    && (i + 1) % m.decoder_sparse_step == 0
+                    && (i + 1).is_multiple_of(m.decoder_sparse_step)
             }
         }
     }
@@ -380,7 +382,7 @@ fn read_layer_types(text: &Fields, n: usize) -> Result<Vec<LayerType>> {
     }
     Ok((0..n)
         .map(|i| {
-            if (i + 1) % interval == 0 {
+            if (i + 1).is_multiple_of(interval) {
                 LayerType::FullAttention
             } else {
                 LayerType::LinearAttention

@@ -48,6 +48,9 @@ const HARMLESS: &[&str] = &[
     "num_threads",
     "calls",
     "gpu_driver",
+    // The CPU model on a CPU run, the card's name on a GPU run: what can change the numbers is
+    // recorded separately (`cpu_features`, `gpu_compute_capability`, `cuda_version`).
+    "device_name",
     "key_layout",
     "module_path",
     "model_class",
@@ -118,6 +121,9 @@ fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
             }
         }
         Value::Null => {}
+        Value::String(s) if prefix.ends_with("dtype") => {
+            out.push((prefix.to_string(), normalise_dtype(s).to_string()))
+        }
         Value::String(s) => out.push((prefix.to_string(), s.clone())),
         Value::Array(items) => out.push((
             prefix.to_string(),
@@ -131,6 +137,17 @@ fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
                 .join(","),
         )),
         other => out.push((prefix.to_string(), other.to_string())),
+    }
+}
+
+/// One spelling per dtype: PyTorch writers say `float32` or `torch.bfloat16`, hsdiff says `f32`.
+fn normalise_dtype(s: &str) -> &str {
+    match s.trim_start_matches("torch.") {
+        "float64" | "double" | "f64" => "f64",
+        "float32" | "float" | "f32" => "f32",
+        "bfloat16" | "bf16" => "bf16",
+        "float16" | "half" | "f16" => "f16",
+        _ => s,
     }
 }
 

@@ -211,13 +211,11 @@ pub fn check_delta_rule_shapes(
             )));
         }
     }
-    if let Some(s) = initial_state {
-        if s.dims() != [b, hv, dk, dv] {
-            return Err(err(format!(
-                "initial state must be [{b}, {hv}, {dk}, {dv}], got {:?}",
-                s.dims()
-            )));
-        }
+    if let Some(s) = initial_state.filter(|s| s.dims() != [b, hv, dk, dv]) {
+        return Err(err(format!(
+            "initial state must be [{b}, {hv}, {dk}, {dv}], got {:?}",
+            s.dims()
+        )));
     }
     // g and the state are handed over at the accumulation precision; casting a rounded g up
     // here would hide that the caller rounded it.

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device};
 use clap::Args;
 
-use super::common::Session;
-use super::diff::{FailOn, Format, ReportArgs, emit};
+use super::common::{Session, command_line};
+use super::diff::{Format, ReportArgs, emit};
 use crate::backends::{LinearAttentionBackend, backend_by_name};
 use crate::builtin;
 use crate::capture::{Captures, dump::METADATA_KEY, names};
@@ -553,26 +553,5 @@ fn render_set(outcomes: &[Outcome], args: &ReportArgs) -> Result<i32> {
         }
         None => print!("{text}"),
     }
-    let flagged = match args.fail_on {
-        FailOn::Never => false,
-        FailOn::Drift => worst >= Verdict::Drift,
-        FailOn::Mismatch => worst == Verdict::Mismatch,
-    };
-    Ok(i32::from(flagged))
-}
-
-/// This process's command line, for the report's "reproduce" line.
-fn command_line() -> String {
-    let mut parts = vec!["hsdiff".to_string()];
-    parts.extend(std::env::args().skip(1).map(|a| {
-        if !a.is_empty()
-            && a.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_./,:=@".contains(c))
-        {
-            a
-        } else {
-            format!("'{}'", a.replace('\'', r"'\''"))
-        }
-    }));
-    parts.join(" ")
+    Ok(i32::from(args.fail_on.flags(worst)))
 }

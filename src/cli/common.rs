@@ -88,3 +88,37 @@ impl RunArgs {
         })
     }
 }
+
+/// This process's command line, shell-quoted, for the "reproduce" line of reports.
+pub fn command_line() -> String {
+    let mut parts = vec!["hsdiff".to_string()];
+    parts.extend(std::env::args().skip(1).map(|a| shell_quote(&a)));
+    parts.join(" ")
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./,:=@".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// `--layers 1,16,31` → layer indices.
+pub fn parse_layer_list(arg: &str) -> Result<Vec<usize>> {
+    arg.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<usize>())
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .ok()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| {
+            Error::Input(format!(
+                "--layers expects comma-separated layer indices, got `{arg}`"
+            ))
+        })
+}

@@ -9,6 +9,7 @@ use candle_core::DType;
 use clap::Args;
 use serde_json::Value;
 
+use super::common::{command_line, parse_layer_list};
 use super::diff::{ReportArgs, emit};
 use crate::alignment::{self, Alignment};
 use crate::capture::names;
@@ -293,35 +294,4 @@ fn list(names: &[String]) -> String {
     } else {
         shown.join(", ")
     }
-}
-
-fn parse_layer_list(arg: &str) -> Result<Vec<usize>> {
-    arg.split(',')
-        .map(|s| s.trim().parse::<usize>())
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|_| {
-            Error::Input(format!(
-                "--layers expects comma-separated layer indices, got `{arg}`"
-            ))
-        })
-}
-
-/// This process's command line, shell-quoted, for the "reproduce" line of reports.
-fn command_line() -> String {
-    std::env::args()
-        .enumerate()
-        .map(|(i, a)| {
-            if i == 0 {
-                "hsdiff".to_string()
-            } else if !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./,:=@".contains(c))
-            {
-                a
-            } else {
-                format!("'{}'", a.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }

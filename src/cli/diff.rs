@@ -8,12 +8,11 @@ use std::path::PathBuf;
 use candle_core::DType;
 use clap::{Args, ValueEnum};
 
-use super::common::{RunArgs, Session};
+use super::common::{RunArgs, Session, command_line, parse_layer_list};
 use crate::backends::{LinearAttentionBackend, backend_by_name};
 use crate::capture::Captures;
 use crate::compare::plan_rows;
 use crate::error::{Error, Result};
-use crate::input::parse_token_list;
 use crate::model::RunOptions;
 use crate::progress::Progress;
 use crate::report::{
@@ -43,6 +42,17 @@ pub enum FailOn {
     Drift,
     Mismatch,
     Never,
+}
+
+impl FailOn {
+    /// Whether `verdict` makes the exit code 1.
+    pub fn flags(self, verdict: Verdict) -> bool {
+        match self {
+            FailOn::Never => false,
+            FailOn::Drift => verdict >= Verdict::Drift,
+            FailOn::Mismatch => verdict == Verdict::Mismatch,
+        }
+    }
 }
 
 /// Options of the report, shared by the live run and `compare`.
@@ -240,46 +250,5 @@ pub fn emit(report: &Report, args: &ReportArgs) -> Result<i32> {
         crate::report::plot::write_plot(report, path)?;
         eprintln!("hsdiff: plot written to {}", path.display());
     }
-    let flagged = match args.fail_on {
-        FailOn::Never => false,
-        FailOn::Drift => report.verdict >= Verdict::Drift,
-        FailOn::Mismatch => report.verdict == Verdict::Mismatch,
-    };
-    Ok(i32::from(flagged))
-}
-
-fn parse_layer_list(arg: &str) -> Result<Vec<usize>> {
-    parse_token_list(arg)
-        .map(|ids| ids.into_iter().map(|x| x as usize).collect())
-        .map_err(|_| {
-            Error::Input(format!(
-                "--layers expects comma-separated layer indices, got `{arg}`"
-            ))
-        })
-}
-
-/// This process's command line, shell-quoted, for the "reproduce" line of reports.
-fn command_line() -> String {
-    std::env::args()
-        .enumerate()
-        .map(|(i, a)| {
-            if i == 0 {
-                "hsdiff".to_string()
-            } else {
-                shell_quote(&a)
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./,:=@".contains(c))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
+    Ok(i32::from(args.fail_on.flags(report.verdict)))
 }
