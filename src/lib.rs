@@ -24,4 +24,5 @@ pub mod model;
 pub mod progress;
 pub mod report;
 pub mod run;
+pub mod testdata;
 pub mod verdict;

@@ -12,75 +12,7 @@ use hsdiff::backends::fused::cpu::{
     gated_delta_rule, gated_rms_norm, truth,
 };
 
-/// SplitMix64: tiny, seeded, good enough for test data.
-struct Rng(u64);
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in (0, 1).
-    fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f64 {
-        let (u1, u2) = (self.uniform(), self.uniform());
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-    fn normals(&mut self, n: usize, sd: f64) -> Vec<f64> {
-        (0..n).map(|_| sd * self.normal()).collect()
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Decay {
-    /// g ≈ −5: the state forgets within a few tokens.
-    Strong,
-    /// g ≈ −1e-3: the state remembers almost everything.
-    NearZero,
-    /// log-normal mix spanning several decades, like real gates.
-    Mixed,
-}
-
-struct Inputs {
-    dims: GdnDims,
-    mixed: Vec<f64>,
-    w: Vec<f64>,
-    g: Vec<f64>,
-    beta: Vec<f64>,
-    init: Option<Vec<f64>>,
-}
-
-fn make_inputs(dims: GdnDims, decay: Decay, with_init: bool, seed: u64) -> Inputs {
-    let mut rng = Rng(seed);
-    let c = dims.conv_dim().unwrap();
-    let ngate = dims.batch * dims.seq * dims.v_heads;
-    let mixed = rng.normals(dims.batch * dims.seq * c, 1.0);
-    let w = rng.normals(c * dims.conv_kernel, 0.5);
-    let g = (0..ngate)
-        .map(|_| match decay {
-            Decay::Strong => -5.0 * (0.5 + rng.uniform()),
-            Decay::NearZero => -1e-3 * (0.5 + rng.uniform()),
-            Decay::Mixed => -(rng.normal() * 1.5 - 2.0).exp(),
-        })
-        .collect();
-    let beta = (0..ngate)
-        .map(|_| 1.0 / (1.0 + (-rng.normal()).exp()))
-        .collect();
-    let nstate = dims.batch * dims.v_heads * dims.k_dim * dims.v_dim;
-    let init = with_init.then(|| rng.normals(nstate, 0.5));
-    Inputs {
-        dims,
-        mixed,
-        w,
-        g,
-        beta,
-        init,
-    }
-}
+use hsdiff::testdata::{Decay, GdnCase as Inputs, SplitMix as Rng, gdn_case as make_inputs};
 
 fn to_s<S: Element>(x: &[f64]) -> Vec<S> {
     x.iter()
@@ -299,7 +231,7 @@ fn fused_f16_vs_truth() {
 }
 
 fn check_conv<S: Element>() {
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     for (b, t, c, k) in [(1, 1, 5, 4), (2, 70, 300, 4), (1, 129, 17, 3), (2, 5, 9, 1)] {
         let x: Vec<S> = to_s(&rng.normals(b * t * c, 1.0));
         let w: Vec<S> = to_s(&rng.normals(c * k, 0.5));
@@ -328,7 +260,7 @@ fn conv_vs_truth() {
 }
 
 fn check_norm<S: Element>() {
-    let mut rng = Rng(11);
+    let mut rng = Rng::new(11);
     for (rows, dim) in [(1, 128), (300, 128), (77, 20)] {
         let x: Vec<S> = to_s(&rng.normals(rows * dim, 2.0));
         let z: Vec<S> = to_s(&rng.normals(rows * dim, 1.5));

@@ -28,6 +28,7 @@ use crate::device::{dtype_label, parse_device};
 use crate::error::{Error, Result};
 use crate::model::RunOptions;
 use crate::progress::Progress;
+use crate::testdata::{Decay, SplitMix, gdn_case};
 
 #[derive(Args, Debug)]
 pub struct SelftestArgs {
@@ -180,35 +181,6 @@ pub fn run(args: &SelftestArgs) -> Result<i32> {
 
 // --- 1. kernels ----------------------------------------------------------------------------
 
-/// SplitMix64 + Box–Muller, as in tests/fused_cpu_kernels.rs.
-struct Rng(u64);
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f64 {
-        let (u1, u2) = (self.uniform(), self.uniform());
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-    fn normals(&mut self, n: usize, sd: f64) -> Vec<f64> {
-        (0..n).map(|_| sd * self.normal()).collect()
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Decay {
-    Strong,
-    NearZero,
-    Mixed,
-}
-
 fn gdims(b: usize, t: usize, hk: usize, hv: usize, dk: usize, dv: usize) -> cpu::GdnDims {
     cpu::GdnDims {
         batch: b,
@@ -346,7 +318,7 @@ fn kernel_checks<S: Element + WithDType>(device: &Device, quick: bool, table: &m
             Err(e) => table.error(label, &e),
         }
     }
-    let mut rng = Rng(7);
+    let mut rng = SplitMix::new(7);
     for (b, t, c, k) in [(1, 1, 5, 4), (2, 70, 300, 4), (1, 129, 17, 3), (2, 5, 9, 1)] {
         let x = round_s::<S>(&rng.normals(b * t * c, 1.0));
         let w = round_s::<S>(&rng.normals(c * k, 0.5));
@@ -357,7 +329,7 @@ fn kernel_checks<S: Element + WithDType>(device: &Device, quick: bool, table: &m
             Err(e) => table.error(label, &e),
         }
     }
-    let mut rng = Rng(11);
+    let mut rng = SplitMix::new(11);
     for (rows, dim) in [(1, 128), (300, 128), (77, 20)] {
         let x = round_s::<S>(&rng.normals(rows * dim, 2.0));
         let z = round_s::<S>(&rng.normals(rows * dim, 1.5));
@@ -372,30 +344,14 @@ fn kernel_checks<S: Element + WithDType>(device: &Device, quick: bool, table: &m
 }
 
 fn make_case<S: Element>(d: cpu::GdnDims, decay: Decay, with_init: bool, seed: u64) -> GdnCase {
-    let mut rng = Rng(seed);
-    let c = 2 * d.k_heads * d.k_dim + d.v_heads * d.v_dim;
-    let ngate = d.batch * d.seq * d.v_heads;
-    let mixed = rng.normals(d.batch * d.seq * c, 1.0);
-    let w = rng.normals(c * d.conv_kernel, 0.5);
-    let g: Vec<f64> = (0..ngate)
-        .map(|_| match decay {
-            Decay::Strong => -5.0 * (0.5 + rng.uniform()),
-            Decay::NearZero => -1e-3 * (0.5 + rng.uniform()),
-            Decay::Mixed => -(rng.normal() * 1.5 - 2.0).exp(),
-        })
-        .collect();
-    let beta: Vec<f64> = (0..ngate)
-        .map(|_| 1.0 / (1.0 + (-rng.normal()).exp()))
-        .collect();
-    let nstate = d.batch * d.v_heads * d.k_dim * d.v_dim;
-    let init = with_init.then(|| round_acc::<S>(&rng.normals(nstate, 0.5)));
+    let case = gdn_case(d, decay, with_init, seed);
     GdnCase {
         d,
-        mixed: round_s::<S>(&mixed),
-        w: round_s::<S>(&w),
-        g: round_acc::<S>(&g),
-        beta: round_s::<S>(&beta),
-        init,
+        mixed: round_s::<S>(&case.mixed),
+        w: round_s::<S>(&case.w),
+        g: round_acc::<S>(&case.g),
+        beta: round_s::<S>(&case.beta),
+        init: case.init.as_deref().map(round_acc::<S>),
     }
 }
 
