@@ -33,6 +33,7 @@ use crate::device::{dtype_label, parse_dtype};
 use crate::error::{Error, Result};
 use crate::model::{Model, RunOptions};
 use crate::progress::Progress;
+use crate::testdata::SplitMix;
 
 /// Marks the one stdout line of a child (or of scripts/bench_torch.py) that carries a result.
 const RESULT_TAG: &str = "HSDIFF_BENCH_RESULT ";
@@ -321,18 +322,18 @@ fn write_core_inputs(
     let (hk, hv, d) = (args.key_heads, args.value_heads, args.head_dim);
     // One stream per tensor, keyed by what it is, so that T and dtype do not shift the others.
     let silu = |x: f64| x / (1.0 + (-x).exp());
-    let mut rng = Rng::new(seed ^ (t as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut rng = SplitMix::new(seed ^ (t as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut normal_silu =
         |n: usize| -> Vec<f32> { (0..n).map(|_| silu(rng.normal()) as f32).collect() };
     let q = normal_silu(t * hk * d);
     let k = normal_silu(t * hk * d);
     let v = normal_silu(t * hv * d);
-    let mut rng = Rng::new(seed.wrapping_add(1));
+    let mut rng = SplitMix::new(seed.wrapping_add(1));
     let a_log: Vec<f64> = (0..hv)
         .map(|_| (0.05 + 1.95 * rng.uniform()).ln())
         .collect();
     let dt_bias: Vec<f64> = (0..hv).map(|_| -3.0 + 3.5 * rng.uniform()).collect();
-    let mut rng = Rng::new(seed.wrapping_add(2) ^ (t as u64).rotate_left(17));
+    let mut rng = SplitMix::new(seed.wrapping_add(2) ^ (t as u64).rotate_left(17));
     let softplus = |x: f64| if x > 20.0 { x } else { x.exp().ln_1p() };
     let mut g = Vec::with_capacity(t * hv);
     let mut beta = Vec::with_capacity(t * hv);
@@ -405,7 +406,7 @@ fn run_forward(args: &ForwardArgs) -> Result<i32> {
     let vocab = cfg.vocab_size;
     drop(model);
     let ids_path = plan.work.join("forward.ids.safetensors");
-    let mut rng = Rng::new(plan.seed);
+    let mut rng = SplitMix::new(plan.seed);
     let ids: Vec<i64> = (0..args.seq)
         .map(|_| (rng.next_u64() % vocab as u64) as i64)
         .collect();
@@ -1006,35 +1007,4 @@ fn proc_status_kib(key: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-}
-
-// ------------------------------------------------------------------------------------------------
-// Random numbers: SplitMix64 (no dependency; reproducible across platforms)
-// ------------------------------------------------------------------------------------------------
-
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in (0, 1).
-    fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-
-    /// Standard normal (Box–Muller, one value per call).
-    fn normal(&mut self) -> f64 {
-        let (u1, u2) = (self.uniform(), self.uniform());
-        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
-    }
 }
