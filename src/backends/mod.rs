@@ -65,6 +65,29 @@ pub struct GdnOutputs {
     pub ops: Vec<(&'static str, Tensor)>,
 }
 
+impl GdnOutputs {
+    /// Packs a backend's results: the gated-norm output `[B, T, Hv, dv]` reshaped for out_proj
+    /// and, when the conv output was captured, the per-op captures in forward order.
+    pub fn new(norm_out: Tensor, conv: Option<Tensor>, core: Tensor, d: &GdnDims) -> Result<Self> {
+        let out = norm_out.reshape((d.batch, d.seq, d.num_value_heads * d.value_head_dim))?;
+        let ops = match conv {
+            Some(conv) => {
+                let (q, k, v) = split_qkv(&conv, d)?;
+                vec![
+                    (op_names::CONV_OUT, conv),
+                    (op_names::Q, q),
+                    (op_names::K, k),
+                    (op_names::V, v),
+                    (op_names::CORE_OUT, core),
+                    (op_names::GATED_NORM_OUT, out.clone()),
+                ]
+            }
+            None => Vec::new(),
+        };
+        Ok(GdnOutputs { out, ops })
+    }
+}
+
 /// Names of the per-op captures inside a linear-attention layer.
 pub mod op_names {
     pub const CONV_OUT: &str = "conv_out";
@@ -118,20 +141,7 @@ pub trait LinearAttentionBackend: Send + Sync {
         let (q, k, v) = split_qkv(&conv, &d)?;
         let (core, _state) = self.gated_delta_rule(&q, &k, &v, inputs.g, inputs.beta, None)?;
         let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
-        let out = out.reshape((d.batch, d.seq, d.num_value_heads * d.value_head_dim))?;
-        let ops = if capture_ops {
-            vec![
-                (op_names::CONV_OUT, conv),
-                (op_names::Q, q),
-                (op_names::K, k),
-                (op_names::V, v),
-                (op_names::CORE_OUT, core),
-                (op_names::GATED_NORM_OUT, out.clone()),
-            ]
-        } else {
-            Vec::new()
-        };
-        Ok(GdnOutputs { out, ops })
+        GdnOutputs::new(out, capture_ops.then_some(conv), core, &d)
     }
 }
 

@@ -15,7 +15,7 @@ use candle_core::{DType, Device, Tensor, WithDType};
 
 use super::{
     GdnInputs, GdnOutputs, LinearAttentionBackend, accumulation_dtype, check_conv_shapes,
-    check_delta_rule_shapes, check_norm_shapes, op_names, split_qkv,
+    check_delta_rule_shapes, check_norm_shapes,
 };
 use crate::error::{Error, Result};
 use cpu::{Accum, Element, KernelError};
@@ -177,22 +177,7 @@ impl LinearAttentionBackend for Fused {
             fused_typed(inputs, dims, capture_ops)
         )?;
         let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
-        let out = out.reshape((d.batch, d.seq, d.num_value_heads * d.value_head_dim))?;
-        let ops = match conv {
-            Some(conv) if capture_ops => {
-                let (q, k, v) = split_qkv(&conv, &d)?;
-                vec![
-                    (op_names::CONV_OUT, conv),
-                    (op_names::Q, q),
-                    (op_names::K, k),
-                    (op_names::V, v),
-                    (op_names::CORE_OUT, core),
-                    (op_names::GATED_NORM_OUT, out.clone()),
-                ]
-            }
-            _ => Vec::new(),
-        };
-        Ok(GdnOutputs { out, ops })
+        GdnOutputs::new(out, conv.filter(|_| capture_ops), core, &d)
     }
 }
 
@@ -334,19 +319,5 @@ fn cuda_forward(fused: &Fused, inputs: &GdnInputs, capture_ops: bool) -> Result<
         false,
     )?;
     let out = fused.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
-    let out = out.reshape((d.batch, d.seq, d.num_value_heads * d.value_head_dim))?;
-    let ops = if capture_ops {
-        let (q, k, v) = split_qkv(&conv, &d)?;
-        vec![
-            (op_names::CONV_OUT, conv),
-            (op_names::Q, q),
-            (op_names::K, k),
-            (op_names::V, v),
-            (op_names::CORE_OUT, core),
-            (op_names::GATED_NORM_OUT, out.clone()),
-        ]
-    } else {
-        Vec::new()
-    };
-    Ok(GdnOutputs { out, ops })
+    GdnOutputs::new(out, capture_ops.then_some(conv), core, &d)
 }
