@@ -104,6 +104,9 @@ def preflight_packages() -> None:
 
 preflight_packages()
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from capture_hf import sha256_file, weights_digest  # noqa: E402
+
 import numpy as np  # noqa: E402
 import safetensors  # noqa: E402
 import tokenizers  # noqa: E402
@@ -898,6 +901,11 @@ def main() -> None:
                     "mode": mode,
                     "dtype": {torch.float64: "float64", torch.float32: "float32", torch.bfloat16: "bfloat16"}[dtype],
                     "model": mname,
+                    # The same digests hsdiff and capture_hf.py record, so that env-diff can tell
+                    # the golden model from another one by content rather than by name.
+                    "weights_digest": weights_digest(folder),
+                    "config_sha256": sha256_file(folder / "config.json"),
+                    "tokenizer_sha256": sha256_file(folder / "tokenizer.json"),
                     "prompt": pname,
                     "attn_implementation": attn,
                     "linear_attention_impl": impl,
