@@ -2,7 +2,7 @@
 //! kernel tests, so that every one of them draws the same kind of data: fresh values with
 //! realistic ranges, never zeros or identity weights.
 
-use crate::backends::fused::cpu::GdnDims;
+use crate::backends::fused::cpu::{Accum, Element, GdnDims};
 
 /// SplitMix64: tiny, seeded, reproducible on every platform.
 pub struct SplitMix(u64);
@@ -89,4 +89,34 @@ pub fn gdn_case(dims: GdnDims, decay: Decay, with_init: bool, seed: u64) -> GdnC
         beta,
         init,
     }
+}
+
+/// `x` in storage type `S` (one rounding from f64 through `S`'s accumulation type).
+pub fn to_storage<S: Element>(x: &[f64]) -> Vec<S> {
+    x.iter()
+        .map(|&v| S::from_acc(S::Acc::from_f64(v)))
+        .collect()
+}
+
+/// `x` in accumulation type `A`.
+pub fn to_accum<A: Accum>(x: &[f64]) -> Vec<A> {
+    x.iter().map(|&v| A::from_f64(v)).collect()
+}
+
+pub fn storage_to_f64<S: Element>(x: &[S]) -> Vec<f64> {
+    x.iter().map(|v| v.to_acc().to_f64()).collect()
+}
+
+pub fn accum_to_f64<A: Accum>(x: &[A]) -> Vec<f64> {
+    x.iter().map(|v| v.to_f64()).collect()
+}
+
+/// `x` rounded to `S` and back: exactly the values a kernel in `S` sees.
+pub fn round_to_storage<S: Element>(x: &[f64]) -> Vec<f64> {
+    storage_to_f64(&to_storage::<S>(x))
+}
+
+/// `x` rounded to `A` and back.
+pub fn round_to_accum<A: Accum>(x: &[f64]) -> Vec<f64> {
+    accum_to_f64(&to_accum::<A>(x))
 }

@@ -12,22 +12,10 @@ use hsdiff::backends::fused::cpu::{
     gated_delta_rule, gated_rms_norm, truth,
 };
 
-use hsdiff::testdata::{Decay, GdnCase as Inputs, SplitMix as Rng, gdn_case as make_inputs};
-
-fn to_s<S: Element>(x: &[f64]) -> Vec<S> {
-    x.iter()
-        .map(|&v| S::from_acc(S::Acc::from_f64(v)))
-        .collect()
-}
-fn to_a<A: Accum>(x: &[f64]) -> Vec<A> {
-    x.iter().map(|&v| A::from_f64(v)).collect()
-}
-fn s_to_f64<S: Element>(x: &[S]) -> Vec<f64> {
-    x.iter().map(|v| v.to_acc().to_f64()).collect()
-}
-fn a_to_f64<A: Accum>(x: &[A]) -> Vec<f64> {
-    x.iter().map(|v| v.to_f64()).collect()
-}
+use hsdiff::testdata::{
+    Decay, GdnCase as Inputs, SplitMix as Rng, accum_to_f64, gdn_case as make_inputs,
+    storage_to_f64, to_accum, to_storage,
+};
 
 /// ‖a − b‖₂ / ‖b‖₂, asserting everything is finite first (NaN never passes).
 fn rel_l2(what: &str, a: &[f64], b: &[f64]) -> f64 {
@@ -65,18 +53,18 @@ fn check_fused<S: Element>(inp: &Inputs, label: &str) {
     let d = inp.dims;
     let scale = 1.0 / (d.k_dim as f64).sqrt();
     // Round the inputs to what the kernel sees, and compute the truth from those.
-    let mixed: Vec<S> = to_s(&inp.mixed);
-    let w: Vec<S> = to_s(&inp.w);
-    let beta: Vec<S> = to_s(&inp.beta);
-    let g: Vec<S::Acc> = to_a(&inp.g);
-    let init: Option<Vec<S::Acc>> = inp.init.as_ref().map(|s| to_a(s));
+    let mixed: Vec<S> = to_storage(&inp.mixed);
+    let w: Vec<S> = to_storage(&inp.w);
+    let beta: Vec<S> = to_storage(&inp.beta);
+    let g: Vec<S::Acc> = to_accum(&inp.g);
+    let init: Option<Vec<S::Acc>> = inp.init.as_ref().map(|s| to_accum(s));
     let (t_out, t_fin, t_conv) = truth::gdn(
-        &s_to_f64(&mixed),
-        &s_to_f64(&w),
-        &a_to_f64(&g),
-        &s_to_f64(&beta),
+        &storage_to_f64(&mixed),
+        &storage_to_f64(&w),
+        &accum_to_f64(&g),
+        &storage_to_f64(&beta),
         scale,
-        init.as_ref().map(|s| a_to_f64(s)).as_deref(),
+        init.as_ref().map(|s| accum_to_f64(s)).as_deref(),
         &d,
     );
     let nan_s = S::from_acc(S::Acc::from_f64(f64::NAN));
@@ -96,9 +84,9 @@ fn check_fused<S: Element>(inp: &Inputs, label: &str) {
         Some(&mut conv),
     )
     .unwrap();
-    let e_out = rel_l2("core_out", &s_to_f64(&out), &t_out);
-    let e_fin = rel_l2("final_state", &a_to_f64(&fin), &t_fin);
-    let e_conv = rel_l2("conv_out", &s_to_f64(&conv), &t_conv);
+    let e_out = rel_l2("core_out", &storage_to_f64(&out), &t_out);
+    let e_fin = rel_l2("final_state", &accum_to_f64(&fin), &t_fin);
+    let e_conv = rel_l2("conv_out", &storage_to_f64(&conv), &t_conv);
     println!(
         "fused {:>4} {label:<44} out {e_out:.2e}  state {e_fin:.2e}  conv {e_conv:.2e}",
         S::NAME
@@ -126,11 +114,11 @@ fn check_fused<S: Element>(inp: &Inputs, label: &str) {
     )
     .unwrap();
     assert_eq!(
-        s_to_f64(&out2),
-        s_to_f64(&out),
+        storage_to_f64(&out2),
+        storage_to_f64(&out),
         "{label}: conv capture changed outputs"
     );
-    assert_eq!(a_to_f64(&fin2), a_to_f64(&fin));
+    assert_eq!(accum_to_f64(&fin2), accum_to_f64(&fin));
 
     // The standalone rule on the captured conv output must match the fused kernel bit for bit
     // (same recurrence, same inputs).
@@ -158,11 +146,11 @@ fn check_fused<S: Element>(inp: &Inputs, label: &str) {
     )
     .unwrap();
     assert_eq!(
-        s_to_f64(&out3),
-        s_to_f64(&out),
+        storage_to_f64(&out3),
+        storage_to_f64(&out),
         "{label}: standalone rule differs"
     );
-    assert_eq!(a_to_f64(&fin3), a_to_f64(&fin));
+    assert_eq!(accum_to_f64(&fin3), accum_to_f64(&fin));
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -233,9 +221,9 @@ fn fused_f16_vs_truth() {
 fn check_conv<S: Element>() {
     let mut rng = Rng::new(7);
     for (b, t, c, k) in [(1, 1, 5, 4), (2, 70, 300, 4), (1, 129, 17, 3), (2, 5, 9, 1)] {
-        let x: Vec<S> = to_s(&rng.normals(b * t * c, 1.0));
-        let w: Vec<S> = to_s(&rng.normals(c * k, 0.5));
-        let want = truth::causal_conv1d_silu(&s_to_f64(&x), &s_to_f64(&w), b, t, c, k);
+        let x: Vec<S> = to_storage(&rng.normals(b * t * c, 1.0));
+        let w: Vec<S> = to_storage(&rng.normals(c * k, 0.5));
+        let want = truth::causal_conv1d_silu(&storage_to_f64(&x), &storage_to_f64(&w), b, t, c, k);
         let mut out = vec![S::from_acc(S::Acc::from_f64(f64::NAN)); want.len()];
         let dims = ConvDims {
             batch: b,
@@ -244,7 +232,7 @@ fn check_conv<S: Element>() {
             kernel: k,
         };
         causal_conv1d_silu(&x, &w, dims, &mut out).unwrap();
-        let e = rel_l2("conv", &s_to_f64(&out), &want);
+        let e = rel_l2("conv", &storage_to_f64(&out), &want);
         println!("conv  {:>4} B{b} T{t} C{c} K{k}: {e:.2e}", S::NAME);
         // One accumulation of K ≤ 4 products + SiLU + one rounding to S: a few u.
         assert!(e <= bound::<S>(), "conv {e:e}");
@@ -262,14 +250,20 @@ fn conv_vs_truth() {
 fn check_norm<S: Element>() {
     let mut rng = Rng::new(11);
     for (rows, dim) in [(1, 128), (300, 128), (77, 20)] {
-        let x: Vec<S> = to_s(&rng.normals(rows * dim, 2.0));
-        let z: Vec<S> = to_s(&rng.normals(rows * dim, 1.5));
-        let w: Vec<S> = to_s(&rng.normals(dim, 1.0));
+        let x: Vec<S> = to_storage(&rng.normals(rows * dim, 2.0));
+        let z: Vec<S> = to_storage(&rng.normals(rows * dim, 1.5));
+        let w: Vec<S> = to_storage(&rng.normals(dim, 1.0));
         let eps = 1e-6;
-        let want = truth::gated_rms_norm(&s_to_f64(&x), &s_to_f64(&z), &s_to_f64(&w), eps, dim);
+        let want = truth::gated_rms_norm(
+            &storage_to_f64(&x),
+            &storage_to_f64(&z),
+            &storage_to_f64(&w),
+            eps,
+            dim,
+        );
         let mut out = vec![S::from_acc(S::Acc::from_f64(f64::NAN)); want.len()];
         gated_rms_norm(&x, &z, &w, eps, NormDims { rows, dim }, &mut out).unwrap();
-        let e = rel_l2("norm", &s_to_f64(&out), &want);
+        let e = rel_l2("norm", &storage_to_f64(&out), &want);
         println!("norm  {:>4} N{rows} dim{dim}: {e:.2e}", S::NAME);
         assert!(e <= bound::<S>(), "norm {e:e}");
     }

@@ -28,7 +28,10 @@ use crate::device::{dtype_label, parse_device};
 use crate::error::{Error, Result};
 use crate::model::RunOptions;
 use crate::progress::Progress;
-use crate::testdata::{Decay, SplitMix, gdn_case};
+use crate::testdata::{
+    Decay, SplitMix, accum_to_f64, gdn_case, round_to_accum, round_to_storage, storage_to_f64,
+    to_accum, to_storage,
+};
 
 #[derive(Args, Debug)]
 pub struct SelftestArgs {
@@ -237,29 +240,6 @@ fn rel_l2(a: &[f64], b: &[f64]) -> f64 {
     (num / den).sqrt()
 }
 
-/// `x` rounded to S and back (what the kernel sees).
-fn round_s<S: Element>(x: &[f64]) -> Vec<f64> {
-    x.iter()
-        .map(|&v| S::from_acc(S::Acc::from_f64(v)).to_acc().to_f64())
-        .collect()
-}
-fn round_acc<S: Element>(x: &[f64]) -> Vec<f64> {
-    x.iter().map(|&v| S::Acc::from_f64(v).to_f64()).collect()
-}
-fn to_s<S: Element>(x: &[f64]) -> Vec<S> {
-    x.iter()
-        .map(|&v| S::from_acc(S::Acc::from_f64(v)))
-        .collect()
-}
-fn to_a<S: Element>(x: &[f64]) -> Vec<S::Acc> {
-    x.iter().map(|&v| S::Acc::from_f64(v)).collect()
-}
-fn s_f64<S: Element>(x: &[S]) -> Vec<f64> {
-    x.iter().map(|v| v.to_acc().to_f64()).collect()
-}
-fn a_f64<A: Accum>(x: &[A]) -> Vec<f64> {
-    x.iter().map(|v| v.to_f64()).collect()
-}
 fn host(t: &Tensor) -> Result<Vec<f64>> {
     Ok(t.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()?)
 }
@@ -322,8 +302,8 @@ fn kernel_checks<S: Element + WithDType>(device: &Device, quick: bool, table: &m
     }
     let mut rng = SplitMix::new(7);
     for (b, t, c, k) in [(1, 1, 5, 4), (2, 70, 300, 4), (1, 129, 17, 3), (2, 5, 9, 1)] {
-        let x = round_s::<S>(&rng.normals(b * t * c, 1.0));
-        let w = round_s::<S>(&rng.normals(c * k, 0.5));
+        let x = round_to_storage::<S>(&rng.normals(b * t * c, 1.0));
+        let w = round_to_storage::<S>(&rng.normals(c * k, 0.5));
         let want = truth::causal_conv1d_silu(&x, &w, b, t, c, k);
         let label = format!("conv {dt} B{b} T{t} C{c} K{k}");
         match run_conv::<S>(device, &x, &w, (b, t, c, k)) {
@@ -333,9 +313,9 @@ fn kernel_checks<S: Element + WithDType>(device: &Device, quick: bool, table: &m
     }
     let mut rng = SplitMix::new(11);
     for (rows, dim) in [(1, 128), (300, 128), (77, 20)] {
-        let x = round_s::<S>(&rng.normals(rows * dim, 2.0));
-        let z = round_s::<S>(&rng.normals(rows * dim, 1.5));
-        let w = round_s::<S>(&rng.normals(dim, 1.0));
+        let x = round_to_storage::<S>(&rng.normals(rows * dim, 2.0));
+        let z = round_to_storage::<S>(&rng.normals(rows * dim, 1.5));
+        let w = round_to_storage::<S>(&rng.normals(dim, 1.0));
         let want = truth::gated_rms_norm(&x, &z, &w, 1e-6, dim);
         let label = format!("gated norm {dt} N{rows} dim{dim}");
         match run_norm::<S>(device, &x, &z, &w, (rows, dim)) {
@@ -349,11 +329,11 @@ fn make_case<S: Element>(d: cpu::GdnDims, decay: Decay, with_init: bool, seed: u
     let case = gdn_case(d, decay, with_init, seed);
     GdnCase {
         d,
-        mixed: round_s::<S>(&case.mixed),
-        w: round_s::<S>(&case.w),
-        g: round_acc::<S>(&case.g),
-        beta: round_s::<S>(&case.beta),
-        init: case.init.as_deref().map(round_acc::<S>),
+        mixed: round_to_storage::<S>(&case.mixed),
+        w: round_to_storage::<S>(&case.w),
+        g: round_to_accum::<S::Acc>(&case.g),
+        beta: round_to_storage::<S>(&case.beta),
+        init: case.init.as_deref().map(round_to_accum::<S::Acc>),
     }
 }
 
@@ -365,12 +345,12 @@ fn run_gdn<S: Element + WithDType>(device: &Device, case: &GdnCase) -> Result<Gd
         let nan = S::from_acc(S::Acc::from_f64(f64::NAN));
         let nan_a = S::Acc::from_f64(f64::NAN);
         let (mixed, w, beta) = (
-            to_s::<S>(&case.mixed),
-            to_s::<S>(&case.w),
-            to_s::<S>(&case.beta),
+            to_storage::<S>(&case.mixed),
+            to_storage::<S>(&case.w),
+            to_storage::<S>(&case.beta),
         );
-        let g = to_a::<S>(&case.g);
-        let init = case.init.as_ref().map(|s| to_a::<S>(s));
+        let g = to_accum::<S::Acc>(&case.g);
+        let init = case.init.as_ref().map(|s| to_accum::<S::Acc>(s));
         let n_out = d.batch * d.seq * d.v_heads * d.v_dim;
         let n_fin = d.batch * d.v_heads * d.k_dim * d.v_dim;
         let (mut out, mut fin, mut conv) =
@@ -410,9 +390,9 @@ fn run_gdn<S: Element + WithDType>(device: &Device, case: &GdnCase) -> Result<Gd
             &mut fin2,
         )
         .map_err(ke)?;
-        let (o, f) = (s_f64(&out), a_f64(&fin));
-        let same = s_f64(&out2) == o && a_f64(&fin2) == f;
-        return Ok((o, f, s_f64(&conv), same));
+        let (o, f) = (storage_to_f64(&out), accum_to_f64(&fin));
+        let same = storage_to_f64(&out2) == o && accum_to_f64(&fin2) == f;
+        return Ok((o, f, storage_to_f64(&conv), same));
     }
     #[cfg(feature = "cuda")]
     {
@@ -464,9 +444,9 @@ fn run_conv<S: Element + WithDType>(
             channels: c,
             kernel: k,
         };
-        cpu::causal_conv1d_silu(&to_s::<S>(x), &to_s::<S>(w), dims, &mut out)
+        cpu::causal_conv1d_silu(&to_storage::<S>(x), &to_storage::<S>(w), dims, &mut out)
             .map_err(|e| Error::backend("fused", e.to_string()))?;
-        return Ok(s_f64(&out));
+        return Ok(storage_to_f64(&out));
     }
     #[cfg(feature = "cuda")]
     {
@@ -488,15 +468,15 @@ fn run_norm<S: Element + WithDType>(
     if !device.is_cuda() {
         let mut out = vec![S::from_acc(S::Acc::from_f64(f64::NAN)); x.len()];
         cpu::gated_rms_norm(
-            &to_s::<S>(x),
-            &to_s::<S>(z),
-            &to_s::<S>(w),
+            &to_storage::<S>(x),
+            &to_storage::<S>(z),
+            &to_storage::<S>(w),
             1e-6,
             cpu::NormDims { rows, dim },
             &mut out,
         )
         .map_err(|e| Error::backend("fused", e.to_string()))?;
-        return Ok(s_f64(&out));
+        return Ok(storage_to_f64(&out));
     }
     #[cfg(feature = "cuda")]
     {
