@@ -7,6 +7,23 @@
 //! Tensors move between candle and the kernels as host vectors; the copies are O(T·channels),
 //! next to the O(T·Hv·dk·dv) work of the recurrence.
 
+/// Calls `$body::<S>(…)` for the storage type matching `$dtype`; any other dtype is an error
+/// naming the `$kernels` that lack it. Defined before the submodules so the CUDA path shares it.
+macro_rules! dispatch_dtype {
+    ($dtype:expr, $kernels:expr, $body:ident ( $($arg:expr),* )) => {
+        match $dtype {
+            DType::F64 => $body::<f64>($($arg),*),
+            DType::F32 => $body::<f32>($($arg),*),
+            DType::BF16 => $body::<half::bf16>($($arg),*),
+            DType::F16 => $body::<half::f16>($($arg),*),
+            other => Err(crate::error::Error::backend(
+                "fused",
+                format!("dtype {other:?} is not supported by the {}", $kernels),
+            )),
+        }
+    };
+}
+
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -44,19 +61,6 @@ fn require_cpu(t: &Tensor) -> Result<()> {
             ),
         )),
     }
-}
-
-/// Calls `$body::<S>()` for the storage type matching `$dtype`.
-macro_rules! dispatch_dtype {
-    ($dtype:expr, $body:ident ( $($arg:expr),* )) => {
-        match $dtype {
-            DType::F64 => $body::<f64>($($arg),*),
-            DType::F32 => $body::<f32>($($arg),*),
-            DType::BF16 => $body::<half::bf16>($($arg),*),
-            DType::F16 => $body::<half::f16>($($arg),*),
-            other => Err(Error::backend(NAME, format!("dtype {other:?} is not supported"))),
-        }
-    };
 }
 
 impl LinearAttentionBackend for Fused {
@@ -102,7 +106,7 @@ impl LinearAttentionBackend for Fused {
             channels,
             kernel,
         };
-        dispatch_dtype!(x.dtype(), conv_typed(x, weight, dims))
+        dispatch_dtype!(x.dtype(), "CPU kernels", conv_typed(x, weight, dims))
     }
 
     fn gated_delta_rule(
@@ -131,6 +135,7 @@ impl LinearAttentionBackend for Fused {
         };
         dispatch_dtype!(
             q.dtype(),
+            "CPU kernels",
             delta_rule_typed(q, k, v, g, beta, initial_state, dims)
         )
     }
@@ -152,7 +157,11 @@ impl LinearAttentionBackend for Fused {
             rows: x.elem_count() / dim.max(1),
             dim,
         };
-        dispatch_dtype!(x.dtype(), norm_typed(x, z, weight, eps, dims))
+        dispatch_dtype!(
+            x.dtype(),
+            "CPU kernels",
+            norm_typed(x, z, weight, eps, dims)
+        )
     }
 
     fn forward(&self, inputs: &GdnInputs, capture_ops: bool) -> Result<GdnOutputs> {
@@ -174,6 +183,7 @@ impl LinearAttentionBackend for Fused {
         };
         let (core, conv) = dispatch_dtype!(
             inputs.mixed_qkv.dtype(),
+            "CPU kernels",
             fused_typed(inputs, dims, capture_ops)
         )?;
         let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;

@@ -69,18 +69,6 @@ impl Kernel for f64 {
     type Acc = f64;
 }
 
-macro_rules! dispatch {
-    ($dtype:expr, $body:ident ( $($arg:expr),* )) => {
-        match $dtype {
-            DType::F64 => $body::<f64>($($arg),*),
-            DType::F32 => $body::<f32>($($arg),*),
-            DType::BF16 => $body::<half::bf16>($($arg),*),
-            DType::F16 => $body::<half::f16>($($arg),*),
-            other => Err(err(format!("dtype {other:?} is not supported by the CUDA kernels"))),
-        }
-    };
-}
-
 /// A contiguous CUDA tensor, read-locked for the duration of a launch.
 struct Input<'a> {
     storage: StorageRef<'a>,
@@ -181,7 +169,11 @@ fn grid_for(n: usize, per_block: usize) -> LaunchConfig {
 /// Causal depthwise conv + SiLU: x `[B, T, C]`, weight `[C, K]` → `[B, T, C]`.
 pub fn conv1d_silu(x: &Tensor, weight: &Tensor, poison: bool) -> Result<Tensor> {
     let dims = check_conv_shapes(NAME, x, weight)?;
-    dispatch!(x.dtype(), conv_typed(x, weight, dims, poison))
+    dispatch_dtype!(
+        x.dtype(),
+        "CUDA kernels",
+        conv_typed(x, weight, dims, poison)
+    )
 }
 
 fn conv_typed<T: Kernel>(
@@ -228,7 +220,11 @@ pub fn gated_rms_norm(
             "gated norm input, gate and weight must share one dtype",
         ));
     }
-    dispatch!(x.dtype(), norm_typed(x, z, weight, eps, dim, poison))
+    dispatch_dtype!(
+        x.dtype(),
+        "CUDA kernels",
+        norm_typed(x, z, weight, eps, dim, poison)
+    )
 }
 
 fn norm_typed<T: Kernel>(
@@ -288,8 +284,9 @@ pub fn gated_delta_rule(
     poison: bool,
 ) -> Result<(Tensor, Tensor)> {
     let d = check_delta_rule_shapes(NAME, q, k, v, g, beta, initial_state)?;
-    dispatch!(
+    dispatch_dtype!(
         v.dtype(),
+        "CUDA kernels",
         rule_typed(q, k, v, g, beta, initial_state, d, poison)
     )
 }
@@ -506,8 +503,9 @@ pub fn fused_core(
             conv.dims()
         )));
     }
-    let (core, state) = dispatch!(
+    let (core, state) = dispatch_dtype!(
         conv.dtype(),
+        "CUDA kernels",
         core_typed(&conv, g, beta, initial_state, d, poison)
     )?;
     Ok((core, state, conv))
