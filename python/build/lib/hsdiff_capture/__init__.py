@@ -1,0 +1,17 @@
+"""Capture per-layer hidden states of a PyTorch / transformers model into an hsdiff dump.
+
+    import hsdiff_capture
+    hsdiff_capture.capture(model, input_ids, out="run.safetensors")        # one no-cache forward
+    with hsdiff_capture.recording(model, out="step.safetensors"):          # whatever forward runs
+        loss = model(**batch).loss
+
+See docs/capture-pytorch.md.
+"""
+
+__version__ = "0.1.0"
+
+from .errors import CaptureError  # noqa: E402
+from .kernels import Request  # noqa: E402
+from .recorder import CaptureResult, capture, recording  # noqa: E402
+
+__all__ = ["CaptureError", "CaptureResult", "Request", "capture", "recording", "__version__"]

@@ -1,0 +1,185 @@
+"""`hsdiff-capture`: load a transformers model, run one prompt (batch 1, no cache, prefill) with the
+linear-attention implementation asked for, write an hsdiff dump — or, with `--ab`, two dumps from
+one load and `hsdiff compare` on them."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+from .errors import CaptureError
+from .fingerprint import DTYPE_NAMES
+from .kernels import SETTINGS
+from .recorder import capture
+
+PROG = "hsdiff-capture"
+
+
+def parser(prog: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0].strip("`: "),
+                                 epilog="docs/capture-pytorch.md in the hsdiff repository has the details.")
+    ap.add_argument("--model", required=True, help="checkpoint folder or hub id")
+    ap.add_argument("--class", dest="cls", default="auto-causal",
+                    help="auto-causal (AutoModelForCausalLM, default), auto-vl (AutoModelForImageTextToText), "
+                         "auto (AutoModel), or a transformers class name, e.g. Qwen3_5ForConditionalGeneration")
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="TEXT, @FILE, or a built-in prompt name (default: fizzbuzz)")
+    src.add_argument("--tokens", help="comma-separated token ids (bypasses the tokenizer)")
+    ap.add_argument("--add-special-tokens", action="store_true",
+                    help="let the tokenizer add BOS/EOS etc. (hsdiff adds none)")
+    ap.add_argument("--dtype", default="f32", help="f32 (default), bf16, f16, f64")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
+    ap.add_argument("--attn-implementation", default=None,
+                    help="eager, sdpa, flash_attention_2, … (default: transformers')")
+    ap.add_argument("--experts-implementation", default=None,
+                    help="MoE experts: eager, grouped_mm, … (default: transformers'; grouped_mm refuses f64)")
+    ap.add_argument("--layers-path", default=None,
+                    help="module path of the decoder-layer ModuleList, e.g. model.language_model.layers")
+    ap.add_argument("--no-logits", action="store_true", help="do not store the logits")
+    ap.add_argument("--trust-remote-code", action="store_true")
+    ap.add_argument("--linear-attention", default="auto", choices=SETTINGS,
+                    help="auto: what transformers chose in this environment (default); torch: transformers' "
+                         "torch functions for everything; fla: the kernel packages for everything "
+                         "(fla for the delta rule and the gated norm, causal_conv1d for the convolution)")
+    ap.add_argument("--conv", choices=("auto", "torch", "causal_conv1d"), help="short convolution only")
+    ap.add_argument("--core", choices=("auto", "torch", "fla"), help="gated delta rule only")
+    ap.add_argument("--norm", choices=("auto", "torch", "fla"), help="gated RMSNorm only")
+    ap.add_argument("--ab", nargs="?", const="auto,torch", metavar="X,Y",
+                    help="capture twice from one load, with settings X and Y of --linear-attention "
+                         "(default auto,torch), to PREFIX.X.safetensors and PREFIX.Y.safetensors, then run "
+                         "`hsdiff compare` on them when hsdiff is on PATH (its exit code is ours)")
+    ap.add_argument("--out", required=True, type=Path, help="output .safetensors (with --ab: PREFIX)")
+    return ap
+
+
+def load_model(args, torch_dtype):
+    import transformers
+
+    if args.cls == "auto-causal":
+        cls = transformers.AutoModelForCausalLM
+    elif args.cls == "auto-vl":
+        cls = getattr(transformers, "AutoModelForImageTextToText", None) or transformers.AutoModelForVision2Seq
+    elif args.cls == "auto":
+        cls = transformers.AutoModel
+    else:
+        cls = getattr(transformers, args.cls, None)
+        if cls is None:
+            raise CaptureError(f"--class {args.cls}: transformers has no such class")
+    kwargs = {"trust_remote_code": args.trust_remote_code}
+    if args.attn_implementation:
+        kwargs["attn_implementation"] = args.attn_implementation
+    if args.experts_implementation:
+        kwargs["experts_implementation"] = args.experts_implementation
+    try:
+        try:
+            model = cls.from_pretrained(args.model, dtype=torch_dtype, **kwargs)
+        except TypeError:  # transformers < 4.56 spells it torch_dtype
+            model = cls.from_pretrained(args.model, torch_dtype=torch_dtype, **kwargs)
+    except Exception as e:  # noqa: BLE001 - one line, exit 2
+        raise CaptureError(f"cannot load {args.model} with {getattr(cls, '__name__', cls)}: "
+                           f"{type(e).__name__}: {e}") from None
+    return model
+
+
+def prompt_text(arg: str) -> str:
+    """A file (`@FILE`), a built-in prompt (the same bytes as hsdiff's prompts/), or the text itself."""
+    if arg.startswith("@"):
+        try:
+            return Path(arg[1:]).read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise CaptureError(f"--prompt {arg}: {e}") from None
+    builtin = resources.files("hsdiff_capture").joinpath("prompts", f"{arg}.txt")
+    if builtin.is_file():
+        return builtin.read_bytes().decode("utf-8")
+    return arg
+
+
+def token_ids(args) -> tuple[list[int], dict]:
+    if args.tokens:
+        try:
+            ids = [int(x) for x in args.tokens.split(",") if x.strip()]
+        except ValueError:
+            raise CaptureError(f"--tokens {args.tokens!r}: not comma-separated integers") from None
+        extra = {}
+    else:
+        import transformers
+
+        label = args.prompt or "fizzbuzz"
+        tok = transformers.AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+        ids = tok(prompt_text(label), add_special_tokens=args.add_special_tokens)["input_ids"]
+        extra = {"prompt": label, "add_special_tokens": bool(args.add_special_tokens)}
+    if not ids:
+        raise CaptureError("no tokens to run")
+    return ids, extra
+
+
+def ab_settings(value: str) -> list[str]:
+    parts = [p.strip() for p in value.split(",")]
+    if len(parts) != 2 or any(p not in SETTINGS for p in parts) or parts[0] == parts[1]:
+        raise CaptureError(f"--ab {value}: expected two different settings of {'|'.join(SETTINGS)}, e.g. auto,torch")
+    return parts
+
+
+def ab_paths(prefix: Path, settings: list[str]) -> list[Path]:
+    base = prefix.name.removesuffix(".safetensors")
+    return [prefix.with_name(f"{base}.{s}.safetensors") for s in settings]
+
+
+def run(args, note) -> int:
+    if args.dtype.lower() not in DTYPE_NAMES:
+        raise CaptureError(f"unknown dtype {args.dtype!r} (f32, bf16, f16, f64)")
+    if args.ab and (args.linear_attention != "auto" or args.conv or args.core or args.norm):
+        raise CaptureError("--ab takes its two settings itself (--ab X,Y); drop --linear-attention/--conv/--core/--norm")
+    settings = ab_settings(args.ab) if args.ab else None
+
+    import torch
+
+    torch_dtype = getattr(torch, DTYPE_NAMES[args.dtype.lower()])
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise CaptureError(f"--device {args.device}: torch.cuda.is_available() is False here")
+    model = load_model(args, torch_dtype).to(device).eval()
+    ids, extra = token_ids(args)
+    extra["model"] = args.model
+    common = {"logits": not args.no_logits, "layers_path": args.layers_path, "metadata": extra}
+
+    if settings is None:
+        res = capture(model, ids, args.out, linear_attention=args.linear_attention,
+                      conv=args.conv, core=args.core, norm=args.norm, **common)
+        note(describe(res))
+        return 0
+    paths = ab_paths(args.out, settings)
+    for setting, path in zip(settings, paths):
+        note(describe(capture(model, ids, path, linear_attention=setting, **common)))
+    hsdiff = shutil.which("hsdiff")
+    if hsdiff is None:
+        note(f"hsdiff is not on PATH; compare with: hsdiff compare {paths[0]} {paths[1]}")
+        return 0
+    note(f"running: hsdiff compare {paths[0]} {paths[1]}")
+    sys.stdout.flush()
+    return subprocess.run([hsdiff, "compare", str(paths[0]), str(paths[1])]).returncode
+
+
+def describe(res) -> str:
+    m = res.fingerprint
+    calls = ", ".join(f"{k}×{v['calls']}" for k, v in m["linear_attention_impl"].items() if "calls" in v)
+    return (f"wrote {len(res.tensors)} tensors for {m['tokens']} tokens to {res.path} ({m['model_class']}, "
+            f"hooked {m['module_path']}, {m['dtype']}, {m['implementation']}; calls: {calls or 'none'})")
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    args = parser(prog).parse_args(argv)
+
+    def note(msg: str) -> None:
+        print(f"{prog}: {msg}", file=sys.stderr)
+
+    try:
+        code = run(args, note)
+    except CaptureError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        code = 2
+    sys.exit(code)

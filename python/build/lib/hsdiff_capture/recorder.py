@@ -1,0 +1,183 @@
+"""The API: `recording(model, out=…)` hooks an already-loaded model for whatever forward the
+caller runs inside the block; `capture(model, input_ids, out=…)` runs one no-cache forward under
+`recording`. Both leave the model as they found it (hooks removed, forced implementations
+restored), also when the forward fails."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import fingerprint
+from .environment import kernel_packages
+from .errors import CaptureError
+from .kernels import LinearAttentionForcing, Request
+from .structure import first_output, text_model
+
+
+@dataclass
+class CaptureResult:
+    path: Path
+    tensors: dict  # name → CPU tensor, as written
+    fingerprint: dict
+
+
+def resolve_dtype(dtype):
+    """None, a torch dtype, or one of hsdiff's names (`f32`, `bf16`, `f16`, `f64`, `float32`, …)."""
+    import torch
+
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    name = fingerprint.DTYPE_NAMES.get(str(dtype).lower())
+    if name is None:
+        raise CaptureError(f"dtype {dtype!r}: expected f32, bf16, f16 or f64")
+    return getattr(torch, name)
+
+
+class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, like a function
+    """Records the first forward pass of `model` run inside the block (later ones, e.g. gradient
+    checkpointing's recomputation, are ignored), batch row `batch_row`, and writes the dump on a
+    clean exit. `layers`: indices of the decoder layers to keep (None: all); `dtype`: the dtype to
+    store the tensors in (None: as computed). `linear_attention`/`conv`/`core`/`norm` force the
+    implementation for the duration (see kernels.Request)."""
+
+    def __init__(self, model, out, layers=None, dtype=None, *, batch_row: int = 0, logits: bool = True,
+                 layers_path: str | None = None, linear_attention: str = "auto", conv: str | None = None,
+                 core: str | None = None, norm: str | None = None, metadata: dict | None = None) -> None:
+        self.model = model
+        self.out = Path(out)
+        self.stored_dtype = resolve_dtype(dtype)
+        self.batch_row = batch_row
+        self.keep_logits = logits
+        self.request = Request.from_options(linear_attention, conv=conv, core=core, norm=norm)
+        self.extra = dict(metadata or {})
+        self.tm = text_model(model, layers_path)
+        n = len(self.tm.layers)
+        wanted = list(range(n)) if layers is None else sorted(set(layers))
+        bad = [i for i in wanted if not isinstance(i, int) or not 0 <= i < n]
+        if bad or not wanted:
+            raise CaptureError(f"layers {list(layers)}: the model has decoder layers 0..{n - 1}")
+        self.wanted = wanted
+        self.caps: dict = {}
+        self.done = False
+        self.handles: list = []
+        self.forcing = None
+        self.result: CaptureResult | None = None
+
+    # -- hooks -------------------------------------------------------------------------------------
+
+    def _take(self, t):
+        if t.dim() < 2 or t.shape[0] <= self.batch_row:
+            raise CaptureError(f"batch row {self.batch_row}: the tensor has shape {list(t.shape)}")
+        t = t.detach()[self.batch_row:self.batch_row + 1]
+        if self.stored_dtype is not None and t.is_floating_point():
+            t = t.to(self.stored_dtype)
+        return t.to("cpu").contiguous().clone()
+
+    def _save(self, name):
+        def hook(_module, _inputs, output):
+            if not self.done and name not in self.caps:
+                self.caps[name] = self._take(first_output(output))
+        return hook
+
+    def _inputs(self, _module, args, kwargs):
+        if self.done or "input_ids" in self.caps:
+            return
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None:
+            raise CaptureError("the forward was called without input_ids (inputs_embeds only): "
+                               "the dump needs the token ids")
+        self.caps["input_ids"] = self._take(ids)
+
+    def _finished(self, _module, _inputs, output):
+        if self.done:
+            return
+        logits = getattr(output, "logits", None)
+        if logits is not None and self.keep_logits:
+            self.caps["logits"] = self._take(logits)
+        self.done = True
+
+    # -- context -----------------------------------------------------------------------------------
+
+    def __enter__(self):
+        self.packages = kernel_packages()  # probed before forcing imports anything
+        self.forcing = LinearAttentionForcing(self.tm, self.request,
+                                              hub_kernels=bool(getattr(self.model, "use_kernels", False)))
+        self.forcing.__enter__()
+        try:
+            tm = self.tm
+            self.handles.append(self.model.register_forward_pre_hook(self._inputs, with_kwargs=True))
+            self.handles.append(tm.embed.register_forward_hook(self._save("embed")))
+            for i in self.wanted:
+                self.handles.append(tm.layers[i].register_forward_hook(self._save(f"layers.{i}")))
+            if tm.final_norm is not None:
+                self.handles.append(tm.final_norm.register_forward_hook(self._save("final_norm")))
+            self.handles.append(self.model.register_forward_hook(self._finished))
+        except BaseException:
+            self._remove()
+            raise
+        return self
+
+    def _remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+        if self.forcing is not None:
+            self.forcing.__exit__(None, None, None)
+
+    def __exit__(self, exc_type, exc, tb):
+        self._remove()
+        if exc_type is not None:
+            return False
+        self.result = self._write()
+        return False
+
+    def _write(self) -> CaptureResult:
+        if not self.done:
+            raise CaptureError("recording(): no forward pass of the model ran inside the block")
+        missing = [k for k in ["input_ids", "embed"] + [f"layers.{i}" for i in self.wanted] if k not in self.caps]
+        if missing:
+            raise CaptureError(f"hooks did not fire for: {', '.join(missing)}")
+        from safetensors.torch import save_file
+
+        param = next(self.tm.layers[self.wanted[0]].parameters())
+        ids = [int(x) for x in self.caps["input_ids"][0].tolist()]
+        meta = fingerprint.build(self.model, self.tm, self.forcing, self.packages, ids, param.dtype,
+                                 self.stored_dtype, param.device, self.wanted, dict(self.extra))
+        order = ["input_ids", "embed"] + [f"layers.{i}" for i in self.wanted] + ["final_norm", "logits"]
+        tensors = {k: self.caps[k] for k in order if k in self.caps}
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            save_file(tensors, str(self.out), metadata={"hsdiff": json.dumps(meta, sort_keys=True)})
+        except OSError as e:
+            raise CaptureError(f"{self.out}: cannot write: {e}") from None
+        return CaptureResult(self.out, tensors, meta)
+
+
+def capture(model, input_ids, out, layers=None, dtype=None, **options) -> CaptureResult:
+    """Runs one forward pass of `model` (batch 1, `use_cache=False`, under `torch.inference_mode`)
+    on `input_ids` (a list of ids or a [T] / [1, T] tensor) and writes the dump to `out`. Takes the
+    options of `recording` (linear_attention, conv, core, norm, layers_path, logits, metadata)."""
+    import torch
+
+    ids = torch.as_tensor(input_ids, dtype=torch.int64)
+    if ids.dim() == 1:
+        ids = ids.unsqueeze(0)
+    if ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
+        raise CaptureError(f"input_ids of shape {list(ids.shape)}: expected [T] or [1, T] with T > 0")
+    device = next(model.parameters()).device
+    rec = recording(model, out, layers=layers, dtype=dtype, **options)
+    with rec:
+        try:
+            with torch.inference_mode():
+                model(input_ids=ids.to(device), use_cache=False)
+        except CaptureError:
+            raise
+        except Exception as e:  # noqa: BLE001 - reported as one line, the model is left as it was
+            text = (str(e).strip().splitlines() or [""])[0]
+            hint = ""
+            if next(model.parameters()).dtype == torch.float64 and "Double" in text:
+                hint = " (float64: try attn_implementation/experts_implementation eager)"
+            raise CaptureError(f"the forward pass failed: {type(e).__name__}: {text}{hint}") from e
+    return rec.result

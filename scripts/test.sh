@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The project's test command (README "The tests"; .ci/run calls it): the Rust tests, then the
+# tests of the hsdiff-capture Python package (tests/python) against the installed package.
+#
+# The Python side runs in a virtual environment made from the complete pinned closure in
+# tests/python/requirements.txt (installed without resolution; torch's Linux wheel on PyPI is the
+# CUDA build, about 5 GB — see docs/golden.md). It is kept in $HSDIFF_TEST_VENV (default
+# target/pytest-venv) and rebuilt only when the pins change.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo test --locked
+
+venv="${HSDIFF_TEST_VENV:-target/pytest-venv}"
+pins="$(cat tests/python/requirements.txt scripts/requirements-golden.txt | sha256sum | cut -d' ' -f1)"
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.pins" 2>/dev/null)" != "$pins" ]; then
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --no-cache-dir --no-deps -r tests/python/requirements.txt
+    echo "$pins" > "$venv/.pins"
+fi
+# The package as a user gets it (`pip install ./python`), with the venv's pinned setuptools.
+"$venv/bin/pip" install --quiet --no-deps --no-build-isolation --force-reinstall ./python
+
+# pytest exits 5 when it collects no test: that is a failure here, never a pass.
+rc=0
+HSDIFF_BIN="$PWD/target/debug/hsdiff" "$venv/bin/python" -m pytest tests/python -q -p no:cacheprovider || rc=$?
+if [ "$rc" -eq 5 ]; then
+    echo "scripts/test.sh: error: pytest collected no tests in tests/python" >&2
+fi
+exit "$rc"

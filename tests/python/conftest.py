@@ -1,0 +1,163 @@
+"""Shared fixtures: the golden tiny model, stand-in kernel packages, running the installed
+`hsdiff-capture` command, reading dumps.
+
+Runs with the packages of tests/python/requirements.txt and hsdiff-capture installed
+(scripts/test.sh does both)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN_MODEL = REPO / "golden" / "qwen3_5_tiny"
+GOLDEN_FIZZBUZZ_F32 = REPO / "golden" / "states" / "qwen3_5_tiny" / "fizzbuzz.f32.safetensors"
+
+# Stand-ins for the kernel packages, with the real packages' module paths and signatures. Their
+# outputs are deliberately 25 % larger than the torch functions' (a stand-in must be told apart
+# from the fallback in the hidden states, not only in the fingerprint).
+STANDIN = {
+    "fla/__init__.py": '__version__ = "0.0.0+hsdiff-standin"\n',
+    "fla/ops/__init__.py": "",
+    "fla/ops/gated_delta_rule/__init__.py": '''
+        import torch
+
+        def _rule(q, k, v, g, beta, initial_state=None, output_final_state=False):
+            o = (1.25 * v.float() * beta.float()[..., None]).to(v.dtype)
+            b, _, h, dv = v.shape
+            state = torch.zeros(b, h, k.shape[-1], dv, dtype=torch.float32, device=v.device)
+            return o, (state if output_final_state else None)
+
+        def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                                   cu_seqlens=None, use_qk_l2norm_in_kernel=False):
+            return _rule(q, k, v, g, beta, initial_state, output_final_state)
+
+        def fused_recurrent_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
+                                             output_final_state=False, cu_seqlens=None,
+                                             use_qk_l2norm_in_kernel=False):
+            return _rule(q, k, v, g, beta, initial_state, output_final_state)
+    ''',
+    "fla/modules/__init__.py": '''
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+
+        class FusedRMSNormGated(nn.Module):
+            def __init__(self, hidden_size, elementwise_affine=True, eps=1e-5, activation="swish",
+                         device=None, dtype=None):
+                super().__init__()
+                self.weight = nn.Parameter(torch.ones(hidden_size, device=device, dtype=dtype))
+                self.eps = eps
+                self.activation = activation
+
+            def forward(self, x, g, residual=None, prenorm=False, residual_in_fp32=False):
+                y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+                return 1.25 * y * F.silu(g)
+    ''',
+    "causal_conv1d/__init__.py": '''
+        import torch.nn.functional as F
+
+        __version__ = "0.0.0+hsdiff-standin"
+
+        def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
+                             return_final_states=False, final_states_out=None, activation=None):
+            out = F.conv1d(x, weight.unsqueeze(1), bias, padding=weight.shape[-1] - 1, groups=x.shape[1])
+            return 1.25 * F.silu(out[..., : x.shape[-1]])
+
+        def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None):
+            raise NotImplementedError("decode is not exercised by the tests")
+    ''',
+}
+
+
+@pytest.fixture(scope="session")
+def standin(tmp_path_factory) -> Path:
+    """A folder with stand-in `fla` and `causal_conv1d` packages, to put on PYTHONPATH/sys.path."""
+    root = tmp_path_factory.mktemp("standin")
+    for rel, text in STANDIN.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def cli_command() -> list[str]:
+    """The installed console script next to this interpreter (what `pip install ./python` made)."""
+    exe = Path(sys.executable).parent / "hsdiff-capture"
+    assert exe.is_file(), f"{exe} missing: install the package first (pip install ./python; scripts/test.sh does)"
+    return [str(exe)]
+
+
+def run_cli(args: list[str], standin: Path | None = None, path: str | None = None,
+            script: bool = False) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if standin is not None:
+        env["PYTHONPATH"] = str(standin)
+    if path is not None:
+        env["PATH"] = path
+    cmd = [sys.executable, str(REPO / "scripts" / "capture_hf.py")] if script else cli_command()
+    return subprocess.run(cmd + args, env=env, capture_output=True, text=True, timeout=600)
+
+
+def read_dump(path: Path) -> tuple[dict, dict]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        meta = json.loads(f.metadata()["hsdiff"])
+        return {k: f.get_tensor(k) for k in f.keys()}, meta
+
+
+def rel_l2(a, b) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm())
+
+
+def assert_bit_identical(a: dict, b: dict) -> None:
+    import torch
+
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+        assert not a[k].is_floating_point() or not torch.isnan(a[k]).any(), f"{k} has NaN"
+        assert torch.equal(a[k], b[k]), f"{k} differs"
+
+
+@pytest.fixture(scope="session")
+def fizzbuzz_args() -> list[str]:
+    return ["--model", str(GOLDEN_MODEL), "--prompt", "fizzbuzz", "--dtype", "f32"]
+
+
+@pytest.fixture(scope="session")
+def absent_dump(tmp_path_factory, fizzbuzz_args) -> Path:
+    """The default capture where neither fla nor causal_conv1d is importable."""
+    out = tmp_path_factory.mktemp("absent") / "absent.safetensors"
+    r = run_cli(fizzbuzz_args + ["--out", str(out)])
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def hsdiff_binary() -> Path:
+    """hsdiff built by `cargo test` (scripts/test.sh runs it first), or $HSDIFF_BIN."""
+    env = os.environ.get("HSDIFF_BIN")
+    path = Path(env) if env else REPO / "target" / "debug" / "hsdiff"
+    assert path.is_file(), f"{path} missing: build hsdiff first (cargo build; scripts/test.sh does)"
+    return path
+
+
+def path_with(folder: Path) -> str:
+    return f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def path_without_hsdiff(tmp: Path) -> str:
+    """PATH with only the folders needed, none holding an `hsdiff`."""
+    keep = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and not (Path(p) / "hsdiff").exists()]
+    assert shutil.which("hsdiff", path=os.pathsep.join(keep)) is None
+    return os.pathsep.join(keep)
