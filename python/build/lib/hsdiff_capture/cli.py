@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .errors import CaptureError
 from .fingerprint import DTYPE_NAMES
-from .kernels import SETTINGS
+from .kernels import SETTINGS, Request
 from .recorder import capture
 
 PROG = "hsdiff-capture"
@@ -135,6 +135,10 @@ def run(args, note) -> int:
     if args.ab and (args.linear_attention != "auto" or args.conv or args.core or args.norm):
         raise CaptureError("--ab takes its two settings itself (--ab X,Y); drop --linear-attention/--conv/--core/--norm")
     settings = ab_settings(args.ab) if args.ab else None
+    requests = [Request.from_options(s) for s in settings] if settings else [
+        Request.from_options(args.linear_attention, conv=args.conv, core=args.core, norm=args.norm)]
+    for request in requests:  # before the (possibly long) model load: fail fast
+        request.package_functions()
 
     import torch
 

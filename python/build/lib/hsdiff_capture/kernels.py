@@ -88,6 +88,15 @@ class Request:
     def as_dict(self) -> dict:
         return {g: self.get(g) for g in GROUP_PACKAGE}
 
+    def package_functions(self) -> tuple[dict, object]:
+        """The package functions (by FuncSpec name) and fla norm class asked for, imported now;
+        CaptureError if any does not import (a package asked for is never silently skipped, also
+        when the model turns out not to use it)."""
+        funcs = {spec.name: package_function(spec.package_module, spec.name, spec.group)
+                 for spec in FUNCS if self.get(spec.group) == GROUP_PACKAGE[spec.group]}
+        norm_cls = package_function(FLA_NORM_MODULE, FLA_NORM_CLASS, "norm") if self.norm == "fla" else None
+        return funcs, norm_cls
+
 
 def qualname(obj) -> str:
     mod = getattr(obj, "__module__", None) or "?"
@@ -192,14 +201,7 @@ class LinearAttentionForcing:
         if self.hub_kernels and self.request.forces():
             raise CaptureError("the model uses hub kernels (use_kernels=True), which replace layer forwards; "
                                "forcing an implementation is not supported there — load it without use_kernels")
-        # A package asked for must import even if the model does not use it: never a silent no-op.
-        wanted = {}
-        for spec in FUNCS:
-            if self.request.get(spec.group) == GROUP_PACKAGE[spec.group]:
-                wanted[spec.name] = package_function(spec.package_module, spec.name, spec.group)
-        fla_norm_cls = None
-        if self.request.norm == "fla":
-            fla_norm_cls = package_function(FLA_NORM_MODULE, FLA_NORM_CLASS, "norm")
+        wanted, fla_norm_cls = self.request.package_functions()
         try:
             for spec in FUNCS:
                 self._function(spec, wanted.get(spec.name))
