@@ -78,6 +78,8 @@ def test_per_function_forcing(tmp_path, standin, fizzbuzz_args, absent_dump):
     norm = impl["gated_norm"]
     assert (norm["environment"], norm["actual"], norm["calls"]) == ("torch", "fla", 6)
     assert norm["implementation"] == "fla.modules.FusedRMSNormGated"
+    assert norm["resolved_by"] == "transformers' own class (5.15+)"
+    assert "5.15+ always builds its own gated norm" in norm["reason"]
     assert m["implementation"] == (
         "transformers/mixed(fast: chunk_gated_delta_rule,fused_recurrent_gated_delta_rule,gated_norm)")
     assert rel_l2(t["layers.0"], read_dump(absent_dump)[0]["layers.0"]) > STANDIN_MIN_REL_L2

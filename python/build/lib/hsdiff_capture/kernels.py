@@ -170,6 +170,9 @@ def kind_of(fn, torch_fn) -> str:
     return mod.split(".")[0] or "?"
 
 
+NORM_NEW_ERA = "transformers' own class (5.15+)"
+
+
 def environment_reason(kind: str, package: str, era: str) -> str:
     if kind != "torch":
         return f"{package} imported when transformers loaded the modeling module"
@@ -178,6 +181,8 @@ def environment_reason(kind: str, package: str, era: str) -> str:
         return f"{package} does not import ({probe['error']})"
     if era == NEW_ERA:
         return f"{package} imports now but did not when transformers loaded the modeling module"
+    if era == NORM_NEW_ERA:
+        return "transformers 5.15+ always builds its own gated norm (fla's only through hub kernels)"
     return (f"{package} imports, but transformers ≤ 5.14 takes it only when it and CUDA are available "
             f"when the modeling module is loaded")
 
@@ -337,7 +342,8 @@ class LinearAttentionForcing:
         for norm in norms:
             handle = norm.register_forward_hook(lambda *_: self.counts.__setitem__(NORM, self.counts[NORM] + 1))
             self.undo.append(handle.remove)
-        era = "layer attribute"
+        # ≤ 5.14 modeling modules hold a `FusedRMSNormGated` global (fla's class or None).
+        era = "layer attribute" if hasattr(self.tm.modeling, FLA_NORM_CLASS) else NORM_NEW_ERA
         self._record(NORM, "norm", "fla", era, f"{type(self.tm.linear_layers[0]).__name__}.norm",
                      env_kind, cls, actual_kind, actual_cls)
         self.entries[NORM]["forward"] = qualname(getattr(actual_cls, "forward", None))
