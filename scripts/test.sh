@@ -11,12 +11,17 @@ cd "$(dirname "$0")/.."
 
 cargo test --locked
 
-venv="${HSDIFF_TEST_VENV:-target/pytest-venv}"
-pins="$(cat tests/python/requirements.txt scripts/requirements-golden.txt | sha256sum | cut -d' ' -f1)"
+venv="$(realpath -m "${HSDIFF_TEST_VENV:-target/pytest-venv}")"
+pins="$(cat tests/python/requirements*.txt scripts/requirements-golden.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.pins" 2>/dev/null)" != "$pins" ]; then
     rm -rf "$venv"
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --no-cache-dir --no-deps -r tests/python/requirements.txt
+    # transformers ≤ 5.14 for the era-A tests: an overlay venv inside it that sees its packages.
+    python3 -m venv "$venv/era-a"
+    purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
+    "$venv/bin/python" -c "$purelib" > "$("$venv/era-a/bin/python" -c "$purelib")/zz-hsdiff-test-base.pth"
+    "$venv/era-a/bin/pip" install --quiet --no-cache-dir --no-deps -r tests/python/requirements-era-a.txt
     echo "$pins" > "$venv/.pins"
 fi
 # The package as a user gets it (`pip install ./python`), with the venv's pinned setuptools.
@@ -24,7 +29,8 @@ fi
 
 # pytest exits 5 when it collects no test: that is a failure here, never a pass.
 rc=0
-HSDIFF_BIN="$PWD/target/debug/hsdiff" "$venv/bin/python" -m pytest tests/python -q -p no:cacheprovider || rc=$?
+HSDIFF_BIN="$PWD/target/debug/hsdiff" HSDIFF_ERA_A_PYTHON="$venv/era-a/bin/python" \
+    "$venv/bin/python" -m pytest tests/python -q -p no:cacheprovider || rc=$?
 if [ "$rc" -eq 5 ]; then
     echo "scripts/test.sh: error: pytest collected no tests in tests/python" >&2
 fi

@@ -1,0 +1,62 @@
+"""transformers ≤ 5.14 ("era A": module globals, GatedDeltaNet layer attributes, fla's norm class
+chosen at construction), run with the pinned transformers 5.14.1 overlay venv that scripts/test.sh
+makes ($HSDIFF_ERA_A_PYTHON). Era A takes the packages only with CUDA, so on a CPU machine its
+own choice is always torch; what is checked here is that forcing works through the layer
+attributes, that `torch` is the package-free result bit for bit, and that 5.14 and 5.24 agree."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import GOLDEN_FIZZBUZZ_F32, REPO, assert_bit_identical, read_dump, rel_l2
+
+# hsdiff's f32 band: two transformers releases run the same math with different op order.
+F32_BAND = 1e-5
+
+
+@pytest.fixture(scope="module")
+def era_a_python() -> str:
+    exe = os.environ.get("HSDIFF_ERA_A_PYTHON")
+    assert exe and Path(exe).is_file(), "HSDIFF_ERA_A_PYTHON unset or missing: run scripts/test.sh"
+    return exe
+
+
+def capture(python: str, out: Path, flags: list[str], standin: Path | None) -> dict:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if standin is not None:
+        env["PYTHONPATH"] = str(standin)
+    cmd = [python, str(REPO / "scripts" / "capture_hf.py"), "--model", str(REPO / "golden" / "qwen3_5_tiny"),
+           "--prompt", "fizzbuzz", "--out", str(out)] + flags
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return read_dump(out)
+
+
+def test_era_a_forcing(era_a_python, standin, tmp_path):
+    absent, m_absent = capture(era_a_python, tmp_path / "absent.safetensors", [], None)
+    assert m_absent["transformers"] == "5.14.1"
+    for e in m_absent["linear_attention_impl"].values():
+        assert (e["resolved_by"], e["environment"], e["actual"]) == ("layer attribute", "torch", "torch")
+    golden, _ = read_dump(GOLDEN_FIZZBUZZ_F32)
+    for k in absent:
+        if k != "input_ids":
+            assert rel_l2(absent[k], golden[k]) <= F32_BAND, k
+
+    forced, m_forced = capture(era_a_python, tmp_path / "torch.safetensors", ["--linear-attention", "torch"], standin)
+    assert_bit_identical(forced, absent)
+    e = m_forced["linear_attention_impl"]["chunk_gated_delta_rule"]
+    assert m_forced["kernel_packages"]["fla"]["importable"] is True
+    assert "takes it only when it and CUDA are available" in e["reason"]
+
+    fla, m_fla = capture(era_a_python, tmp_path / "fla.safetensors", ["--linear-attention", "fla"], standin)
+    assert rel_l2(fla["layers.0"], absent["layers.0"]) > 1e-2
+    impl = m_fla["linear_attention_impl"]
+    for name, kind in (("causal_conv1d_fn", "causal_conv1d"), ("chunk_gated_delta_rule", "fla"), ("gated_norm", "fla")):
+        assert (impl[name]["environment"], impl[name]["actual"], impl[name]["calls"]) == ("torch", kind, 6), name
+        assert impl[name]["reason"].startswith("forced to"), name
+    assert m_fla["implementation"] == "transformers/fast-path"
