@@ -17,6 +17,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 from hsdiff_capture.cli import main  # noqa: E402
+# scripts/make_golden.py takes the digests from here (`from capture_hf import …`).
+from hsdiff_capture.environment import sha256_file, weights_digest  # noqa: E402
+
+__all__ = ["main", "sha256_file", "weights_digest"]
 
 if __name__ == "__main__":
     main(prog="capture_hf")
