@@ -4,15 +4,19 @@ packages, errors with exit 2."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from conftest import (GOLDEN_FIZZBUZZ_F32, assert_bit_identical, read_dump, rel_l2, run_cli)
 
 # The stand-ins scale their outputs by 1.25: far outside any rounding difference (f32: ~1e-6).
 STANDIN_MIN_REL_L2 = 1e-2
 
 
-def test_help_of_the_console_script_and_the_wrapper():
-    for script in (False, True):
-        r = run_cli(["--help"], script=script)
+def test_help_of_the_console_script_the_module_and_the_wrapper():
+    runs = [run_cli(["--help"]), run_cli(["--help"], script=True),
+            subprocess.run([sys.executable, "-m", "hsdiff_capture", "--help"], capture_output=True, text=True)]
+    for r in runs:
         assert r.returncode == 0, r.stderr
         for opt in ("--linear-attention", "--conv", "--core", "--norm", "--ab", "--out"):
             assert opt in r.stdout
