@@ -25,6 +25,8 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.pins" 2>/dev/null)" != "$pins
     echo "$pins" > "$venv/.pins"
 fi
 # The package as a user gets it (`pip install ./python`), with the venv's pinned setuptools.
+# (setuptools builds in python/build: a stale copy there could ship modules no longer in the sources.)
+rm -rf python/build
 "$venv/bin/pip" install --quiet --no-deps --no-build-isolation --force-reinstall ./python
 
 # pytest exits 5 when it collects no test: that is a failure here, never a pass.
