@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cuda-emu-test.sh [f32|f64|bf16] — runs the CUDA kernels of src/backends/fused/cuda/gdn.cu on
+# cuda-emu-test.sh [f32|f64|bf16|tc] — runs the CUDA kernels of src/backends/fused/cuda/gdn.cu on
 # the CPU (every CUDA thread an OS thread; src/backends/fused/cuda/emu/) against double
 # references: indexing, masking, chunk/tile edges, strided q/k/v, full writes. Needs only g++
 # (C++20); no CUDA toolkit, no GPU. ~30 s on 2 cores. Not a speed test.
