@@ -616,10 +616,8 @@ mod bench {
 
     use super::{Table, rel_l2};
     use crate::backends::fused::cpu::{self, truth};
-    use crate::backends::fused::cuda;
+    use crate::backends::fused::cuda::{self, RuleKernel};
     use crate::error::{Error, Result};
-
-    use crate::backends::fused::cuda::RuleKernel;
 
     /// Bench geometries (B 1, dk = dv = 128, bf16): Qwen3.5-27B's linear-attention layers
     /// (Hk 16, Hv 48) and a Qwen3.5-397B-like one (Hk 16, Hv 64).

@@ -701,7 +701,10 @@ __device__ void gdn_chunk_tc(const __nv_bfloat16 *__restrict__ q, const __nv_bfl
         __syncthreads();
 
         // 4. Solve (I + A) U = R in place, f32: blocked forward substitution (16-row blocks;
-        //    rows >= n are zero rows of R and A).
+        //    rows >= n are zero rows of R and A). The diagonal blocks are the only sequential
+        //    part of the chunk: one thread per column keeps the block's 16 rows in registers
+        //    (fully unrolled), so the dependency chain runs through registers, not shared
+        //    memory, and the A loads (the same address across the warp) issue ahead of it.
         for (int bb = 0; bb < n; bb += 16) {
             if (bb > 0) {
                 for (int e = tid; e < 16 * DVT; e += NT) {
@@ -712,13 +715,20 @@ __device__ void gdn_chunk_tc(const __nv_bfloat16 *__restrict__ q, const __nv_bfl
                 }
                 __syncthreads();
             }
-            if (tid < DVT) {  // one thread per column, sequential over the block's rows
+            if (tid < DVT) {
                 const int c = tid;
-                for (int i = bb + 1; i < bb + 16; ++i) {
+                float r[16];
+#pragma unroll
+                for (int i = 0; i < 16; ++i) r[i] = Uf[(bb + i) * LU + c];
+#pragma unroll
+                for (int i = 1; i < 16; ++i) {
                     float acc = 0.f;
-                    for (int j = bb; j < i; ++j) acc = fmaf(Af[i * LA + j], Uf[j * LU + c], acc);
-                    Uf[i * LU + c] -= acc;
+#pragma unroll
+                    for (int j = 0; j < i; ++j) acc = fmaf(Af[(bb + i) * LA + bb + j], r[j], acc);
+                    r[i] -= acc;
                 }
+#pragma unroll
+                for (int i = 1; i < 16; ++i) Uf[(bb + i) * LU + c] = r[i];
             }
             __syncthreads();
         }
