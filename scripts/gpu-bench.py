@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """gpu-bench.py DIR [--out JSON] — flash-linear-attention's chunk_gated_delta_rule on the exact
-inputs `hsdiff selftest --bench --bench-dir DIR` wrote (DIR/T{T}/{q,k,v,beta}.bf16, g.f32,
-hsdiff_out.bf16, meta.json, truth_out.f64 for the smallest T), timed the same way (CUDA events
-around each call, warm-up, median), and compared with hsdiff's output and the f64 truth.
+inputs `hsdiff selftest --bench --bench-dir DIR` wrote (DIR/Hv{Hv}-T{T}/{q,k,v,beta}.bf16, g.f32,
+hsdiff_out.bf16 (the tensor-core kernel's output), meta.json (both hsdiff kernels' timings),
+truth_out.f64 for the smallest T), timed the same way (CUDA events around each call, warm-up,
+median), and compared with hsdiff's output and the f64 truth. Speeds: fla time / hsdiff time
+per hsdiff kernel (tc = tensor cores, what the backend runs for bf16; exact = the f32 kernel),
+and TFLOP/s from the same nominal FLOP count hsdiff prints (meta.json's nominal_flops).
 
 Runs on the GPU machine (PyTorch + Triton there; fla-core carried as wheels, see
 scripts/gpu-check.sh). Prints a table and writes JSON (--out). Exit 0 unless fla cannot run.
@@ -67,12 +70,20 @@ def main():
     print(f"torch copy bandwidth: {bw:.0f} GB/s")
 
     rows = []
-    cases = sorted(
-        (d for d in os.listdir(a.dir) if d.startswith("T")), key=lambda d: int(d[1:])
-    )
+    cases = []
+    for name in os.listdir(a.dir):
+        mpath = os.path.join(a.dir, name, "meta.json")
+        if os.path.exists(mpath):
+            m = json.load(open(mpath))
+            cases.append(((m["Hv"], m["T"]), name))
+    cases = [name for _, name in sorted(cases)]
     if not cases:
-        sys.exit(f"no T* folders in {a.dir}: run hsdiff selftest --bench --bench-dir {a.dir}")
-    hdr = f"{'T':>7} {'hsdiff ms':>10} {'fla ms':>10} {'fla/hsdiff':>10} {'fla GB/s':>9} {'fla vs truth':>13} {'hsdiff vs truth':>15} {'fla vs hsdiff':>13}"
+        sys.exit(f"no case folders in {a.dir}: run hsdiff selftest --bench --bench-dir {a.dir}")
+    hdr = (
+        f"{'Hk/Hv':>6} {'T':>7} {'tc ms':>9} {'exact ms':>9} {'fla ms':>9} {'fla/tc':>7} "
+        f"{'fla/exact':>9} {'tc TF/s':>8} {'fla TF/s':>8} {'fla GB/s':>8} {'fla vs truth':>12} "
+        f"{'tc vs truth':>11} {'fla vs tc':>9}"
+    )
     print(hdr)
     for case in cases:
         d = os.path.join(a.dir, case)
@@ -145,15 +156,29 @@ def main():
             truth = load("truth_out.f64", torch.float64, (T, nh, dv))
             fla_vs_truth = rel(o[0, :, :nh], truth)
             hs_vs_truth = rel(hs_out[0, :, :nh], truth)
+        kernels = meta.get("kernels", {})
         hs_med = meta["hsdiff_ms_median"]
+        exact_med = kernels.get("exact", {}).get("ms_median")
         gbs = meta["bytes_moved"] / (med * 1e-3) / 1e9
+        flops = meta.get("nominal_flops")
+        tf = lambda ms: "-" if not flops else f"{flops / (ms * 1e-3) / 1e12:.2f}"  # noqa: E731
         f = lambda x: "-" if x is None else f"{x:.3e}"  # noqa: E731
+        ex = "-" if exact_med is None else f"{exact_med:.3f}"
+        ex_speed = "-" if exact_med is None else f"{med / exact_med:.2f}"
         print(
-            f"{T:>7} {hs_med:>10.3f} {med:>10.3f} {med / hs_med:>10.2f} {gbs:>9.0f} {f(fla_vs_truth):>13} {f(hs_vs_truth):>15} {fla_vs_hs:>13.3e}"
+            f"{f'{Hk}/{Hv}':>6} {T:>7} {hs_med:>9.3f} {ex:>9} {med:>9.3f} {med / hs_med:>7.2f} "
+            f"{ex_speed:>9} {tf(hs_med):>8} {tf(med):>8} {gbs:>8.0f} {f(fla_vs_truth):>12} "
+            f"{f(hs_vs_truth):>11} {fla_vs_hs:>9.2e}"
         )
         rows.append({
-            "T": T, "hsdiff_ms_median": hs_med, "fla_ms_median": med, "fla_ms_all": times,
-            "speed_hsdiff_over_fla": med / hs_med, "fla_gbs": gbs, "bytes_moved": meta["bytes_moved"],
+            "Hk": Hk, "Hv": Hv, "T": T, "hsdiff_kernel": meta.get("hsdiff_kernel"),
+            "hsdiff_ms_median": hs_med, "hsdiff_exact_ms_median": exact_med,
+            "fla_ms_median": med, "fla_ms_all": times,
+            "speed_hsdiff_over_fla": med / hs_med,
+            "speed_exact_over_fla": None if exact_med is None else med / exact_med,
+            "fla_gbs": gbs, "bytes_moved": meta["bytes_moved"], "nominal_flops": flops,
+            "fla_tflops": None if not flops else flops / (med * 1e-3) / 1e12,
+            "hsdiff_tflops": None if not flops else flops / (hs_med * 1e-3) / 1e12,
             "fla_first_call_s": first_s, "fla_gva": gva,
             "fla_vs_truth": fla_vs_truth, "hsdiff_vs_truth": hs_vs_truth, "fla_vs_hsdiff": fla_vs_hs,
             "hsdiff_copy_bw_gbs": meta.get("copy_bw_gbs"),
@@ -164,7 +189,7 @@ def main():
     if a.out:
         with open(a.out, "w") as fh:
             json.dump(result, fh, indent=1)
-    print("speed column: fla time / hsdiff time (>= 1.0 means hsdiff is at least as fast)")
+    print("fla/tc, fla/exact: fla time / hsdiff time (>= 1.0 means hsdiff is at least as fast)")
 
 
 def _driver_version():

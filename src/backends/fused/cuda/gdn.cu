@@ -9,10 +9,13 @@
 // Kernels (one extern "C" entry per storage type: _bf16, _f16, _f32, _f64):
 //   conv1d_silu_*   causal depthwise conv + SiLU, x [B,T,C], w [C,K] -> out [B,T,C]
 //   gated_rms_norm_* w * x*rsqrt(mean x^2 + eps) * SiLU(z), rows of length dim
-//   gdn_chunk_*     the gated delta rule, chunked (WY form), q/k L2 norm + scale + gates fused
+//   gdn_chunk_*     the gated delta rule, chunked (WY form), q/k L2 norm + scale + gates fused:
+//                   the exact path (plain f32/f64 FMAs from shared memory, no tensor cores)
+//   gdn_chunk_tc_bf16  the same delta rule for bf16 storage on the tensor cores (mma.sync
+//                   m16n8k16, f32 accumulation, f32 operands split into bf16 hi + lo, cp.async
+//                   prefetch of the next chunk); see the comment above gdn_chunk_tc
 //
-// Written to be simple and checkable rather than fast: plain f32 FMAs from shared memory, no
-// tensor cores. Every index is 64-bit where it can exceed 2^31.
+// Every index is 64-bit where it can exceed 2^31.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -333,6 +336,467 @@ __device__ void gdn_chunk(const T *__restrict__ q, const T *__restrict__ k,
     }
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// The gated delta rule on the tensor cores (bf16 storage): the same chunked WY form as gdn_chunk
+// (chunk C = 64, the same formulas, the same masking), with every product over dk or over the
+// chunk done by warp-level mma.sync.m16n8k16 (bf16 operands, f32 accumulation):
+//   P_kk = K K^T and P_qk = Q K^T       (raw bf16 q/k: exact operands)
+//   K S0 and Q S0                        (S0 f32, split into bf16 hi + lo: two mma)
+//   M U                                  (M, U f32, hi/lo: three mma, lo*lo dropped)
+//   S += K^T (e^{G_last-G} fk U)         (raw K^T; the f32 right side hi/lo: two mma)
+// Accuracy: the bf16 q/k/v are fed to the tensor cores as they are (the L2-norm factors fq, fk,
+// the gates and beta are f32 scalars applied to rows of the f32 results), and every f32 operand
+// x is carried as hi = bf16(x), lo = bf16(x - hi), i.e. with 16 significant bits (relative
+// error <= 2^-17) instead of 8 (2^-9). So the products keep near-f32 accuracy and the output's
+// error stays dominated by its one rounding to bf16, as in gdn_chunk; the price is 2-3 mma per
+// product instead of one. The unit lower triangular solve (I + A) U = R stays f32 FMAs (blocked
+// forward substitution, as gdn_chunk); the state stays f32 in registers across chunks.
+//
+// Block = 256 threads (8 warps) per (32 value columns, value head, batch), like gdn_chunk.
+// q/k/v of the next chunk are prefetched with cp.async (double-buffered) while the current
+// chunk computes, when every row start is 16-byte aligned (dk, dv, strides multiples of 8 and
+// aligned base pointers); otherwise they are loaded with plain loads. dk <= TC_DKMAX; dk is
+// zero-padded to a multiple of 16 inside shared memory (padding changes no product).
+//
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"),
+// lane = 4*gid + tig: A (16x16, row-major) a0 = A[gid][2tig..+1], a1 = A[gid+8][2tig..+1],
+// a2 = A[gid][2tig+8..+9], a3 = A[gid+8][2tig+8..+9]; B (16x8) b0 = B[2tig..+1][gid],
+// b1 = B[2tig+8..+9][gid]; C/D (16x8 f32) c_r = C[gid + 8(r/2)][2tig + r%2]. The lower-index
+// element of each pair sits in the low 16 bits.
+constexpr int TC_C = 64;
+constexpr int TC_DVT = 32;
+constexpr int TC_DKMAX = 128;
+constexpr int TC_THREADS = 256;
+constexpr int TC_WARPS = TC_THREADS / 32;
+// State tiles (16 x 8) per warp: (TC_DKMAX / 16) * (TC_DVT / 8) / TC_WARPS.
+constexpr int TC_SREG = (TC_DKMAX / 16) * (TC_DVT / 8) / TC_WARPS;
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+// Shared-memory bytes of gdn_chunk_tc (mirrored by gdn_tc_shared_bytes in mod.rs):
+//   bf16 (u16): Q[2][C][dkp+8] K[2][C][dkp+8] V[2][C][DVT+8] Mhi/Mlo[C][C+8]
+//               U^T hi/lo [DVT][C+8]  W^T hi/lo [DVT][C+8]  S^T hi/lo [DVT][dkp+8]
+//   f32:        A[C][C+1] U[C][DVT+1] G Bt FQ FK EG DL [C]
+// Row pitches are multiples of 8 elements (16-byte rows for cp.async) with +8 padding so that a
+// warp's fragment loads hit 32 different banks.
+__host__ __device__ constexpr long long gdn_tc_shared_bytes(int dk) {
+    const long long dkp = (dk + 15) / 16 * 16;
+    const long long u16s = 4LL * TC_C * (dkp + 8) + 2LL * TC_C * (TC_DVT + 8) +
+                           2LL * TC_C * (TC_C + 8) + 4LL * TC_DVT * (TC_C + 8) +
+                           2LL * TC_DVT * (dkp + 8);
+    const long long f32s = (long long)TC_C * (TC_C + 1) + (long long)TC_C * (TC_DVT + 1) + 6LL * TC_C;
+    return 2 * u16s + 4 * f32s;
+}
+static_assert(gdn_tc_shared_bytes(TC_DKMAX) <= 227 * 1024, "sm_90 allows 227 KiB per block");
+
+#ifndef HSDIFF_CUDA_EMU
+// D += A B, m16n8k16, bf16 x bf16 -> f32 (the emulator's version is in emu/cuda_shim.h).
+__device__ __forceinline__ void mma_bf16_16816(float d[4], const u32 a[4], const u32 b[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// 16-byte global -> shared copy that does not block the thread (sm_80+).
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#endif
+
+__device__ __forceinline__ u16 bf16_bits(float x) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+__device__ __forceinline__ float bf16_value(u16 bits) {
+    return __bfloat162float(__ushort_as_bfloat16(bits));
+}
+// x = hi + lo + O(2^-17 |x|): hi = bf16(x), lo = bf16(x - hi) (x - hi is exact in f32).
+__device__ __forceinline__ void split_bf16(float x, u16 &hi, u16 &lo) {
+    hi = bf16_bits(x);
+    lo = bf16_bits(x - bf16_value(hi));
+}
+__device__ __forceinline__ u32 ld_pair(const u16 *p) { return *reinterpret_cast<const u32 *>(p); }
+__device__ __forceinline__ u32 pack_pair(u16 first, u16 second) {
+    return (u32)first | ((u32)second << 16);
+}
+
+// A fragment of the 16x16 tile at (m0, k0) of X, stored row-major [m][k] with pitch ld.
+__device__ __forceinline__ void frag_a(u32 a[4], const u16 *X, int ld, int m0, int k0, int lane) {
+    const u16 *p = X + (m0 + (lane >> 2)) * ld + k0 + 2 * (lane & 3);
+    a[0] = ld_pair(p);
+    a[1] = ld_pair(p + 8 * ld);
+    a[2] = ld_pair(p + 8);
+    a[3] = ld_pair(p + 8 * ld + 8);
+}
+// A fragment of the 16x16 tile at (m0, k0) of X^T, where X is stored row-major [k][m].
+__device__ __forceinline__ void frag_a_trans(u32 a[4], const u16 *X, int ld, int m0, int k0,
+                                             int lane) {
+    const int m = m0 + (lane >> 2), k = k0 + 2 * (lane & 3);
+    a[0] = pack_pair(X[k * ld + m], X[(k + 1) * ld + m]);
+    a[1] = pack_pair(X[k * ld + m + 8], X[(k + 1) * ld + m + 8]);
+    a[2] = pack_pair(X[(k + 8) * ld + m], X[(k + 9) * ld + m]);
+    a[3] = pack_pair(X[(k + 8) * ld + m + 8], X[(k + 9) * ld + m + 8]);
+}
+// B fragment of the 16x8 tile at (k0, n0) of B, stored transposed: Bt[n][k], pitch ld.
+__device__ __forceinline__ void frag_b(u32 b[2], const u16 *Bt, int ld, int n0, int k0, int lane) {
+    const u16 *p = Bt + (n0 + (lane >> 2)) * ld + k0 + 2 * (lane & 3);
+    b[0] = ld_pair(p);
+    b[1] = ld_pair(p + 8);
+}
+// Row and column of accumulator element r of this lane inside its 16x8 tile.
+__device__ __forceinline__ int acc_row(int lane, int r) { return (lane >> 2) + 8 * (r >> 1); }
+__device__ __forceinline__ int acc_col(int lane, int r) { return 2 * (lane & 3) + (r & 1); }
+
+__device__ void gdn_chunk_tc(const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,
+                             const __nv_bfloat16 *__restrict__ v, const float *__restrict__ g,
+                             const __nv_bfloat16 *__restrict__ beta, const float *__restrict__ init,
+                             __nv_bfloat16 *__restrict__ out, float *__restrict__ state_out, int seq,
+                             int hk, int hv, int dk, int dv, i64 qk_stride, i64 v_stride,
+                             float scale) {
+    constexpr int C = TC_C, DVT = TC_DVT, NT = TC_THREADS, NW = TC_WARPS;
+    constexpr int LV = DVT + 8, LC = C + 8, LA = C + 1, LU = DVT + 1;
+    constexpr int CT = DVT / 8;  // 8-wide column tiles of a [.][DVT] tile
+    static_assert(NW == 8 && CT == 4 && C == 64, "the warp -> tile maps below assume these");
+    const int dkp = (dk + 15) / 16 * 16;
+    const int lqk = dkp + 8;
+
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    u16 *Qs0 = reinterpret_cast<u16 *>(smem_raw);  // buffer b at Qs0 + b * C * lqk
+    u16 *Ks0 = Qs0 + 2 * C * lqk;
+    u16 *Vs0 = Ks0 + 2 * C * lqk;  // raw v tile [C][LV]
+    u16 *Mh = Vs0 + 2 * C * LV;     // M hi/lo [C][LC]
+    u16 *Ml = Mh + C * LC;
+    u16 *Uh = Ml + C * LC;  // U^T hi/lo [DVT][LC]
+    u16 *Ul = Uh + DVT * LC;
+    u16 *Wh = Ul + DVT * LC;  // W^T hi/lo [DVT][LC], W_j = e^{G_last-G_j} fk_j U_j
+    u16 *Wl = Wh + DVT * LC;
+    u16 *Sh = Wl + DVT * LC;  // S^T hi/lo [DVT][lqk]
+    u16 *Sl = Sh + DVT * lqk;
+    float *Af = reinterpret_cast<float *>(Sl + DVT * lqk);  // A [C][LA]
+    float *Uf = Af + C * LA;                                // R, then U, [C][LU]
+    float *G = Uf + C * LU;
+    float *Bt = G + C;
+    float *FQ = Bt + C;  // scale / |q|
+    float *FK = FQ + C;  // 1 / |k|
+    float *EG = FK + C;  // e^{G_i}
+    float *DL = EG + C;  // e^{G_last - G_i}
+
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int c0 = blockIdx.x * DVT;
+    const int h = blockIdx.y;
+    const i64 b = blockIdx.z;
+    const int kh = h / (hv / hk);
+    const bool vec = (((unsigned long long)q | (unsigned long long)k | (unsigned long long)v) & 15) == 0 &&
+                     qk_stride % 8 == 0 && v_stride % 8 == 0 && dk % 8 == 0 && dv % 8 == 0;
+
+    // q/k/v rows of the chunk at t0 into buffer buf; rows >= n and columns >= dv are zeros.
+    auto load_chunk = [&](int buf, int t0) {
+        const int n = min(C, seq - t0);
+        u16 *Qb = Qs0 + buf * C * lqk, *Kb = Ks0 + buf * C * lqk, *Vb = Vs0 + buf * C * LV;
+        if (vec) {
+            const int per_row = dk / 8;
+            for (int e = tid; e < C * per_row; e += NT) {
+                const int i = e / per_row, d = (e % per_row) * 8;
+                if (i < n) {
+                    const i64 off = (b * seq + t0 + i) * qk_stride + (i64)kh * dk + d;
+                    cp_async16(Qb + i * lqk + d, q + off);
+                    cp_async16(Kb + i * lqk + d, k + off);
+                } else {
+                    for (int x = 0; x < 8; ++x) Qb[i * lqk + d + x] = Kb[i * lqk + d + x] = 0;
+                }
+            }
+            for (int e = tid; e < C * CT; e += NT) {
+                const int i = e / CT, c = (e % CT) * 8;
+                if (i < n && c0 + c < dv) {
+                    cp_async16(Vb + i * LV + c, v + (b * seq + t0 + i) * v_stride + (i64)h * dv + c0 + c);
+                } else {
+                    for (int x = 0; x < 8; ++x) Vb[i * LV + c + x] = 0;
+                }
+            }
+        } else {
+            for (int e = tid; e < C * dk; e += NT) {
+                const int i = e / dk, d = e % dk;
+                const i64 off = (b * seq + t0 + i) * qk_stride + (i64)kh * dk + d;
+                Qb[i * lqk + d] = i < n ? __bfloat16_as_ushort(q[off]) : u16(0);
+                Kb[i * lqk + d] = i < n ? __bfloat16_as_ushort(k[off]) : u16(0);
+            }
+            for (int e = tid; e < C * DVT; e += NT) {
+                const int i = e / DVT, c = e % DVT;
+                Vb[i * LV + c] =
+                    (i < n && c0 + c < dv)
+                        ? __bfloat16_as_ushort(v[(b * seq + t0 + i) * v_stride + (i64)h * dv + c0 + c])
+                        : u16(0);
+            }
+        }
+        cp_async_commit();  // an empty group on the plain path: the waits below stay uniform
+    };
+
+    // The dk..dkp padding columns of both q/k buffers are zero for the whole kernel.
+    for (int e = tid; e < 2 * C * (dkp - dk); e += NT) {
+        const int row = e / (dkp - dk), d = dk + e % (dkp - dk);
+        Qs0[row * lqk + d] = 0;
+        Ks0[row * lqk + d] = 0;
+    }
+
+    // The state lives in registers as accumulator tiles: warp w owns the 16x8 tiles
+    // w, w + 8, ... of S [dkp][DVT] (row block = tile / CT, column tile = tile % CT).
+    float sacc[TC_SREG][4];
+    auto store_state_split = [&]() {  // S^T hi/lo for the next chunk's K S0 and Q S0
+#pragma unroll
+        for (int s = 0; s < TC_SREG; ++s) {
+            const int tile = warp + s * NW, rb = tile / CT, ct = tile % CT;
+            if (rb * 16 >= dkp) continue;
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int d = rb * 16 + acc_row(lane, r), c = ct * 8 + acc_col(lane, r);
+                split_bf16(sacc[s][r], Sh[c * lqk + d], Sl[c * lqk + d]);
+            }
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < TC_SREG; ++s) {
+        const int tile = warp + s * NW, rb = tile / CT, ct = tile % CT;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int d = rb * 16 + acc_row(lane, r), c = ct * 8 + acc_col(lane, r);
+            sacc[s][r] = (init != nullptr && d < dk && c0 + c < dv)
+                             ? init[((b * hv + h) * dk + d) * dv + c0 + c]
+                             : 0.f;
+        }
+    }
+    store_state_split();
+    load_chunk(0, 0);
+
+    int buf = 0;
+    for (int t0 = 0; t0 < seq; t0 += C, buf ^= 1) {
+        const int n = min(C, seq - t0);
+        // Prefetch the next chunk into the other buffer (free since the last barrier), then
+        // wait for this chunk's copies only.
+        if (t0 + C < seq) {
+            load_chunk(buf ^ 1, t0 + C);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        const u16 *Qb = Qs0 + buf * C * lqk, *Kb = Ks0 + buf * C * lqk, *Vb = Vs0 + buf * C * LV;
+        for (int i = tid; i < C; i += NT) {
+            const i64 row = b * seq + t0 + i;
+            G[i] = i < n ? g[row * hv + h] : 0.f;
+            Bt[i] = i < n ? __bfloat162float(beta[row * hv + h]) : 0.f;
+        }
+        __syncthreads();
+
+        // 1. Norm factors (one warp per row, f32 sums of the bf16 values); warp 0 then forms
+        //    the in-chunk cumulative log decay G and e^{G}, e^{G_last - G}.
+        for (int i = warp; i < C; i += NW) {
+            float sq = 0.f, sk = 0.f;
+            for (int d = lane; d < dk; d += 32) {
+                const float qa = bf16_value(Qb[i * lqk + d]);
+                const float ka = bf16_value(Kb[i * lqk + d]);
+                sq = fmaf(qa, qa, sq);
+                sk = fmaf(ka, ka, sk);
+            }
+            sq = warp_sum(sq);
+            sk = warp_sum(sk);
+            if (lane == 0) {
+                FQ[i] = scale / sqrtf(sq + 1e-6f);
+                FK[i] = 1.f / sqrtf(sk + 1e-6f);
+            }
+        }
+        if (warp == 0) {
+            constexpr int P = C / 32;
+            float loc[P];
+            float run = 0.f;
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+                run += G[lane * P + p];
+                loc[p] = run;
+            }
+            float incl = run;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const float y = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += y;
+            }
+            float excl = __shfl_up_sync(0xffffffffu, incl, 1);
+            if (lane == 0) excl = 0.f;
+#pragma unroll
+            for (int p = 0; p < P; ++p) G[lane * P + p] = loc[p] + excl;
+            __syncwarp();
+            for (int i = lane; i < C; i += 32) {
+                EG[i] = i < n ? expf(G[i]) : 0.f;
+                DL[i] = i < n ? expf(G[n - 1] - G[i]) : 0.f;
+            }
+        }
+        __syncthreads();
+
+        // 2. A_ij = beta_i fk_i fk_j e^{G_i-G_j} (k_i.k_j) (j < i) and
+        //    M_ij = fq_i fk_j e^{G_i-G_j} (q_i.k_j) (j <= i) from the raw bf16 rows: the 20
+        //    16x8 tiles of the lower triangle (row block rb has column tiles 0..2rb+1).
+        for (int id = warp; id < 20; id += NW) {
+            int rb = 0;
+            while ((rb + 1) * (rb + 2) <= id) ++rb;
+            const int ct = id - rb * (rb + 1);
+            float pk[4] = {0.f, 0.f, 0.f, 0.f}, pq[4] = {0.f, 0.f, 0.f, 0.f};
+            for (int kb = 0; kb < dkp; kb += 16) {
+                u32 ak[4], aq[4], bk[2];
+                frag_a(ak, Kb, lqk, rb * 16, kb, lane);
+                frag_a(aq, Qb, lqk, rb * 16, kb, lane);
+                frag_b(bk, Kb, lqk, ct * 8, kb, lane);
+                mma_bf16_16816(pk, ak, bk);
+                mma_bf16_16816(pq, aq, bk);
+            }
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int i = rb * 16 + acc_row(lane, r), j = ct * 8 + acc_col(lane, r);
+                float a = 0.f, m = 0.f;
+                if (j <= i && i < n) {  // the exponent is only formed where it is <= 0
+                    const float dec = expf(G[i] - G[j]);
+                    m = FQ[i] * FK[j] * dec * pq[r];
+                    if (j < i) a = Bt[i] * FK[i] * FK[j] * dec * pk[r];
+                }
+                Af[i * LA + j] = a;
+                split_bf16(m, Mh[i * LC + j], Ml[i * LC + j]);
+            }
+        }
+
+        // 3. K S0 and Q S0 for this warp's two 16x8 tiles of [C][DVT] (row blocks w/4 and
+        //    3 - w/4: equal work in step 5): R = beta (V - e^G fk K S0) into Uf, and the
+        //    inter-chunk output e^G fq Q S0 kept in registers.
+        float oacc[2][4];
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+            const int rb = s == 0 ? warp / 4 : 3 - warp / 4, ct = warp % 4;
+            float ks[4] = {0.f, 0.f, 0.f, 0.f}, qs[4] = {0.f, 0.f, 0.f, 0.f};
+            for (int kb = 0; kb < dkp; kb += 16) {
+                u32 ak[4], aq[4], bh[2], bl[2];
+                frag_a(ak, Kb, lqk, rb * 16, kb, lane);
+                frag_a(aq, Qb, lqk, rb * 16, kb, lane);
+                frag_b(bh, Sh, lqk, ct * 8, kb, lane);
+                frag_b(bl, Sl, lqk, ct * 8, kb, lane);
+                mma_bf16_16816(ks, ak, bh);
+                mma_bf16_16816(ks, ak, bl);
+                mma_bf16_16816(qs, aq, bh);
+                mma_bf16_16816(qs, aq, bl);
+            }
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int i = rb * 16 + acc_row(lane, r), c = ct * 8 + acc_col(lane, r);
+                Uf[i * LU + c] = Bt[i] * (bf16_value(Vb[i * LV + c]) - EG[i] * FK[i] * ks[r]);
+                oacc[s][r] = EG[i] * FQ[i] * qs[r];
+            }
+        }
+        __syncthreads();
+
+        // 4. Solve (I + A) U = R in place, f32: blocked forward substitution (16-row blocks;
+        //    rows >= n are zero rows of R and A). The diagonal blocks are the only sequential
+        //    part of the chunk: one thread per column keeps the block's 16 rows in registers
+        //    (fully unrolled), so the dependency chain runs through registers, not shared
+        //    memory, and the A loads (the same address across the warp) issue ahead of it.
+        for (int bb = 0; bb < n; bb += 16) {
+            if (bb > 0) {
+                for (int e = tid; e < 16 * DVT; e += NT) {
+                    const int i = bb + e / DVT, c = e % DVT;
+                    float acc = 0.f;
+                    for (int j = 0; j < bb; ++j) acc = fmaf(Af[i * LA + j], Uf[j * LU + c], acc);
+                    Uf[i * LU + c] -= acc;
+                }
+                __syncthreads();
+            }
+            if (tid < DVT) {
+                const int c = tid;
+                float r[16];
+#pragma unroll
+                for (int i = 0; i < 16; ++i) r[i] = Uf[(bb + i) * LU + c];
+#pragma unroll
+                for (int i = 1; i < 16; ++i) {
+                    float acc = 0.f;
+#pragma unroll
+                    for (int j = 0; j < i; ++j) acc = fmaf(Af[(bb + i) * LA + bb + j], r[j], acc);
+                    r[i] -= acc;
+                }
+#pragma unroll
+                for (int i = 1; i < 16; ++i) Uf[(bb + i) * LU + c] = r[i];
+            }
+            __syncthreads();
+        }
+
+        // 5. U^T and W^T = (e^{G_last-G} fk U)^T as bf16 hi/lo operands.
+        for (int e = tid; e < C * DVT; e += NT) {
+            const int j = e / DVT, c = e % DVT;
+            const float u = Uf[j * LU + c];
+            split_bf16(u, Uh[c * LC + j], Ul[c * LC + j]);
+            split_bf16(DL[j] * FK[j] * u, Wh[c * LC + j], Wl[c * LC + j]);
+        }
+        __syncthreads();
+
+        // 6. O = e^G fq Q S0 + M U (one rounding to bf16), and S = e^{G_last} S0 + K^T W.
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+            const int rb = s == 0 ? warp / 4 : 3 - warp / 4, ct = warp % 4;
+            for (int kb = 0; kb <= rb; ++kb) {  // M is zero right of the diagonal block
+                u32 mh[4], ml[4], uh[2], ul[2];
+                frag_a(mh, Mh, LC, rb * 16, kb * 16, lane);
+                frag_a(ml, Ml, LC, rb * 16, kb * 16, lane);
+                frag_b(uh, Uh, LC, ct * 8, kb * 16, lane);
+                frag_b(ul, Ul, LC, ct * 8, kb * 16, lane);
+                mma_bf16_16816(oacc[s], mh, uh);
+                mma_bf16_16816(oacc[s], mh, ul);
+                mma_bf16_16816(oacc[s], ml, uh);
+            }
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int i = rb * 16 + acc_row(lane, r), c = ct * 8 + acc_col(lane, r);
+                if (i < n && c0 + c < dv) {
+                    out[((b * seq + t0 + i) * hv + h) * (i64)dv + c0 + c] =
+                        __float2bfloat16_rn(oacc[s][r]);
+                }
+            }
+        }
+        const float e_last = expf(G[n - 1]);
+        const int kspan = (n + 15) / 16 * 16;  // W rows >= n are zero
+#pragma unroll
+        for (int s = 0; s < TC_SREG; ++s) {
+            const int tile = warp + s * NW, rb = tile / CT, ct = tile % CT;
+            if (rb * 16 >= dkp) continue;  // warp-uniform
+#pragma unroll
+            for (int r = 0; r < 4; ++r) sacc[s][r] *= e_last;
+            for (int kb = 0; kb < kspan; kb += 16) {
+                u32 ak[4], wh[2], wl[2];
+                frag_a_trans(ak, Kb, lqk, rb * 16, kb, lane);
+                frag_b(wh, Wh, LC, ct * 8, kb, lane);
+                frag_b(wl, Wl, LC, ct * 8, kb, lane);
+                mma_bf16_16816(sacc[s], ak, wh);
+                mma_bf16_16816(sacc[s], ak, wl);
+            }
+        }
+        store_state_split();
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int s = 0; s < TC_SREG; ++s) {
+        const int tile = warp + s * NW, rb = tile / CT, ct = tile % CT;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int d = rb * 16 + acc_row(lane, r), c = ct * 8 + acc_col(lane, r);
+            if (d < dk && c0 + c < dv) state_out[((b * hv + h) * dk + d) * dv + c0 + c] = sacc[s][r];
+        }
+    }
+}
+
 }  // namespace
 
 #define HSDIFF_GDN_ENTRIES(SUFFIX, T, C)                                                        \
@@ -358,3 +822,13 @@ HSDIFF_GDN_ENTRIES(bf16, __nv_bfloat16, 64)
 HSDIFF_GDN_ENTRIES(f16, __half, 64)
 HSDIFF_GDN_ENTRIES(f32, float, 64)
 HSDIFF_GDN_ENTRIES(f64, double, 32)
+
+// The tensor-core delta rule (bf16 storage only; f32 accumulation and state).
+extern "C" __global__ void __launch_bounds__(TC_THREADS)
+    gdn_chunk_tc_bf16(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+                      const float *g, const __nv_bfloat16 *beta, const float *init,
+                      __nv_bfloat16 *out, float *state_out, int seq, int hk, int hv, int dk, int dv,
+                      i64 qk_stride, i64 v_stride, float scale) {
+    gdn_chunk_tc(q, k, v, g, beta, init, out, state_out, seq, hk, hv, dk, dv, qk_stride, v_stride,
+                 scale);
+}

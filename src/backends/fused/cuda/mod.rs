@@ -3,6 +3,11 @@
 //! with the q/k L2 norm, scale and gates fused in, and the gated RMSNorm. Precision: the storage
 //! dtype in and out, f32 sums and f32 state (f64 throughout for f64), one rounding per step.
 //!
+//! Two delta-rule kernels: bf16 with dk ≤ 128 runs `gdn_chunk_tc_bf16` (tensor cores, f32
+//! operands carried as bf16 hi + lo, so it keeps the exact kernel's accuracy); every other case
+//! runs the exact f32/f64 SIMT kernel `gdn_chunk_*`. [`implementation`] states this rule, and
+//! [`delta_rule_kernel`] names the kernel a call runs.
+//!
 //! Every launch is followed by a stream synchronisation, so an asynchronous fault is reported
 //! by the kernel that caused it (hsdiff compares numbers; it is not a serving stack). Inputs
 //! are made contiguous first; outputs are fresh buffers, optionally NaN-poisoned (`poison`) so
@@ -27,14 +32,45 @@ use crate::error::{Error, Result};
 pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/gdn.ptx"));
 const MODULE: &str = "hsdiff_fused_gdn";
 const NAME: &str = "fused";
-/// Threads per block of the delta-rule kernel and value columns per block (gdn.cu).
+/// Threads per block of the delta-rule kernels and value columns per block (gdn.cu; the same
+/// for the exact and the tensor-core kernel).
 const GDN_THREADS: u32 = 256;
 const DVT: usize = 32;
+/// Largest dk of the tensor-core kernel (`TC_DKMAX` in gdn.cu: its state registers).
+pub const TC_MAX_DK: usize = 128;
+const TC_CHUNK: usize = 64;
 const L2NORM_EPS_NOTE: &str = "q/k L2 norm eps 1e-6 (fixed in gdn.cu)";
 
 /// What `--device cuda` runs for the fused backend.
 pub fn implementation() -> String {
-    format!("fused/cuda-ptx-sm90 (chunk 64, {L2NORM_EPS_NOTE})")
+    format!(
+        "fused/cuda-ptx-sm90 (chunk 64; delta rule: bf16 with dk <= {TC_MAX_DK} on the tensor \
+         cores (gdn_chunk_tc_bf16: mma.sync bf16, f32 accumulation and state, f32 operands as \
+         bf16 hi+lo), all else the exact f32/f64 kernel (gdn_chunk_*); {L2NORM_EPS_NOTE})"
+    )
+}
+
+/// Which delta-rule kernel a call asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleKernel {
+    /// The tensor-core kernel where it applies (bf16, dk ≤ [`TC_MAX_DK`]), else the exact one:
+    /// what the backend runs.
+    Default,
+    /// The exact f32/f64 SIMT kernel whatever the dtype (the bench's comparison).
+    Exact,
+}
+
+/// The name of the delta-rule kernel `kernel` runs for storage type `T` and head dim `dk`.
+pub fn delta_rule_kernel<T: Kernel>(kernel: RuleKernel, dk: usize) -> String {
+    if uses_tensor_cores(kernel, T::DTYPE, dk) {
+        "gdn_chunk_tc_bf16".to_string()
+    } else {
+        format!("gdn_chunk_{}", T::SUFFIX)
+    }
+}
+
+fn uses_tensor_cores(kernel: RuleKernel, dtype: DType, dk: usize) -> bool {
+    kernel == RuleKernel::Default && dtype == DType::BF16 && dk <= TC_MAX_DK
 }
 
 fn err(msg: impl Into<String>) -> Error {
@@ -264,10 +300,23 @@ fn norm_typed<T: Kernel>(
 
 // --- gated delta rule ----------------------------------------------------------------------
 
-/// Bytes of dynamic shared memory of the delta-rule kernel (layout in gdn.cu).
+/// Bytes of dynamic shared memory of the exact delta-rule kernel (layout in gdn.cu).
 pub fn gdn_shared_bytes<T: Kernel>(dk: usize) -> usize {
     let c = T::CHUNK;
     (2 * c * (dk + 1) + DVT * dk + DVT * c + 2 * c * c + 3 * c) * std::mem::size_of::<T::Acc>()
+}
+
+/// Bytes of dynamic shared memory of the tensor-core kernel (`gdn_tc_shared_bytes` in gdn.cu:
+/// bf16 q/k/v double buffers and hi/lo operand tiles, then the f32 tiles).
+pub fn gdn_tc_shared_bytes(dk: usize) -> usize {
+    let (c, dkp) = (TC_CHUNK, dk.div_ceil(16) * 16);
+    let u16s = 4 * c * (dkp + 8)
+        + 2 * c * (DVT + 8)
+        + 2 * c * (c + 8)
+        + 4 * DVT * (c + 8)
+        + 2 * DVT * (dkp + 8);
+    let f32s = c * (c + 1) + c * (DVT + 1) + 6 * c;
+    2 * u16s + 4 * f32s
 }
 
 /// The gated delta rule with the q/k L2 norm and dk^-1/2 scale inside: q, k `[B, T, Hk, dk]`,
@@ -283,11 +332,26 @@ pub fn gated_delta_rule(
     initial_state: Option<&Tensor>,
     poison: bool,
 ) -> Result<(Tensor, Tensor)> {
+    gated_delta_rule_using(RuleKernel::Default, q, k, v, g, beta, initial_state, poison)
+}
+
+/// [`gated_delta_rule`] with the kernel choice made by the caller (the bench times both).
+#[allow(clippy::too_many_arguments)]
+pub fn gated_delta_rule_using(
+    kernel: RuleKernel,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    g: &Tensor,
+    beta: &Tensor,
+    initial_state: Option<&Tensor>,
+    poison: bool,
+) -> Result<(Tensor, Tensor)> {
     let d = check_delta_rule_shapes(NAME, q, k, v, g, beta, initial_state)?;
     dispatch_dtype!(
         v.dtype(),
         "CUDA kernels",
-        rule_typed(q, k, v, g, beta, initial_state, d, poison)
+        rule_typed(q, k, v, g, beta, initial_state, d, poison, kernel)
     )
 }
 
@@ -301,6 +365,7 @@ fn rule_typed<T: Kernel>(
     initial_state: Option<&Tensor>,
     d: GdnDims,
     poison: bool,
+    kernel: RuleKernel,
 ) -> Result<(Tensor, Tensor)> {
     let acc = accumulation_dtype(T::DTYPE);
     let (q, k, v, beta) = (
@@ -341,6 +406,7 @@ fn rule_typed<T: Kernel>(
         },
         &d,
         poison,
+        kernel,
     )?;
     Ok(rule_tensors(out, state, dev, &d))
 }
@@ -396,6 +462,7 @@ fn run_rule<T: Kernel>(
     a: RuleArgs<'_, T>,
     d: &GdnDims,
     poison: bool,
+    choice: RuleKernel,
 ) -> Result<(CudaSlice<T>, CudaSlice<T::Acc>)> {
     let (b, t, hk, hv, dk, dv) = (
         d.batch,
@@ -433,7 +500,12 @@ fn run_rule<T: Kernel>(
             "grid ({tiles}, {hv}, {b}) exceeds CUDA's limits"
         )));
     }
-    let smem = gdn_shared_bytes::<T>(dk);
+    let tc = uses_tensor_cores(choice, T::DTYPE, dk);
+    let smem = if tc {
+        gdn_tc_shared_bytes(dk)
+    } else {
+        gdn_shared_bytes::<T>(dk)
+    };
     let ctx = dev.cuda_stream().context().clone();
     let max_smem = ctx
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
@@ -443,7 +515,7 @@ fn run_rule<T: Kernel>(
             "dk = {dk} needs {smem} B of shared memory per block; this GPU allows {max_smem}"
         )));
     }
-    let kernel = format!("gdn_chunk_{}", T::SUFFIX);
+    let kernel = delta_rule_kernel::<T>(choice, dk);
     let func = dev.get_or_load_custom_func(&kernel, MODULE, PTX)?;
     func.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -576,6 +648,7 @@ fn core_typed<T: Kernel>(
         },
         d,
         poison,
+        RuleKernel::Default,
     )?;
     Ok(rule_tensors(out, state, dev, d))
 }

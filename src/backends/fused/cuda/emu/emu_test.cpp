@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <type_traits>
 
 namespace {
 alignas(16) unsigned char smem_raw[1 << 20];
@@ -33,7 +34,7 @@ static void check(const std::string &what, const std::vector<double> &got,
                   const std::vector<double> &want, double bound) {
     const double e = rel_l2(got, want);
     const bool ok = e <= bound;  // NaN fails
-    std::printf("%-4s %-62s rel L2 %.3e (bound %.0e)\n", ok ? "ok" : "FAIL", what.c_str(), e, bound);
+    std::printf("%-4s %-62s rel L2 %.3e (bound %.2g)\n", ok ? "ok" : "FAIL", what.c_str(), e, bound);
     if (!ok) ++failures;
 }
 
@@ -155,6 +156,18 @@ template <> struct Entry<__nv_bfloat16> {
 
 template <typename T> T nan_of() { return st<T>(NAN); }
 
+// Bounds of the tensor-core kernel against the double reference (inputs identical: the
+// reference reads the same bf16 values). The output is rounded to bf16 once: |err| <= 2^-9 |o|
+// per element, so that alone keeps rel L2 <= 2^-9 = 1.95e-3 (about 1.1e-3 in practice). Inside,
+// every f32 operand is carried as bf16 hi + lo (relative error <= 2^-17 = 7.6e-6 per operand),
+// products are exact and sums f32, so the f32 state (not rounded to bf16) should stay within a
+// few times 2^-17: TC_STATE_BOUND = 4 * 2^-17 = 3e-5 (measured 2.3e-6 .. 4.7e-6). Out: 2^-9 plus
+// the internal error, < 2.1e-3 (measured 1.64e-3 .. 1.79e-3). Mutations caught by these bounds:
+// K S0 without its lo term (state 1.1e-3), M U without the M_lo U_hi term (out 2.4e-3 .. 2.8e-3),
+// a swapped fragment register, a missing cp.async wait (NaN from the poisoned shared memory).
+constexpr double TC_STATE_BOUND = 3e-5;
+constexpr double TC_OUT_BOUND = 2.1e-3;
+
 template <typename T> void test_conv(int B, int Tn, int C, int K) {
     auto x = stv<T>(normals((size_t)B * Tn * C, 1.0));
     auto w = stv<T>(normals((size_t)C * K, 0.5));
@@ -181,8 +194,10 @@ template <typename T> void test_norm(int rows, int dim) {
 }
 
 // strided: q/k/v are column slices of one [B, T, 2*Hk*dk + Hv*dv] buffer (the fused path).
+// tc: run gdn_chunk_tc_bf16 (the tensor-core kernel; bf16 only) instead of gdn_chunk_<T>.
 template <typename T>
-void test_gdn(int B, int Tn, int Hk, int Hv, int dk, int dv, double gscale, bool with_init, bool strided) {
+void test_gdn(int B, int Tn, int Hk, int Hv, int dk, int dv, double gscale, bool with_init, bool strided,
+              bool tc = false) {
     typedef typename AccOf<T>::type A;
     const long kd = (long)Hk * dk, vd = (long)Hv * dv, C = 2 * kd + vd;
     std::vector<T> q, k, v;
@@ -218,10 +233,19 @@ void test_gdn(int B, int Tn, int Hk, int Hv, int dk, int dv, double gscale, bool
     std::vector<A> fin((size_t)B * Hv * dk * dv, (A)NAN);
     const double scale = 1 / std::sqrt((double)dk);
     constexpr int CH = sizeof(A) == 8 ? 32 : 64;
-    const size_t smem = (size_t)(2 * CH * (dk + 1) + 32 * dk + 32 * CH + 2 * CH * CH + 3 * CH) * sizeof(A);
+    const size_t smem = tc ? (size_t)gdn_tc_shared_bytes(dk)
+                           : (size_t)(2 * CH * (dk + 1) + 32 * dk + 32 * CH + 2 * CH * CH + 3 * CH) * sizeof(A);
     if (smem > sizeof(smem_raw)) { std::printf("FAIL smem\n"); ++failures; return; }
     std::memset(smem_raw, 0xff, smem);  // shared memory starts as garbage (NaN)
     emu_launch({(unsigned)((dv + 31) / 32), (unsigned)Hv, (unsigned)B}, {256, 1, 1}, [&] {
+        if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+            if (tc) {
+                gdn_chunk_tc_bf16(qp, kp, vp, g.data(), beta.data(), with_init ? init.data() : nullptr,
+                                  out.data(), fin.data(), Tn, Hk, Hv, dk, dv, (long long)qks, (long long)vs,
+                                  (A)scale);
+                return;
+            }
+        }
         Entry<T>::gdn(qp, kp, vp, g.data(), beta.data(), with_init ? init.data() : nullptr, out.data(),
                       fin.data(), Tn, Hk, Hv, dk, dv, (long long)qks, (long long)vs, (A)scale);
     });
@@ -230,12 +254,13 @@ void test_gdn(int B, int Tn, int Hk, int Hv, int dk, int dv, double gscale, bool
     ref_gdn(qd, kd_, vd_, qoff, koff, voff, qks, vs, gd, back(beta), with_init ? &init_d : nullptr,
             B, Tn, Hk, Hv, dk, dv, scale, ro, rf);
     char label[160];
-    std::snprintf(label, sizeof label, "gdn %s B%d T%d Hk%d Hv%d dk%d dv%d g%s%s%s", Entry<T>::name, B, Tn, Hk, Hv,
+    std::snprintf(label, sizeof label, "%s %s B%d T%d Hk%d Hv%d dk%d dv%d g%s%s%s", tc ? "gdn-tc" : "gdn",
+                  Entry<T>::name, B, Tn, Hk, Hv,
                   dk, dv, gscale > 0 ? std::to_string(gscale).substr(0, 5).c_str() : "mixed",
                   with_init ? " +init" : "", strided ? " strided" : "");
-    check(std::string(label) + " out", back(out), ro, Entry<T>::bound);
+    check(std::string(label) + " out", back(out), ro, tc ? TC_OUT_BOUND : Entry<T>::bound);
     std::vector<double> fd(fin.begin(), fin.end());
-    check(std::string(label) + " state", fd, rf, Entry<T>::bound);
+    check(std::string(label) + " state", fd, rf, tc ? TC_STATE_BOUND : Entry<T>::bound);
 }
 
 template <typename T> void all() {
@@ -252,11 +277,28 @@ template <typename T> void all() {
     test_gdn<T>(1, 150, 1, 2, 128, 72, 0.0, true, false);
 }
 
+// The tensor-core kernel: chunk edges (T = 1, 63, 64, 65, 300, 2048), grouped value heads
+// (Hv > Hk), with/without initial state, strong/weak/mixed decays, dk not a multiple of 16 (zero
+// padding) or of 8 and dv not a multiple of 8 (the plain-load path instead of cp.async), strided
+// q/k/v (the fused layer's layout), dk = 128 (the largest it takes).
+void all_tc() {
+    using BF = __nv_bfloat16;
+    test_gdn<BF>(1, 1, 2, 4, 32, 48, 5.0, true, false, true);
+    test_gdn<BF>(2, 63, 2, 6, 24, 40, 0.0, false, true, true);
+    test_gdn<BF>(1, 64, 3, 3, 40, 32, 5.0, false, false, true);
+    test_gdn<BF>(2, 65, 2, 4, 20, 36, 1e-3, true, true, true);
+    test_gdn<BF>(1, 300, 1, 2, 128, 72, 0.0, true, false, true);
+    test_gdn<BF>(1, 300, 2, 4, 64, 32, 3.0, false, true, true);
+    test_gdn<BF>(1, 2048, 1, 2, 128, 32, 0.0, true, false, true);
+    test_gdn<BF>(1, 2048, 1, 1, 128, 40, 1e-3, false, true, true);
+}
+
 int main(int argc, char **argv) {
     std::string only = argc > 1 ? argv[1] : "";
     if (only.empty() || only == "f32") all<float>();
     if (only.empty() || only == "f64") all<double>();
     if (only.empty() || only == "bf16") all<__nv_bfloat16>();
+    if (only.empty() || only == "tc") all_tc();
     std::printf("%s: %d failure(s)\n", failures ? "FAILED" : "passed", failures);
     return failures ? 1 : 0;
 }
