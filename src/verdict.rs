@@ -1,5 +1,6 @@
 //! Deciding what is "bad": per-tensor verdicts from static per-dtype thresholds AND a measured
-//! rounding floor, the first divergent tensor, amplification, and the one-sentence summary.
+//! rounding floor, the first divergent tensor and amplification (the
+//! sentences that say so are `report::summary`'s).
 //!
 //! A difference is flagged only when it exceeds both the static threshold of the compute dtype
 //! and a multiple of the floor — the error the trusted `reference` backend itself has at that
@@ -10,12 +11,14 @@
 //! - `ok`: everything else — including differences above the static bands that the floor
 //!   explains (a deep bf16 model drifts far from the truth, and so does the reference).
 //!
-//! Without a floor (comparing two files with no truth), the static bands decide alone.
+//! Without a floor (no model to measure it), nothing is called drift: only a difference beyond
+//! what honest rounding can produce at that depth ([`honest_bound`]) is a mismatch.
+//!
+//! NaN/Inf are judged per element: an element finite on one side only, NaN against Inf, or
+//! ±Inf of different sign, and elements non-finite on both sides, make the tensor a mismatch.
 
 use candle_core::DType;
 use serde::{Deserialize, Serialize};
-
-use crate::metrics::DiffStats;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -70,16 +73,26 @@ pub fn thresholds(dtype: DType) -> Thresholds {
     }
 }
 
-/// The verdict of one tensor; `floor` is the reference's own rel L2 against the truth.
-pub fn classify(stats: &DiffStats, floor: Option<f64>, th: Thresholds) -> Verdict {
-    if stats.one_sided_non_finite() {
+/// What a tensor's verdict is decided from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Judged {
+    /// rel L2 of A against B over the tokens judged (routing flips set aside).
+    pub rel_l2: f64,
+    /// The larger side's floor over the same tokens; None when uncalibrated.
+    pub floor: Option<f64>,
+    /// Elements where the sides disagree about being finite, or are non-finite on both sides.
+    pub non_finite: bool,
+    /// Decoder layers the tensor has passed through (0 for the embedding output).
+    pub depth: usize,
+}
+
+/// The verdict of one tensor.
+pub fn classify(j: Judged, th: Thresholds) -> Verdict {
+    if j.non_finite || j.rel_l2.is_nan() {
         return Verdict::Mismatch;
     }
-    let rel = stats.rel_l2;
-    if rel.is_nan() {
-        return Verdict::Mismatch;
-    }
-    match floor {
+    let rel = j.rel_l2;
+    match j.floor {
         Some(floor) => {
             if rel > th.ok && rel > K_MISMATCH * floor {
                 Verdict::Mismatch
@@ -89,16 +102,17 @@ pub fn classify(stats: &DiffStats, floor: Option<f64>, th: Thresholds) -> Verdic
                 Verdict::Ok
             }
         }
-        None => {
-            if rel > th.fail {
-                Verdict::Mismatch
-            } else if rel > th.ok {
-                Verdict::Drift
-            } else {
-                Verdict::Ok
-            }
-        }
+        None if rel > honest_bound(th, j.depth) => Verdict::Mismatch,
+        None => Verdict::Ok,
     }
+}
+
+/// Without a floor: the largest rel L2 that honest rounding can produce after `depth` decoder
+/// layers. Each layer's rounding adds an independent error of at most the dtype's `fail` band
+/// (the worst per-layer error of correct kernels, docs/reading-a-report.md#without-a-model);
+/// independent errors add like a random walk, so the bound grows with √(depth + 1).
+pub fn honest_bound(th: Thresholds, depth: usize) -> f64 {
+    th.fail * ((depth + 1) as f64).sqrt()
 }
 
 /// rel L2 / floor, when the floor is known and non-zero.
@@ -125,92 +139,4 @@ pub fn amplification(rels: &[(usize, f64)]) -> Vec<usize> {
         }
     }
     starts
-}
-
-/// The one sentence that leads every report.
-pub fn summary(
-    a: &str,
-    b: &str,
-    dtype: &str,
-    rows: &[crate::report::TensorRow],
-    logits: Option<&crate::metrics::logits::LogitStats>,
-) -> String {
-    let worst = rows.iter().max_by(|x, y| {
-        x.verdict
-            .cmp(&y.verdict)
-            .then(x.rel_l2.total_cmp(&y.rel_l2))
-    });
-    let Some(worst) = worst else {
-        return format!("nothing to compare between {a} and {b}");
-    };
-    let flips = logits
-        .filter(|l| l.top1_flips > 0)
-        .map(|l| {
-            format!(
-                "; the top-1 token differs at {} of {} positions ({} of them near-ties)",
-                l.top1_flips,
-                l.tokens,
-                l.top1_flips - l.top1_flips_decided
-            )
-        })
-        .unwrap_or_default();
-    let first = rows.iter().find(|r| r.verdict != Verdict::Ok);
-    match first {
-        None => {
-            let max_ratio = rows
-                .iter()
-                .filter_map(|r| r.ratio_to_floor)
-                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
-            match max_ratio {
-                Some(r) => format!(
-                    "benign: {a} and {b} differ by at most {r:.1}× the {dtype} rounding floor (max rel L2 {:.2e} at {}){flips}",
-                    worst.rel_l2, worst.name
-                ),
-                None => format!(
-                    "benign: {a} and {b} agree within the {dtype} tolerance (max rel L2 {:.2e} at {}){flips}",
-                    worst.rel_l2, worst.name
-                ),
-            }
-        }
-        Some(first) => {
-            let how = match first.ratio_to_floor {
-                Some(r) => format!("rel L2 {:.2e} = {r:.0}× the {dtype} floor", first.rel_l2),
-                None => format!("rel L2 {:.2e}", first.rel_l2),
-            };
-            let non_finite = if first.nan_a + first.inf_a + first.nan_b + first.inf_b > 0 {
-                format!(
-                    ", NaN/Inf: {} on A, {} on B",
-                    first.nan_a + first.inf_a,
-                    first.nan_b + first.inf_b
-                )
-            } else {
-                String::new()
-            };
-            let path = match first.kind {
-                crate::compare::Kind::Op => format!(
-                    " (in the {} of layer {})",
-                    op_path(&first.name),
-                    first.layer.unwrap_or(0)
-                ),
-                _ => String::new(),
-            };
-            format!(
-                "{}: {a} and {b} part at {}{path}, {how}{non_finite}{flips}",
-                first.verdict.as_str(),
-                first.name
-            )
-        }
-    }
-}
-
-/// A human name for an op capture (`layers.3.conv_out` → "conv path").
-fn op_path(name: &str) -> &'static str {
-    match crate::capture::names::parse_op(name).map(|(_, op)| op) {
-        Some("conv_out" | "q" | "k" | "v") => "conv path",
-        Some("beta" | "g") => "gates",
-        Some("core_out") => "gated delta rule",
-        Some("gated_norm_out") => "gated norm",
-        Some("out_proj") => "output projection",
-        _ => "layer",
-    }
 }
