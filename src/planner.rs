@@ -107,6 +107,14 @@ impl Calibration {
         }
     }
 
+    /// The truth, when it is a planned run rather than a side.
+    pub fn truth_run(&self) -> Option<&Captures> {
+        match self.plan.truth {
+            Source::Run(i) => self.runs.get(i),
+            _ => None,
+        }
+    }
+
     /// The truth and floors for a report on sides `a` (computed in `a_dtype`) and `b`;
     /// `model` says which model measured them.
     pub fn calibrated<'s>(

@@ -16,8 +16,7 @@ use super::diff::{ReportArgs, emit};
 use crate::alignment::{self, Alignment};
 use crate::backends::backend_by_name;
 use crate::capture::names;
-use crate::compare::{Kind, RowSpec, plan_rows};
-use crate::config::LayerType;
+use crate::compare::{Kind, RowSpec, TensorSource, plan_rows};
 use crate::device::{dtype_label, parse_dtype};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
@@ -130,6 +129,93 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         .unwrap_or(DType::F32);
     let th = thresholds(dtype);
 
+    let mut notes: Vec<String> = [("A", &a), ("B", &b)]
+        .iter()
+        .flat_map(|(side, src)| src.conventions.iter().map(move |c| format!("{side}: {c}")))
+        .collect();
+    let model = calibration_model(args, &a, &b, &input_ids)?;
+    let session = match model {
+        Ok((model, how)) => {
+            eprintln!("hsdiff: calibrating with {how}");
+            model.check_tokens(&input_ids)?;
+            notes.push(format!("floor and truth measured with {how}"));
+            Some(Session {
+                model,
+                ids: input_ids.clone(),
+                prompt_label: None,
+                dtype,
+                device: Device::Cpu,
+            })
+        }
+        Err(why) => {
+            eprintln!("hsdiff: uncalibrated: {why}");
+            notes.push(format!("uncalibrated: {why}"));
+            None
+        }
+    };
+    let calibration = match &session {
+        Some(session) => {
+            let capture_ops = a
+                .names()
+                .iter()
+                .chain(&b.names())
+                .any(|n| names::parse_op(n).is_some());
+            let plan = planner::plan(
+                SideRun {
+                    dtype: a_dtype,
+                    is_reference_run: false,
+                },
+                SideRun {
+                    dtype: b_dtype,
+                    is_reference_run: false,
+                },
+            );
+            let reference = backend_by_name("reference", &session.device)?;
+            Some(planner::execute(plan, |d| {
+                forward(session, reference.as_ref(), d, capture_ops, None)
+            })?)
+        }
+        None => None,
+    };
+
+    // Bare layer indices: output of layer N, or hidden_states[N]? Decided against the truth,
+    // else against the other side when that one is a full capture.
+    let truth = calibration.as_ref().and_then(|c| c.truth_run());
+    for side in ["A", "B"] {
+        let (this, other) = if side == "A" { (&a, &b) } else { (&b, &a) };
+        if !this.index_keyed {
+            continue;
+        }
+        let (reference, against): (Option<&dyn TensorSource>, String) = match truth {
+            Some(t) => (Some(t), "the f64 truth".to_string()),
+            None if !other.index_keyed => (
+                Some(other),
+                format!("side {}", if side == "A" { "B" } else { "A" }),
+            ),
+            None => (None, String::new()),
+        };
+        let reading = match reference {
+            Some(r) => alignment::index_reading(this, r)?,
+            None => None,
+        };
+        let note = match &reading {
+            Some(r) => format!("{side}: {}", r.describe(&against)),
+            None => format!(
+                "{side}: index N read as the output of layer N (no evidence either way: pass --shift -1 \
+                 if the indices are hidden_states[N])"
+            ),
+        };
+        eprintln!("hsdiff: {note}");
+        notes.push(note);
+        if reading.is_some_and(|r| r.input) {
+            if side == "A" {
+                a.shift_layers(-1);
+            } else {
+                b.shift_layers(-1);
+            }
+        }
+    }
+
     let detected = alignment::detect(&a, &b, th.ok, args.shift != 0)?;
     let alignment = match (&detected, args.shift) {
         (Some((_, e)), k) if k != 0 => Some(Alignment {
@@ -158,7 +244,10 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         .into_iter()
         .filter(|n| n != names::INPUT_IDS && b_names.contains(n))
         .collect();
-    let mut rows = plan_rows(&common, None, layers.as_deref());
+    let layer_types = session
+        .as_ref()
+        .map(|s| s.model.config.layer_types.as_slice());
+    let mut rows = plan_rows(&common, layer_types, layers.as_deref());
     for name in extra_rows {
         if !rows.iter().any(|r| r.name == name) && common.contains(&name) {
             rows.push(RowSpec {
@@ -199,53 +288,6 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
             .unwrap_or(0)
     } else {
         input_ids.len()
-    };
-
-    let mut notes: Vec<String> = [("A", &a), ("B", &b)]
-        .iter()
-        .flat_map(|(side, src)| src.conventions.iter().map(move |c| format!("{side}: {c}")))
-        .collect();
-    let model = calibration_model(args, &a, &b, &input_ids)?;
-    let session = match model {
-        Ok((model, how)) => {
-            eprintln!("hsdiff: calibrating with {how}");
-            model.check_tokens(&input_ids)?;
-            notes.push(format!("floor and truth measured with {how}"));
-            let layer_types = model.config.layer_types.clone();
-            rows = with_layer_types(rows, &layer_types);
-            Some(Session {
-                model,
-                ids: input_ids.clone(),
-                prompt_label: None,
-                dtype,
-                device: Device::Cpu,
-            })
-        }
-        Err(why) => {
-            eprintln!("hsdiff: uncalibrated: {why}");
-            notes.push(format!("uncalibrated: {why}"));
-            None
-        }
-    };
-    let calibration = match &session {
-        Some(session) => {
-            let capture_ops = rows.iter().any(|r| r.kind == Kind::Op);
-            let plan = planner::plan(
-                SideRun {
-                    dtype: a_dtype,
-                    is_reference_run: false,
-                },
-                SideRun {
-                    dtype: b_dtype,
-                    is_reference_run: false,
-                },
-            );
-            let reference = backend_by_name("reference", &session.device)?;
-            Some(planner::execute(plan, |d| {
-                forward(session, reference.as_ref(), d, capture_ops, None)
-            })?)
-        }
-        None => None,
     };
 
     let comparison = Comparison {
@@ -310,22 +352,6 @@ fn calibration_model(
     Ok(Err(
         "no model to measure the floor — pass --model DIR".to_string()
     ))
-}
-
-/// Row kinds from the model's layer types (files alone do not say which layers are which).
-fn with_layer_types(rows: Vec<RowSpec>, types: &[LayerType]) -> Vec<RowSpec> {
-    rows.into_iter()
-        .map(|mut r| {
-            if r.kind == Kind::Layer {
-                r.kind = match r.layer.and_then(|l| types.get(l)) {
-                    Some(LayerType::LinearAttention) => Kind::LinearAttention,
-                    Some(LayerType::FullAttention) => Kind::FullAttention,
-                    None => Kind::Layer,
-                };
-            }
-            r
-        })
-        .collect()
 }
 
 /// Labels for the two sides: file names, or the paths as given when the names are equal.

@@ -103,6 +103,9 @@ pub struct FileSource {
     names: BTreeMap<String, usize>,
     /// The name conventions that were applied (for the report).
     pub conventions: Vec<String>,
+    /// Layers named from bare indices, whose reading (output of layer N, or its input) the
+    /// caller decides ([`naming::Assignment::index_keyed`]).
+    pub index_keyed: bool,
     /// The fingerprint JSON the file carries, if any.
     pub fingerprint: Option<Value>,
     ids_list: Option<Vec<i64>>,
@@ -177,6 +180,7 @@ impl FileSource {
             entries: Vec::new(),
             names: BTreeMap::new(),
             conventions: Vec::new(),
+            index_keyed: false,
             fingerprint: None,
             ids_list: None,
             dtype_hint: None,
@@ -392,6 +396,7 @@ impl FileSource {
         let a = naming::assign(&named);
         self.names = a.names;
         self.conventions = a.conventions;
+        self.index_keyed = a.index_keyed;
     }
 
     pub fn path(&self) -> &Path {
