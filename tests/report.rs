@@ -25,7 +25,7 @@ use hsdiff::backends::{
 use hsdiff::capture::Captures;
 use hsdiff::capture::dump::Dump;
 use hsdiff::cli::common::Session;
-use hsdiff::cli::diff::{FailOn, Format, ReportArgs, emit};
+use hsdiff::cli::diff::{EnvList, FailOn, Format, ReportArgs, emit};
 use hsdiff::compare::{Kind, TensorSource, plan_rows};
 use hsdiff::config::LayerType;
 use hsdiff::error::{Error, Result};
@@ -203,6 +203,7 @@ fn report_args(out: &Path, fail_on: FailOn) -> ReportArgs {
         out: Some(out.to_path_buf()),
         fail_on,
         layers: None,
+        env: EnvList::Ran,
         plot: None,
     }
 }
@@ -454,7 +455,7 @@ fn save_plot(r: &Report, name: &str) {
     if let Ok(dir) = std::env::var("HSDIFF_TEST_PLOTS") {
         let path = Path::new(&dir).join(name);
         write_plot(r, &path).expect("plot");
-        std::fs::write(path.with_extension("md"), Markdown.render(r)).expect("markdown");
+        std::fs::write(path.with_extension("md"), Markdown::default().render(r)).expect("markdown");
     }
 }
 
@@ -480,7 +481,11 @@ fn a_nan_is_a_mismatch_at_its_layer_with_counts() {
     // Every renderer copes with the non-finite values.
     let json: serde_json::Value = serde_json::from_str(&Json.render(&r)).expect("valid JSON");
     assert!(json["tensors"].as_array().is_some_and(|t| !t.is_empty()));
-    assert!(Markdown.render(&r).contains(&format!("layers.{k}")));
+    assert!(
+        Markdown::default()
+            .render(&r)
+            .contains(&format!("layers.{k}"))
+    );
     render_png(&r).expect("plot of a NaN report");
     save_plot(&r, "injected_nan.png");
 }
@@ -811,7 +816,10 @@ fn check_snapshot(name: &str, actual: &str) {
 
 #[test]
 fn markdown_renderer_matches_its_snapshot() {
-    check_snapshot("report.md", &Markdown.render(&synthetic_report()));
+    check_snapshot(
+        "report.md",
+        &Markdown::default().render(&synthetic_report()),
+    );
 }
 
 #[test]

@@ -10,7 +10,7 @@ use candle_core::{DType, Device};
 use clap::Args;
 
 use super::common::{Session, command_line, find_model};
-use super::diff::{Format, ReportArgs, emit};
+use super::diff::{EnvList, Format, ReportArgs, emit};
 use crate::backends::{LinearAttentionBackend, backend_by_name};
 use crate::builtin;
 use crate::capture::{dump::METADATA_KEY, names};
@@ -505,8 +505,15 @@ fn render_set(outcomes: &[Outcome], args: &ReportArgs) -> Result<i32> {
             let mut s = String::new();
             for o in outcomes {
                 let body = match args.format {
-                    Format::Markdown => Markdown.render(&o.report),
-                    _ => Table { color: to_terminal }.render(&o.report),
+                    Format::Markdown => Markdown {
+                        env_all: args.env == EnvList::All,
+                    }
+                    .render(&o.report),
+                    _ => Table {
+                        color: to_terminal,
+                        env_all: args.env == EnvList::All,
+                    }
+                    .render(&o.report),
                 };
                 s.push_str(&format!("== check {} ==\n{body}\n", o.name));
             }

@@ -36,6 +36,12 @@ pub enum Format {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EnvList {
+    Ran,
+    All,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FailOn {
     Drift,
     Mismatch,
@@ -71,6 +77,12 @@ pub struct ReportArgs {
     /// Report only these decoder layers (the rest still run), e.g. 1,16,31.
     #[arg(long, value_name = "LIST")]
     pub layers: Option<String>,
+
+    /// Environment differences to list: `ran` (what ran differently: linear-attention
+    /// implementations, kernel packages, dtype, attention implementation, device; the rest
+    /// counted) or `all`. The JSON always holds all of them.
+    #[arg(long, value_enum, default_value = "ran")]
+    pub env: EnvList,
 
     /// Also draw the report to FILE.svg or FILE.png: rel L2 per tensor on a log scale with the
     /// floor and bands, and a layer × token heatmap of the per-token error.
@@ -213,8 +225,15 @@ fn side(session: &Session, backend: &dyn LinearAttentionBackend) -> Side {
 pub fn emit(report: &Report, args: &ReportArgs) -> Result<i32> {
     let to_terminal = args.out.is_none() && std::io::stdout().is_terminal();
     let text = match args.format {
-        Format::Table => Table { color: to_terminal }.render(report),
-        Format::Markdown => Markdown.render(report),
+        Format::Table => Table {
+            color: to_terminal,
+            env_all: args.env == EnvList::All,
+        }
+        .render(report),
+        Format::Markdown => Markdown {
+            env_all: args.env == EnvList::All,
+        }
+        .render(report),
         Format::Json => Json.render(report),
     };
     match &args.out {

@@ -250,6 +250,34 @@ pub fn env_empty_note(r: &Report) -> &'static str {
     }
 }
 
+/// The environment differences a renderer lists: with `all`, every one; otherwise those that
+/// say what ran differently (and can change the numbers), then a line counting the rest.
+pub fn env_shown(r: &Report, all: bool) -> (Vec<&EnvDiff>, Option<String>) {
+    if all {
+        return (r.env_diff.iter().collect(), None);
+    }
+    let (ran, rest): (Vec<&EnvDiff>, Vec<&EnvDiff>) = r
+        .env_diff
+        .iter()
+        .partition(|d| d.matters && crate::envdiff::ran_differently(&d.key));
+    if rest.is_empty() {
+        return (ran, None);
+    }
+    let mattering = rest.iter().filter(|d| d.matters).count();
+    Some(format!(
+        "{} more difference(s) ({mattering} of them can change the numbers: {}); --env all lists them",
+        rest.len(),
+        rest.iter()
+            .filter(|d| d.matters)
+            .take(4)
+            .map(|d| d.key.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+    .map(|line| (ran, Some(line)))
+    .unwrap_or_default()
+}
+
 /// A fingerprint value for a table cell: `—` when absent, long values cut to 48 characters.
 pub fn clip(s: Option<&str>) -> String {
     match s {

@@ -213,3 +213,54 @@ pub fn logits_sentence(l: &LogitStats) -> String {
     };
     format!("top-1 agrees at {agree} of {} positions; {flips}", l.tokens)
 }
+
+/// The logits line of the renderers: "KL mean 8.9e-4, p99 5.7e-3, max 1.6e-2 (token 138);
+/// top-1 agrees at 146 of 155 positions; …; top-5 overlap 95.1%".
+pub fn logits_line(l: &LogitStats) -> String {
+    format!(
+        "KL mean {}, p99 {}, max {} (token {}); {}; top-5 overlap {:.1}%",
+        super::sci(Some(l.kl_mean)),
+        super::sci(Some(l.kl_p99)),
+        super::sci(Some(l.kl_max)),
+        l.kl_max_token,
+        logits_sentence(l),
+        100.0 * l.top5_overlap
+    )
+}
+
+/// "28 MoE routing flips against the truth, judged apart: layer 0 token 41 (B, truth margin
+/// 8.0e-5), …" — None when nothing flipped.
+pub fn routing_line(flips: &[super::RoutingFlip], max_shown: usize) -> Option<String> {
+    if flips.is_empty() {
+        return None;
+    }
+    let shown: Vec<String> = flips
+        .iter()
+        .take(max_shown)
+        .map(|f| {
+            let margin = f
+                .truth_margin
+                .map(|m| format!(", truth margin {m:.1e}"))
+                .unwrap_or_default();
+            let tie = if f.near_tie { "" } else { ", NOT a near-tie" };
+            format!(
+                "layer {} token {} ({}{margin}{tie})",
+                f.layer,
+                f.token,
+                f.on.join("+")
+            )
+        })
+        .collect();
+    let more = flips.len().saturating_sub(shown.len());
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    let apart = flips.iter().filter(|f| f.near_tie).count();
+    Some(format!(
+        "MoE routing flips against the f64 truth ({apart} of {} at near-ties, judged apart): {}{more}",
+        flips.len(),
+        shown.join(", ")
+    ))
+}
