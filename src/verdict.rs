@@ -140,3 +140,50 @@ pub fn amplification(rels: &[(usize, f64)]) -> Vec<usize> {
     }
     starts
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn judged(rel_l2: f64, floor: Option<f64>, depth: usize) -> Judged {
+        Judged {
+            rel_l2,
+            floor,
+            non_finite: false,
+            depth,
+        }
+    }
+
+    #[test]
+    fn with_a_floor_the_multiples_decide() {
+        let th = thresholds(DType::BF16);
+        assert_eq!(classify(judged(3e-2, Some(2e-2), 4), th), Verdict::Ok);
+        assert_eq!(classify(judged(5e-2, Some(2e-2), 4), th), Verdict::Drift);
+        assert_eq!(classify(judged(9e-2, Some(2e-2), 4), th), Verdict::Mismatch);
+        // Below the ok band nothing is flagged, whatever the floor.
+        assert_eq!(classify(judged(9e-3, Some(1e-4), 4), th), Verdict::Ok);
+    }
+
+    #[test]
+    fn without_a_floor_only_the_depth_scaled_band_flags() {
+        let th = thresholds(DType::BF16);
+        // 6.4e-2 after 6 layers is honest bf16 rounding (golden MoE model vs its f64 truth).
+        assert_eq!(classify(judged(6.4e-2, None, 6), th), Verdict::Ok);
+        assert_eq!(classify(judged(6.4e-2, None, 0), th), Verdict::Mismatch);
+        assert!((honest_bound(th, 3) - 0.1).abs() < 1e-12);
+        for depth in 0..64 {
+            for rel in [1e-3, 2e-2, 0.1, 0.5] {
+                assert_ne!(classify(judged(rel, None, depth), th), Verdict::Drift);
+            }
+        }
+    }
+
+    #[test]
+    fn non_finite_is_always_a_mismatch() {
+        let th = thresholds(DType::F32);
+        let mut j = judged(0.0, Some(1e-6), 2);
+        j.non_finite = true;
+        assert_eq!(classify(j, th), Verdict::Mismatch);
+        assert_eq!(classify(judged(f64::NAN, None, 2), th), Verdict::Mismatch);
+    }
+}

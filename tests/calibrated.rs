@@ -374,3 +374,31 @@ fn captures_saved_by_layer_index_compare_as_those_layers() {
         );
     }
 }
+
+#[test]
+fn a_sequence_is_output_hidden_states_only_when_its_length_fits_the_model() {
+    let dir = tmp("short-seq");
+    let gold = load(&state("qwen3_5_tiny", "fizzbuzz.bf16"));
+    let mut t = HashMap::new();
+    for (i, name) in ["embed", "layers.0", "layers.1", "final_norm"]
+        .iter()
+        .enumerate()
+    {
+        t.insert(format!("hidden_states.{i}"), gold[*name].clone());
+    }
+    t.insert("input_ids".to_string(), gold["input_ids"].clone());
+    let short = save(&t, &dir, "short.safetensors");
+    let out = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+        .arg("compare")
+        .arg(state("qwen3_5_tiny", "fizzbuzz.f64"))
+        .arg(&short)
+        .output()
+        .expect("run hsdiff");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("4 entries were read as output_hidden_states, but this model has 8 layers"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -60,6 +60,11 @@ pub struct CompareArgs {
     #[arg(long, value_name = "DIR")]
     pub model: Option<PathBuf>,
 
+    /// Skip the f64 truth and floor runs even when a model is at hand: verdicts then use the
+    /// depth-scaled static band alone.
+    #[arg(long)]
+    pub no_floor: bool,
+
     /// Compute dtype of files that record none (f64, f32, bf16, f16): sets the thresholds, and
     /// lets 16-bit integer numpy arrays be read as bf16 bit patterns.
     #[arg(long, value_name = "DTYPE")]
@@ -133,11 +138,31 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         .iter()
         .flat_map(|(side, src)| src.conventions.iter().map(move |c| format!("{side}: {c}")))
         .collect();
-    let model = calibration_model(args, &a, &b, &input_ids)?;
+    let model = if args.no_floor {
+        Err("--no-floor".to_string())
+    } else {
+        calibration_model(args, &a, &b, &input_ids)?
+    };
     let session = match model {
         Ok((model, how)) => {
             eprintln!("hsdiff: calibrating with {how}");
             model.check_tokens(&input_ids)?;
+            // A tuple/list is output_hidden_states only if its length fits the model.
+            let want = model.config.num_hidden_layers + 1;
+            for src in [&a, &b] {
+                if let Some(n) = src.sequence_len
+                    && n != want
+                    && args.map.is_empty()
+                {
+                    return Err(Error::file(
+                        src.path(),
+                        format!(
+                            "{n} entries were read as output_hidden_states, but this model has {} layers ({want} entries): save the layers by index ({{1: h1, 3: h3}}) or name them with --map",
+                            want - 1
+                        ),
+                    ));
+                }
+            }
             notes.push(format!("floor and truth measured with {how}"));
             Some(Session {
                 model,

@@ -106,6 +106,8 @@ pub struct FileSource {
     /// Layers named from bare indices, whose reading (output of layer N, or its input) the
     /// caller decides ([`naming::Assignment::index_keyed`]).
     pub index_keyed: bool,
+    /// Entries read as an `output_hidden_states` sequence of this length, if any.
+    pub sequence_len: Option<usize>,
     /// The fingerprint JSON the file carries, if any.
     pub fingerprint: Option<Value>,
     ids_list: Option<Vec<i64>>,
@@ -181,6 +183,7 @@ impl FileSource {
             names: BTreeMap::new(),
             conventions: Vec::new(),
             index_keyed: false,
+            sequence_len: None,
             fingerprint: None,
             ids_list: None,
             dtype_hint: None,
@@ -397,6 +400,7 @@ impl FileSource {
         self.names = a.names;
         self.conventions = a.conventions;
         self.index_keyed = a.index_keyed;
+        self.sequence_len = a.sequence_len;
     }
 
     pub fn path(&self) -> &Path {

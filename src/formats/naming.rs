@@ -141,6 +141,9 @@ pub struct Assignment {
     pub conventions: Vec<String>,
     /// Layer names that came from bare indices (rule 5): their reading is still to be decided.
     pub index_keyed: bool,
+    /// The length of a sequence read as `output_hidden_states` (rule 3), for the caller to
+    /// check against the model (L + 1) when it has one.
+    pub sequence_len: Option<usize>,
 }
 
 pub fn assign(entries: &[Named]) -> Assignment {
@@ -168,6 +171,7 @@ pub fn assign(entries: &[Named]) -> Assignment {
     }
     let sparse = |prefix: &str| flat_count.get(prefix) != flat_len.get(prefix);
     let mut index_keyed = false;
+    let mut sequence_len = None;
     let mut indices: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     let mut best: BTreeMap<String, (Rank, usize)> = BTreeMap::new();
     let mut conventions = Vec::new();
@@ -178,6 +182,7 @@ pub fn assign(entries: &[Named]) -> Assignment {
     };
     for (idx, e) in entries.iter().enumerate() {
         let mapped = if let Some((seq, i, len)) = e.seq {
+            sequence_len = Some(len);
             sequence_name(i, len).map(|n| {
                 let what = if seq.is_empty() {
                     "the top-level tuple/list".to_string()
@@ -203,6 +208,7 @@ pub fn assign(entries: &[Named]) -> Assignment {
             Some((names::layer(i), Rank::Alias))
         } else if let Some((prefix, i)) = flat_sequence(e.raw) {
             let len = flat_len.get(&prefix).copied().unwrap_or(0);
+            sequence_len = Some(len);
             sequence_name(i, len).map(|n| {
                 let pattern = format!("{}N", e.raw.trim_end_matches(|c: char| c.is_ascii_digit()));
                 note(format!(
@@ -237,6 +243,7 @@ pub fn assign(entries: &[Named]) -> Assignment {
         names: best.into_iter().map(|(n, (_, i))| (n, i)).collect(),
         conventions,
         index_keyed,
+        sequence_len,
     }
 }
 
