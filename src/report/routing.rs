@@ -62,6 +62,15 @@ fn topk(src: &dyn TensorSource, layer: usize) -> Result<Option<Vec<Vec<i64>>>> {
     Ok(Some(rows))
 }
 
+/// One MoE layer: the truth's margins, per token the runs that chose other experts, and the
+/// runs that record no routing there.
+struct LayerFlips<'a> {
+    layer: usize,
+    margins: Option<Vec<f64>>,
+    on: Vec<Vec<String>>,
+    silent: Vec<&'a str>,
+}
+
 fn unit_roundoff(d: DType) -> f64 {
     match d {
         DType::F64 => f64::EPSILON / 2.0,
@@ -90,8 +99,7 @@ pub fn routing(
         })
         .collect();
     layers.sort_unstable();
-    // Per layer: truth margins, and per token the runs that flipped.
-    let mut found: Vec<(usize, Option<Vec<f64>>, Vec<Vec<String>>, Vec<&str>)> = Vec::new();
+    let mut found: Vec<LayerFlips> = Vec::new();
     for &layer in &layers {
         let Some(want) = topk(truth, layer)? else {
             continue;
@@ -114,11 +122,16 @@ pub fn routing(
                 _ => silent.push(*label),
             }
         }
-        found.push((layer, margins, on, silent));
+        found.push(LayerFlips {
+            layer,
+            margins,
+            on,
+            silent,
+        });
     }
     let floor_max = found
         .iter()
-        .flat_map(|(_, m, on, _)| {
+        .flat_map(|LayerFlips { margins: m, on, .. }| {
             on.iter().enumerate().filter_map(move |(t, who)| {
                 who.iter()
                     .any(|w| w == floor_label)
@@ -130,7 +143,13 @@ pub fn routing(
     let tau = (2.0 * floor_max).max(MIN_TIE * unit_roundoff(dtype));
     let mut flips = Vec::new();
     let mut aside = Vec::new();
-    for (layer, margins, on, silent) in found {
+    for LayerFlips {
+        layer,
+        margins,
+        on,
+        silent,
+    } in found
+    {
         let margin = |t: usize| margins.as_ref().and_then(|m| m.get(t).copied());
         let mut tokens = Vec::new();
         for (t, who) in on.into_iter().enumerate() {
