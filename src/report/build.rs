@@ -176,7 +176,9 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
             floor_judged: floor_judged.filter(|_| !aside.is_empty()),
             set_aside_tokens: aside,
             depth,
-            band: c.calibration.is_none().then(|| honest_bound(th, depth)),
+            // Rows without a floor (uncalibrated, or a tensor the truth run lacks) are judged
+            // by the depth-scaled band.
+            band: floor_judged.is_none().then(|| honest_bound(th, depth)),
             a_vs_truth: a_vs,
             b_vs_truth: b_vs,
             nan_a: stats.nan_a,

@@ -82,6 +82,11 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
     {
         out.push_str(&format!("; {w}"));
     }
+    if !s.calibrated {
+        out.push_str(&format!(
+            "; uncalibrated: no model to measure the {dtype} floor — pass --model DIR"
+        ));
+    }
     out.push_str(&flips);
     out
 }
