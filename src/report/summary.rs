@@ -6,7 +6,7 @@ use super::TensorRow;
 use crate::compare::Kind;
 use crate::metrics::Location;
 use crate::metrics::logits::LogitStats;
-use crate::verdict::Verdict;
+use crate::verdict::{K_DRIFT, Verdict};
 
 /// What the summary is about.
 pub struct Subject<'a> {
@@ -51,7 +51,12 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
             .iter()
             .filter_map(|r| r.ratio_to_floor)
             .fold(0.0_f64, f64::max);
-        let who = who_is_right(a, b, rows)
+        let last = rows
+            .iter()
+            .rev()
+            .find(|r| r.kind != Kind::Logits && r.kind != Kind::Op);
+        let who = last
+            .and_then(|r| who_is_right(a, b, r, rows))
             .map(|w| format!("; {w}"))
             .unwrap_or_default();
         return format!(
@@ -78,7 +83,7 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
         ));
     }
     if s.calibrated
-        && let Some(w) = who_is_right(a, b, rows)
+        && let Some(w) = who_is_right(a, b, first, rows)
     {
         out.push_str(&format!("; {w}"));
     }
@@ -146,21 +151,17 @@ fn op_path(r: &TensorRow) -> String {
     format!(" (in the {what} of layer {})", r.layer.unwrap_or(0))
 }
 
-/// Which side is closer to the f64 truth, at the last hidden-state row that has both distances:
-/// "fused is 1.3× closer to the f64 truth than reference (at final_norm); both within 1.1× the
-/// floor".
-pub fn who_is_right(a: &str, b: &str, rows: &[TensorRow]) -> Option<String> {
-    let r = rows.iter().rev().find(|r| {
-        r.kind != Kind::Logits
-            && r.kind != Kind::Op
-            && r.a_vs_truth.is_some()
-            && r.b_vs_truth.is_some()
-    })?;
+/// Which side is closer to the f64 truth at row `r` (the first flagged row, or the last hidden
+/// state): "fused is 1.3× closer to the f64 truth than reference at final_norm; both within 1.1×
+/// the floor of the truth everywhere" (the last clause only while both are within [`K_DRIFT`]
+/// floors everywhere).
+pub fn who_is_right(a: &str, b: &str, r: &TensorRow, rows: &[TensorRow]) -> Option<String> {
     let (da, db) = (r.a_vs_truth?, r.b_vs_truth?);
     let within = rows
         .iter()
         .filter_map(|r| Some(r.a_vs_truth?.max(r.b_vs_truth?) / r.floor.filter(|f| *f > 0.0)?))
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+        .filter(|x| *x <= K_DRIFT)
         .map(|x| format!("; both within {x:.1}× the floor of the truth everywhere"))
         .unwrap_or_default();
     let at = &r.name;
