@@ -154,6 +154,7 @@ fn live_report(
         a_side: side(s, a),
         b_side: side(s, b),
         calibration: Some(calibration.calibrated(&caps_a, &caps_b, (s.dtype, s.dtype), "test")),
+        floor_skipped: false,
         rows,
         dtype: s.dtype,
         mode: if isolate { "isolate" } else { "propagate" }.to_string(),

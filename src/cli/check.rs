@@ -406,6 +406,7 @@ fn check_one(
                 &session.model.source.to_string(),
             )
         }),
+        floor_skipped: args.no_floor,
         rows,
         dtype: [golden_dtype, dtype]
             .into_iter()

@@ -139,7 +139,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         .flat_map(|(side, src)| src.conventions.iter().map(move |c| format!("{side}: {c}")))
         .collect();
     let model = if args.no_floor {
-        Err("--no-floor".to_string())
+        Err("no floor measured (--no-floor)".to_string())
     } else {
         calibration_model(args, &a, &b, &input_ids)?
     };
@@ -329,6 +329,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
             )),
             _ => None,
         },
+        floor_skipped: args.no_floor,
         rows,
         dtype,
         mode: "files".to_string(),

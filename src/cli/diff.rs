@@ -190,6 +190,7 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
                 &session.model.source.to_string(),
             )
         }),
+        floor_skipped: args.no_floor,
         rows,
         dtype: session.dtype,
         mode: match args.mode {

@@ -26,8 +26,10 @@ pub struct Comparison<'a> {
     pub b: &'a dyn TensorSource,
     pub a_side: Side,
     pub b_side: Side,
-    /// The truth and the floors (None: no model at hand, uncalibrated).
+    /// The truth and the floors (None: uncalibrated).
     pub calibration: Option<Calibrated<'a>>,
+    /// Uncalibrated because `--no-floor` asked so (rather than for want of a model).
+    pub floor_skipped: bool,
     pub rows: Vec<RowSpec>,
     /// The coarsest dtype compared: its bands judge the rows.
     pub dtype: DType,
@@ -227,6 +229,7 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
             dtype: dtype_label(c.dtype),
             overall,
             calibrated: c.calibration.is_some(),
+            floor_skipped: c.floor_skipped,
             routing_flips: set_aside_flips,
         },
         &tensors,

@@ -17,6 +17,8 @@ pub struct Subject<'a> {
     pub overall: Verdict,
     /// Whether a floor was measured (a model was at hand).
     pub calibrated: bool,
+    /// Not calibrated because `--no-floor` asked so.
+    pub floor_skipped: bool,
     /// Routing flips set aside (tokens, over every MoE layer), for the benign sentence.
     pub routing_flips: usize,
 }
@@ -42,9 +44,11 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
         };
         if !s.calibrated {
             return format!(
-                "uncalibrated: no model to measure the {dtype} floor — pass --model DIR; nothing \
-                 exceeds what {dtype} rounding can produce at its depth (max rel L2 {:.2e} at {}){flips}",
-                worst.rel_l2, worst.name
+                "{}; nothing exceeds what {dtype} rounding can produce at its depth (max rel L2 \
+                 {:.2e} at {}){flips}",
+                uncalibrated(s),
+                worst.rel_l2,
+                worst.name
             );
         }
         let max_ratio = rows
@@ -88,12 +92,22 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
         out.push_str(&format!("; {w}"));
     }
     if !s.calibrated {
-        out.push_str(&format!(
-            "; uncalibrated: no model to measure the {dtype} floor — pass --model DIR"
-        ));
+        out.push_str(&format!("; {}", uncalibrated(s)));
     }
     out.push_str(&flips);
     out
+}
+
+/// Why there is no floor: "uncalibrated: no model to measure the bf16 floor — pass --model DIR".
+fn uncalibrated(s: &Subject) -> String {
+    if s.floor_skipped {
+        "uncalibrated: no floor measured (--no-floor)".to_string()
+    } else {
+        format!(
+            "uncalibrated: no model to measure the {} floor — pass --model DIR",
+            s.dtype
+        )
+    }
 }
 
 /// How far one flagged row is off: its non-finite elements, or its rel L2 against the floor or
