@@ -235,6 +235,84 @@ pub fn describe(al: &Alignment) -> String {
     }
 }
 
+/// How a file's bare layer indices were read, and the evidence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexReading {
+    /// Index N is `hidden_states[N]` (the input of layer N, = the output of layer N − 1, with
+    /// index 0 the embedding output) rather than the output of layer N.
+    pub input: bool,
+    /// Median rel L2 against the reference under each reading, over `pairs` indices.
+    pub output_median: f64,
+    pub input_median: f64,
+    pub pairs: usize,
+}
+
+impl IndexReading {
+    /// "index N read as the output of layer N (median rel L2 4.0e-3 against the truth; as
+    /// hidden_states[N], the input of layer N: 3.1e-1; 3 indices)".
+    pub fn describe(&self, against: &str) -> String {
+        let (chosen, other, cm, om) = if self.input {
+            (
+                "hidden_states[N], the input of layer N",
+                "the output of layer N",
+                self.input_median,
+                self.output_median,
+            )
+        } else {
+            (
+                "the output of layer N",
+                "hidden_states[N], the input of layer N",
+                self.output_median,
+                self.input_median,
+            )
+        };
+        format!(
+            "index N read as {chosen} (median rel L2 {cm:.1e} against {against}; read as {other}: \
+             {om:.1e}; {} indices)",
+            self.pairs
+        )
+    }
+}
+
+/// Decides whether the layers `src` names from bare indices (`layers.N` for now) are outputs
+/// of layer N or inputs of it, by comparing both readings with `reference` (the truth, or the
+/// other side's full capture). The input reading is chosen only when it is [`FAR_BETTER`]×
+/// closer; None when no index can be paired under both readings.
+pub fn index_reading(
+    src: &dyn TensorSource,
+    reference: &dyn TensorSource,
+) -> Result<Option<IndexReading>> {
+    let (mut out, mut inp) = (Vec::new(), Vec::new());
+    for i in src.names().iter().filter_map(|n| names::parse_layer(n)) {
+        let Some(t) = src.tensor_head(&names::layer(i), SAMPLE_TOKENS)? else {
+            continue;
+        };
+        let as_output = reference.tensor_head(&names::layer(i), SAMPLE_TOKENS)?;
+        let as_input = match layer_name(i as i64 - 1) {
+            Some(n) => reference.tensor_head(&n, SAMPLE_TOKENS)?,
+            None => None,
+        };
+        if let (Some(o), Some(p)) = (as_output, as_input)
+            && o.dims() == t.dims()
+            && p.dims() == t.dims()
+        {
+            out.push(rel_l2(&t, &o)?);
+            inp.push(rel_l2(&t, &p)?);
+        }
+    }
+    if out.is_empty() {
+        return Ok(None);
+    }
+    let pairs = out.len();
+    let (output_median, input_median) = (median(out), median(inp));
+    Ok(Some(IndexReading {
+        input: input_median * FAR_BETTER < output_median,
+        output_median,
+        input_median,
+        pairs,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -107,6 +107,40 @@ pub fn matters(key: &str) -> bool {
     !HARMLESS_PATTERNS.iter().any(|p| key.contains(p))
 }
 
+/// Whether `key` says what *ran*: each linear-attention function's implementation, the kernel
+/// packages and their versions, the dtype, the attention/experts implementation, the device,
+/// the backend. These lead the environment section; the rest is grouped under a count.
+pub fn ran_differently(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    let last = key.rsplit('.').next().unwrap_or(&key);
+    if last == "device_name" || last == "calls" {
+        return false;
+    }
+    RAN.iter().any(|r| key == *r || last == *r)
+        || key.starts_with("linear_attention_impl.") && matches!(last, "implementation" | "fast")
+        || (key.starts_with("kernel_packages.") || key.starts_with("kernels."))
+            && matches!(last, "version" | "importable" | "available")
+        || key.starts_with("gated_norm.") && last == "implementation"
+}
+
+/// Keys (or last segments) that name what ran.
+const RAN: &[&str] = &[
+    "backend",
+    "implementation",
+    "attn_implementation",
+    "experts_implementation",
+    "dtype",
+    "device",
+    "fla",
+    "causal_conv1d",
+    "triton",
+    "kernels",
+    "torch",
+    "transformers",
+    "cuda_version",
+    "fast_path",
+];
+
 /// Flattens a JSON object into `(dotted key, value as text)`; arrays are joined with commas.
 fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
     match v {
@@ -216,12 +250,13 @@ pub fn diff_values(a: &Value, b: &Value) -> Vec<EnvDiff> {
             })
         })
         .collect();
-    out.sort_by_key(|d| !d.matters);
+    out.sort_by_key(|d| (!(d.matters && ran_differently(&d.key)), !d.matters));
     out
 }
 
 /// "linear_attention_impl (fla vs torch fallback), device (cuda:0 vs cpu)" for the summary.
 pub fn summary_clause(diffs: &[EnvDiff]) -> Option<String> {
+    // What ran differently leads; `env_diff` sorts those first.
     let m: Vec<&EnvDiff> = diffs.iter().filter(|d| d.matters).collect();
     if m.is_empty() {
         return None;

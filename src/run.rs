@@ -1,16 +1,44 @@
-//! Glue shared by the commands that run the model: the fingerprint of a run.
+//! Glue shared by the commands that run the model: one forward pass of a session, and the
+//! fingerprint of a run.
+
+use candle_core::DType;
 
 use crate::backends::LinearAttentionBackend;
+use crate::capture::Captures;
 use crate::cli::common::Session;
 use crate::device::{device_label, dtype_label};
+use crate::error::Result;
 use crate::fingerprint::{
     DUMP_FORMAT, Fingerprint, MachineInfo, git_commit, now_rfc3339, sha256_hex, token_ids_sha256,
     tool_version, weights_digest,
 };
+use crate::model::RunOptions;
 use crate::model::{Model, ModelSource};
+use crate::progress::Progress;
 
 /// The built-in model's tokenizer, for its digest (the same bytes `builtin` compiles in).
 const BUILTIN_TOKENIZER: &[u8] = include_bytes!("../golden/qwen3_5_tiny/tokenizer.json");
+
+/// Runs `backend` at `dtype` on the session's input (fed `feed`'s layer inputs in isolate mode),
+/// with a progress line on stderr.
+pub fn forward(
+    session: &Session,
+    backend: &dyn LinearAttentionBackend,
+    dtype: DType,
+    capture_ops: bool,
+    feed: Option<&Captures>,
+) -> Result<Captures> {
+    let label = format!("{} {}", backend.name(), dtype_label(dtype));
+    let progress = Progress::new(&label, session.model.config.num_hidden_layers as u64);
+    let opts = RunOptions {
+        dtype,
+        device: session.device.clone(),
+        backend,
+        capture_ops,
+        feed,
+    };
+    session.model.run(&session.ids, &opts, &progress)
+}
 
 /// What a run of `backend` in `session` is: this machine, the model, the input.
 pub fn fingerprint_for(session: &Session, backend: &dyn LinearAttentionBackend) -> Fingerprint {

@@ -1,5 +1,6 @@
 //! Deciding what is "bad": per-tensor verdicts from static per-dtype thresholds AND a measured
-//! rounding floor, the first divergent tensor, amplification, and the one-sentence summary.
+//! rounding floor, the first divergent tensor and amplification (the
+//! sentences that say so are `report::summary`'s).
 //!
 //! A difference is flagged only when it exceeds both the static threshold of the compute dtype
 //! and a multiple of the floor — the error the trusted `reference` backend itself has at that
@@ -10,12 +11,14 @@
 //! - `ok`: everything else — including differences above the static bands that the floor
 //!   explains (a deep bf16 model drifts far from the truth, and so does the reference).
 //!
-//! Without a floor (comparing two files with no truth), the static bands decide alone.
+//! Without a floor (no model to measure it), nothing is called drift: only a difference beyond
+//! what honest rounding can produce at that depth ([`honest_bound`]) is a mismatch.
+//!
+//! NaN/Inf are judged per element: an element finite on one side only, NaN against Inf, or
+//! ±Inf of different sign, and elements non-finite on both sides, make the tensor a mismatch.
 
 use candle_core::DType;
 use serde::{Deserialize, Serialize};
-
-use crate::metrics::DiffStats;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -70,16 +73,26 @@ pub fn thresholds(dtype: DType) -> Thresholds {
     }
 }
 
-/// The verdict of one tensor; `floor` is the reference's own rel L2 against the truth.
-pub fn classify(stats: &DiffStats, floor: Option<f64>, th: Thresholds) -> Verdict {
-    if stats.one_sided_non_finite() {
+/// What a tensor's verdict is decided from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Judged {
+    /// rel L2 of A against B over the tokens judged (routing flips set aside).
+    pub rel_l2: f64,
+    /// The larger side's floor over the same tokens; None when uncalibrated.
+    pub floor: Option<f64>,
+    /// Elements where the sides disagree about being finite, or are non-finite on both sides.
+    pub non_finite: bool,
+    /// Decoder layers the tensor has passed through (0 for the embedding output).
+    pub depth: usize,
+}
+
+/// The verdict of one tensor.
+pub fn classify(j: Judged, th: Thresholds) -> Verdict {
+    if j.non_finite || j.rel_l2.is_nan() {
         return Verdict::Mismatch;
     }
-    let rel = stats.rel_l2;
-    if rel.is_nan() {
-        return Verdict::Mismatch;
-    }
-    match floor {
+    let rel = j.rel_l2;
+    match j.floor {
         Some(floor) => {
             if rel > th.ok && rel > K_MISMATCH * floor {
                 Verdict::Mismatch
@@ -89,16 +102,17 @@ pub fn classify(stats: &DiffStats, floor: Option<f64>, th: Thresholds) -> Verdic
                 Verdict::Ok
             }
         }
-        None => {
-            if rel > th.fail {
-                Verdict::Mismatch
-            } else if rel > th.ok {
-                Verdict::Drift
-            } else {
-                Verdict::Ok
-            }
-        }
+        None if rel > honest_bound(th, j.depth) => Verdict::Mismatch,
+        None => Verdict::Ok,
     }
+}
+
+/// Without a floor: the largest rel L2 that honest rounding can produce after `depth` decoder
+/// layers. Each layer's rounding adds an independent error of at most the dtype's `fail` band
+/// (the worst per-layer error of correct kernels, docs/reading-a-report.md#without-a-model);
+/// independent errors add like a random walk, so the bound grows with √(depth + 1).
+pub fn honest_bound(th: Thresholds, depth: usize) -> f64 {
+    th.fail * ((depth + 1) as f64).sqrt()
 }
 
 /// rel L2 / floor, when the floor is known and non-zero.
@@ -127,90 +141,49 @@ pub fn amplification(rels: &[(usize, f64)]) -> Vec<usize> {
     starts
 }
 
-/// The one sentence that leads every report.
-pub fn summary(
-    a: &str,
-    b: &str,
-    dtype: &str,
-    rows: &[crate::report::TensorRow],
-    logits: Option<&crate::metrics::logits::LogitStats>,
-) -> String {
-    let worst = rows.iter().max_by(|x, y| {
-        x.verdict
-            .cmp(&y.verdict)
-            .then(x.rel_l2.total_cmp(&y.rel_l2))
-    });
-    let Some(worst) = worst else {
-        return format!("nothing to compare between {a} and {b}");
-    };
-    let flips = logits
-        .filter(|l| l.top1_flips > 0)
-        .map(|l| {
-            format!(
-                "; the top-1 token differs at {} of {} positions ({} of them near-ties)",
-                l.top1_flips,
-                l.tokens,
-                l.top1_flips - l.top1_flips_decided
-            )
-        })
-        .unwrap_or_default();
-    let first = rows.iter().find(|r| r.verdict != Verdict::Ok);
-    match first {
-        None => {
-            let max_ratio = rows
-                .iter()
-                .filter_map(|r| r.ratio_to_floor)
-                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
-            match max_ratio {
-                Some(r) => format!(
-                    "benign: {a} and {b} differ by at most {r:.1}× the {dtype} rounding floor (max rel L2 {:.2e} at {}){flips}",
-                    worst.rel_l2, worst.name
-                ),
-                None => format!(
-                    "benign: {a} and {b} agree within the {dtype} tolerance (max rel L2 {:.2e} at {}){flips}",
-                    worst.rel_l2, worst.name
-                ),
-            }
-        }
-        Some(first) => {
-            let how = match first.ratio_to_floor {
-                Some(r) => format!("rel L2 {:.2e} = {r:.0}× the {dtype} floor", first.rel_l2),
-                None => format!("rel L2 {:.2e}", first.rel_l2),
-            };
-            let non_finite = if first.nan_a + first.inf_a + first.nan_b + first.inf_b > 0 {
-                format!(
-                    ", NaN/Inf: {} on A, {} on B",
-                    first.nan_a + first.inf_a,
-                    first.nan_b + first.inf_b
-                )
-            } else {
-                String::new()
-            };
-            let path = match first.kind {
-                crate::compare::Kind::Op => format!(
-                    " (in the {} of layer {})",
-                    op_path(&first.name),
-                    first.layer.unwrap_or(0)
-                ),
-                _ => String::new(),
-            };
-            format!(
-                "{}: {a} and {b} part at {}{path}, {how}{non_finite}{flips}",
-                first.verdict.as_str(),
-                first.name
-            )
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn judged(rel_l2: f64, floor: Option<f64>, depth: usize) -> Judged {
+        Judged {
+            rel_l2,
+            floor,
+            non_finite: false,
+            depth,
         }
     }
-}
 
-/// A human name for an op capture (`layers.3.conv_out` → "conv path").
-fn op_path(name: &str) -> &'static str {
-    match crate::capture::names::parse_op(name).map(|(_, op)| op) {
-        Some("conv_out" | "q" | "k" | "v") => "conv path",
-        Some("beta" | "g") => "gates",
-        Some("core_out") => "gated delta rule",
-        Some("gated_norm_out") => "gated norm",
-        Some("out_proj") => "output projection",
-        _ => "layer",
+    #[test]
+    fn with_a_floor_the_multiples_decide() {
+        let th = thresholds(DType::BF16);
+        assert_eq!(classify(judged(3e-2, Some(2e-2), 4), th), Verdict::Ok);
+        assert_eq!(classify(judged(5e-2, Some(2e-2), 4), th), Verdict::Drift);
+        assert_eq!(classify(judged(9e-2, Some(2e-2), 4), th), Verdict::Mismatch);
+        // Below the ok band nothing is flagged, whatever the floor.
+        assert_eq!(classify(judged(9e-3, Some(1e-4), 4), th), Verdict::Ok);
+    }
+
+    #[test]
+    fn without_a_floor_only_the_depth_scaled_band_flags() {
+        let th = thresholds(DType::BF16);
+        // 6.4e-2 after 6 layers is honest bf16 rounding (golden MoE model vs its f64 truth).
+        assert_eq!(classify(judged(6.4e-2, None, 6), th), Verdict::Ok);
+        assert_eq!(classify(judged(6.4e-2, None, 0), th), Verdict::Mismatch);
+        assert!((honest_bound(th, 3) - 0.1).abs() < 1e-12);
+        for depth in 0..64 {
+            for rel in [1e-3, 2e-2, 0.1, 0.5] {
+                assert_ne!(classify(judged(rel, None, depth), th), Verdict::Drift);
+            }
+        }
+    }
+
+    #[test]
+    fn non_finite_is_always_a_mismatch() {
+        let th = thresholds(DType::F32);
+        let mut j = judged(0.0, Some(1e-6), 2);
+        j.non_finite = true;
+        assert_eq!(classify(j, th), Verdict::Mismatch);
+        assert_eq!(classify(judged(f64::NAN, None, 2), th), Verdict::Mismatch);
     }
 }

@@ -279,7 +279,19 @@ fn environment_differences_are_flagged() {
         &["--format", "table"],
     );
     let table = String::from_utf8_lossy(&o.stdout);
+    // What ran differently leads; the rest is counted, and listed with --env all.
+    assert!(table.contains("what ran differently"), "{table}");
+    assert!(table.contains("implementation"), "{table}");
+    assert!(!table.contains("hostname"), "{table}");
+    assert!(table.contains("--env all lists them"), "{table}");
+    let o = compare(
+        &fixture("dump_f32.safetensors"),
+        &fixture("dump_fast.safetensors"),
+        &["--format", "table", "--env", "all"],
+    );
+    let table = String::from_utf8_lossy(&o.stdout);
     assert!(table.contains("environment differences"), "{table}");
+    assert!(table.contains("hostname"), "{table}");
 
     // No differences: an empty list, and no clause in the summary.
     let (code, r) = compare_json("dump_f32.safetensors", "dump_f32.safetensors", &[]);

@@ -25,7 +25,7 @@ use hsdiff::backends::{
 use hsdiff::capture::Captures;
 use hsdiff::capture::dump::Dump;
 use hsdiff::cli::common::Session;
-use hsdiff::cli::diff::{FailOn, Format, ReportArgs, emit};
+use hsdiff::cli::diff::{EnvList, FailOn, Format, ReportArgs, emit};
 use hsdiff::compare::{Kind, TensorSource, plan_rows};
 use hsdiff::config::LayerType;
 use hsdiff::error::{Error, Result};
@@ -33,13 +33,14 @@ use hsdiff::fingerprint::Fingerprint;
 use hsdiff::metrics::Location;
 use hsdiff::metrics::logits::LogitStats;
 use hsdiff::model::{Model, RunOptions};
+use hsdiff::planner::{self, SideRun};
 use hsdiff::progress::Progress;
 use hsdiff::report::json::Json;
 use hsdiff::report::markdown::Markdown;
 use hsdiff::report::plot::{check_path, render_png, render_svg, write_plot};
 use hsdiff::report::{
-    Comparison, Inputs, Render, Report, RouterRow, SCHEMA, Side, TensorRow, ThresholdInfo,
-    TokenIds, build_report,
+    Comparison, Inputs, Render, Report, RouterRow, RoutingFlip, SCHEMA, Side, TensorRow,
+    ThresholdInfo, TokenIds, build_report,
 };
 use hsdiff::verdict::{K_DRIFT, K_MISMATCH, Thresholds, Verdict};
 use rand::SeedableRng;
@@ -128,19 +129,20 @@ fn live_report(
     let caps_a = forward(s, a, s.dtype, ops, None);
     let feed = isolate.then_some(&caps_a);
     let caps_b = forward(s, b, s.dtype, ops, feed);
-    let reference = Reference;
-    let truth = forward(s, &reference, DType::F64, ops, feed);
-    // The floor: the reference at the compute dtype, unless one side already is that run.
-    let floor_run = if b.name() == "reference" || (a.name() == "reference" && !isolate) {
-        None
-    } else {
-        Some(forward(s, &reference, s.dtype, ops, feed))
-    };
-    let floor: &Captures = match &floor_run {
-        Some(f) => f,
-        None if b.name() == "reference" => &caps_b,
-        None => &caps_a,
-    };
+    // The truth and floor as the CLI plans them (src/planner.rs): A stands in for the floor
+    // run only when nothing is fed.
+    let plan = planner::plan(
+        SideRun {
+            dtype: s.dtype,
+            is_reference_run: a.name() == "reference" && !isolate,
+        },
+        SideRun {
+            dtype: s.dtype,
+            is_reference_run: b.name() == "reference",
+        },
+    );
+    let calibration =
+        planner::execute(plan, |d| Ok(forward(s, &Reference, d, ops, feed))).expect("calibration");
     let rows = plan_rows(
         &TensorSource::names(&caps_a),
         Some(&s.model.config.layer_types),
@@ -151,14 +153,18 @@ fn live_report(
         b: &caps_b,
         a_side: side(s, a),
         b_side: side(s, b),
-        truth: Some(&truth),
-        floor: Some(floor),
+        calibration: Some(calibration.calibrated(&caps_a, &caps_b, (s.dtype, s.dtype), "test")),
+        floor_skipped: false,
         rows,
         dtype: s.dtype,
         mode: if isolate { "isolate" } else { "propagate" }.to_string(),
         input_ids: s.ids.clone(),
-        token_ids_match: true,
+        token_ids: TokenIds::Match,
+        tokens: s.ids.len(),
+        num_layers: Some(s.model.config.num_hidden_layers),
         command: None,
+        alignment: None,
+        notes: Vec::new(),
     };
     build_report(&comparison).expect("build_report")
 }
@@ -198,6 +204,7 @@ fn report_args(out: &Path, fail_on: FailOn) -> ReportArgs {
         out: Some(out.to_path_buf()),
         fail_on,
         layers: None,
+        env: EnvList::Ran,
         plot: None,
     }
 }
@@ -449,7 +456,7 @@ fn save_plot(r: &Report, name: &str) {
     if let Ok(dir) = std::env::var("HSDIFF_TEST_PLOTS") {
         let path = Path::new(&dir).join(name);
         write_plot(r, &path).expect("plot");
-        std::fs::write(path.with_extension("md"), Markdown.render(r)).expect("markdown");
+        std::fs::write(path.with_extension("md"), Markdown::default().render(r)).expect("markdown");
     }
 }
 
@@ -475,7 +482,11 @@ fn a_nan_is_a_mismatch_at_its_layer_with_counts() {
     // Every renderer copes with the non-finite values.
     let json: serde_json::Value = serde_json::from_str(&Json.render(&r)).expect("valid JSON");
     assert!(json["tensors"].as_array().is_some_and(|t| !t.is_empty()));
-    assert!(Markdown.render(&r).contains(&format!("layers.{k}")));
+    assert!(
+        Markdown::default()
+            .render(&r)
+            .contains(&format!("layers.{k}"))
+    );
     render_png(&r).expect("plot of a NaN report");
     save_plot(&r, "injected_nan.png");
 }
@@ -596,12 +607,26 @@ fn synthetic_row(
         cosine_min_token: 2,
         floor,
         ratio_to_floor: floor.filter(|f| *f > 0.0).map(|f| rel_l2 / f),
+        floor_a: floor,
+        floor_b: floor,
+        set_aside_tokens: Vec::new(),
+        rel_l2_judged: None,
+        floor_judged: None,
+        depth: layer.map_or(3, |l| l + 1),
+        band: None,
         a_vs_truth: floor.map(|f| f * 1.1 + rel_l2 / 2.0),
         b_vs_truth: floor,
         nan_a,
         inf_a: 0,
         nan_b: 0,
         inf_b: 0,
+        non_finite_disagree: nan_a,
+        non_finite_disagree_at: (nan_a > 0).then_some(Location {
+            token: 1,
+            channel: 5,
+        }),
+        non_finite_both: 0,
+        non_finite_both_at: None,
         verdict,
         per_token_rel,
     }
@@ -705,6 +730,7 @@ fn synthetic_report() -> Report {
             k_drift: K_DRIFT,
             k_mismatch: K_MISMATCH,
             floor_source: Some("reference backend at bf16 vs reference at f64, same input".into()),
+            rule: "floor".into(),
         },
         tensors,
         first_divergent: Some("layers.2.gated_norm_out".into()),
@@ -739,6 +765,14 @@ fn synthetic_report() -> Report {
         command: Some("hsdiff --a fused --b reference --prompt fizzbuzz --dtype bf16".into()),
         alignment: None,
         env_diff: vec![],
+        routing_flips: vec![RoutingFlip {
+            layer: 2,
+            token: 1,
+            on: vec!["B".into()],
+            truth_margin: Some(2.5e-3),
+            near_tie: true,
+        }],
+        notes: vec![],
     }
 }
 
@@ -783,7 +817,10 @@ fn check_snapshot(name: &str, actual: &str) {
 
 #[test]
 fn markdown_renderer_matches_its_snapshot() {
-    check_snapshot("report.md", &Markdown.render(&synthetic_report()));
+    check_snapshot(
+        "report.md",
+        &Markdown::default().render(&synthetic_report()),
+    );
 }
 
 #[test]

@@ -9,22 +9,23 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device};
 use clap::Args;
 
-use super::common::{Session, command_line};
-use super::diff::{Format, ReportArgs, emit};
+use super::common::{Session, command_line, find_model};
+use super::diff::{EnvList, Format, ReportArgs, emit};
 use crate::backends::{LinearAttentionBackend, backend_by_name};
 use crate::builtin;
-use crate::capture::{Captures, dump::METADATA_KEY, names};
+use crate::capture::{dump::METADATA_KEY, names};
 use crate::checkpoint::SafetensorsFile;
 use crate::compare::{TensorSource, plan_rows};
-use crate::device::{dtype_label, parse_device, parse_dtype};
+use crate::device::{parse_device, parse_dtype};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, weights_digest};
-use crate::model::{Model, RunOptions};
-use crate::progress::Progress;
+use crate::model::Model;
+use crate::planner::{self, SideRun};
 use crate::report::{
-    Comparison, Render, Report, Side, build_report, json::Json, markdown::Markdown, table::Table,
+    Comparison, Render, Report, Side, TokenIds, build_report, json::Json, markdown::Markdown,
+    table::Table,
 };
-use crate::run::fingerprint_for;
+use crate::run::{fingerprint_for, forward};
 use crate::verdict::Verdict;
 
 #[derive(Args, Debug)]
@@ -51,7 +52,7 @@ pub struct CheckArgs {
     #[arg(long, default_value = "cpu", value_name = "DEVICE")]
     pub device: String,
 
-    /// Skip the f64 truth and floor runs: verdicts then use the static thresholds alone.
+    /// Skip the f64 truth and floor runs: verdicts then use the depth-scaled static band alone.
     #[arg(long)]
     pub no_floor: bool,
 
@@ -75,9 +76,6 @@ const BUILTIN_SET: &[(&str, &[u8])] = &[
         include_bytes!("../../golden/states/qwen3_5_tiny/fizzbuzz.bf16.safetensors"),
     ),
 ];
-
-/// Golden-file model names (scripts/make_golden.py) that are the built-in model.
-const BUILTIN_NAMES: &[&str] = &["qwen3_5_tiny", "built-in tiny Qwen3.5"];
 
 /// A golden file: its tensors, read one by one, and its fingerprint.
 struct Golden {
@@ -175,31 +173,26 @@ impl Golden {
             })
     }
 
-    /// The model the fingerprint names: a folder (as recorded, or beside the golden file as in
-    /// `golden/states/{model}/…` → `golden/{model}`), or the built-in model.
+    /// The model the fingerprint names ([`find_model`]).
     fn model(&self) -> Result<Model> {
-        let recorded = self.fingerprint.as_ref().and_then(|f| f.model.clone());
-        let Some(name) = recorded else {
-            return Err(Error::file(
+        let fp = self.fingerprint.as_ref();
+        let name = fp.and_then(|f| f.model.as_deref());
+        match find_model(
+            name,
+            fp.and_then(|f| f.weights_digest.as_deref()),
+            self.dir.as_deref(),
+        )? {
+            Some((model, _)) => Ok(model),
+            None => Err(Error::file(
                 self.path(),
-                "the fingerprint names no model; pass --model DIR",
-            ));
-        };
-        let mut candidates = vec![PathBuf::from(&name)];
-        if let Some(dir) = &self.dir {
-            candidates.push(dir.join(&name));
-            candidates.push(dir.join("../..").join(&name));
+                match name {
+                    Some(name) => format!(
+                        "the model it names, `{name}`, is not a folder here; pass --model DIR"
+                    ),
+                    None => "the fingerprint names no model; pass --model DIR".to_string(),
+                },
+            )),
         }
-        if let Some(dir) = candidates.iter().find(|p| p.join("config.json").is_file()) {
-            return Model::load(dir);
-        }
-        if BUILTIN_NAMES.contains(&name.as_str()) {
-            return builtin::model();
-        }
-        Err(Error::file(
-            self.path(),
-            format!("the model it names, `{name}`, is not a folder here; pass --model DIR"),
-        ))
     }
 }
 
@@ -318,39 +311,25 @@ fn check_one(
     let (dtype, device) = (session.dtype, &session.device);
     let golden_names = golden.names();
     let capture_ops = golden_names.iter().any(|n| names::parse_op(n).is_some());
-    let ours = forward(session, backend, dtype, capture_ops)?;
-    let (truth, floor) = if args.no_floor {
-        (None, None)
+    let ours = forward(session, backend, dtype, capture_ops, None)?;
+    let golden_dtype = golden.dtype()?;
+    let calibration = if args.no_floor {
+        None
     } else {
+        let plan = planner::plan(
+            SideRun {
+                dtype: golden_dtype,
+                is_reference_run: false,
+            },
+            SideRun {
+                dtype,
+                is_reference_run: backend.name() == "reference",
+            },
+        );
         let reference = backend_by_name("reference", device)?;
-        let is_ref = backend.name() == "reference";
-        let truth = if is_ref && dtype == DType::F64 {
-            None // ours is the truth run itself
-        } else {
-            Some(forward(
-                session,
-                reference.as_ref(),
-                DType::F64,
-                capture_ops,
-            )?)
-        };
-        let floor = if is_ref || dtype == DType::F64 {
-            None // ours (or the truth) is the floor run
-        } else {
-            Some(forward(session, reference.as_ref(), dtype, capture_ops)?)
-        };
-        (Some(truth), floor)
-    };
-    let truth_src: Option<&dyn TensorSource> = match &truth {
-        None => None,
-        Some(Some(t)) => Some(t),
-        Some(None) => Some(&ours),
-    };
-    let floor_src: Option<&dyn TensorSource> = match (&truth, &floor) {
-        (None, _) => None,
-        (Some(_), Some(f)) => Some(f),
-        (Some(Some(t)), None) if backend.name() != "reference" => Some(t),
-        (Some(_), None) => Some(&ours),
+        Some(planner::execute(plan, |d| {
+            forward(session, reference.as_ref(), d, capture_ops, None)
+        })?)
     };
 
     let ours_names = TensorSource::names(&ours);
@@ -419,34 +398,30 @@ fn check_one(
         b: &ours,
         a_side,
         b_side,
-        truth: truth_src,
-        floor: floor_src,
+        calibration: calibration.as_ref().map(|cal| {
+            cal.calibrated(
+                golden,
+                &ours,
+                (golden_dtype, dtype),
+                &session.model.source.to_string(),
+            )
+        }),
+        floor_skipped: args.no_floor,
         rows,
-        dtype,
+        dtype: [golden_dtype, dtype]
+            .into_iter()
+            .max_by_key(|d| crate::formats::coarseness(*d))
+            .unwrap_or(dtype),
         mode: "check".to_string(),
         input_ids: session.ids.clone(),
-        token_ids_match: true,
+        token_ids: TokenIds::Match,
+        tokens: session.ids.len(),
+        num_layers: Some(session.model.config.num_hidden_layers),
         command: Some(command_line()),
+        alignment: None,
+        notes: Vec::new(),
     };
     build_report(&comparison)
-}
-
-fn forward(
-    session: &Session,
-    backend: &dyn LinearAttentionBackend,
-    dtype: DType,
-    capture_ops: bool,
-) -> Result<Captures> {
-    let label = format!("{} {}", backend.name(), dtype_label(dtype));
-    let progress = Progress::new(&label, session.model.config.num_hidden_layers as u64);
-    let opts = RunOptions {
-        dtype,
-        device: session.device.clone(),
-        backend,
-        capture_ops,
-        feed: None,
-    };
-    session.model.run(&session.ids, &opts, &progress)
 }
 
 /// Says on stderr when the golden file was made from other config or weights than the model
@@ -531,8 +506,15 @@ fn render_set(outcomes: &[Outcome], args: &ReportArgs) -> Result<i32> {
             let mut s = String::new();
             for o in outcomes {
                 let body = match args.format {
-                    Format::Markdown => Markdown.render(&o.report),
-                    _ => Table { color: to_terminal }.render(&o.report),
+                    Format::Markdown => Markdown {
+                        env_all: args.env == EnvList::All,
+                    }
+                    .render(&o.report),
+                    _ => Table {
+                        color: to_terminal,
+                        env_all: args.env == EnvList::All,
+                    }
+                    .render(&o.report),
                 };
                 s.push_str(&format!("== check {} ==\n{body}\n", o.name));
             }

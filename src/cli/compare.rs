@@ -1,24 +1,30 @@
 //! `hsdiff compare A B`: compare two files of captured hidden states — hsdiff dumps, safetensors
 //! written by PyTorch, `torch.save` files, numpy arrays — with the same table, verdicts and JSON
-//! as a live run (static thresholds: files carry no rounding floor), plus the layer alignment
-//! and the environment differences.
+//! as a live run, plus the layer alignment and the environment differences. With the model at
+//! hand (`--model`, or named by a fingerprint) the f64 truth and each side's floor are computed
+//! on the files' token ids by the same run planner as live runs; without one the report is
+//! "uncalibrated" and only the depth-scaled band can flag a row.
 
 use std::path::PathBuf;
 
-use candle_core::DType;
+use candle_core::{DType, Device};
 use clap::Args;
 use serde_json::Value;
 
-use super::common::{command_line, parse_layer_list};
+use super::common::{Session, command_line, find_model, parse_layer_list};
 use super::diff::{ReportArgs, emit};
 use crate::alignment::{self, Alignment};
+use crate::backends::backend_by_name;
 use crate::capture::names;
-use crate::compare::{Kind, RowSpec, plan_rows};
+use crate::compare::{Kind, RowSpec, TensorSource, plan_rows};
 use crate::device::{dtype_label, parse_dtype};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::formats::{FileSource, coarseness, naming};
+use crate::model::Model;
+use crate::planner::{self, SideRun};
 use crate::report::{Comparison, Side, TokenIds, build_report};
+use crate::run::forward;
 use crate::verdict::thresholds;
 
 #[derive(Args, Debug, Clone)]
@@ -46,6 +52,18 @@ pub struct CompareArgs {
         value_parser = clap::value_parser!(i64).range(-1024..=1024)
     )]
     pub shift: i64,
+
+    /// Checkpoint folder of the model both files were captured from: hsdiff computes the f64
+    /// truth and each side's rounding floor on the files' token ids and judges every row
+    /// against them. Default: the model a fingerprint names (the built-in model by its weights
+    /// digest, or a folder that exists here); without one the report is uncalibrated.
+    #[arg(long, value_name = "DIR")]
+    pub model: Option<PathBuf>,
+
+    /// Skip the f64 truth and floor runs even when a model is at hand: verdicts then use the
+    /// depth-scaled static band alone.
+    #[arg(long)]
+    pub no_floor: bool,
 
     /// Compute dtype of files that record none (f64, f32, bf16, f16): sets the thresholds, and
     /// lets 16-bit integer numpy arrays be read as bf16 bit patterns.
@@ -106,12 +124,122 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         (None, None) => (Vec::new(), TokenIds::Unknown),
     };
 
-    let dtype = [a.compute_dtype(), b.compute_dtype()]
+    let (a_dtype, b_dtype) = (
+        a.compute_dtype().unwrap_or(DType::F32),
+        b.compute_dtype().unwrap_or(DType::F32),
+    );
+    let dtype = [a_dtype, b_dtype]
         .into_iter()
-        .flatten()
         .max_by_key(|d| coarseness(*d))
         .unwrap_or(DType::F32);
     let th = thresholds(dtype);
+
+    let mut notes: Vec<String> = [("A", &a), ("B", &b)]
+        .iter()
+        .flat_map(|(side, src)| src.conventions.iter().map(move |c| format!("{side}: {c}")))
+        .collect();
+    let model = if args.no_floor {
+        Err("no floor measured (--no-floor)".to_string())
+    } else {
+        calibration_model(args, &a, &b, &input_ids)?
+    };
+    let session = match model {
+        Ok((model, how)) => {
+            eprintln!("hsdiff: calibrating with {how}");
+            model.check_tokens(&input_ids)?;
+            // A tuple/list is output_hidden_states only if its length fits the model.
+            let want = model.config.num_hidden_layers + 1;
+            for src in [&a, &b] {
+                if let Some(n) = src.sequence_len
+                    && n != want
+                    && args.map.is_empty()
+                {
+                    return Err(Error::file(
+                        src.path(),
+                        format!(
+                            "{n} entries were read as output_hidden_states, but this model has {} layers ({want} entries): save the layers by index ({{1: h1, 3: h3}}) or name them with --map",
+                            want - 1
+                        ),
+                    ));
+                }
+            }
+            notes.push(format!("floor and truth measured with {how}"));
+            Some(Session {
+                model,
+                ids: input_ids.clone(),
+                prompt_label: None,
+                dtype,
+                device: Device::Cpu,
+            })
+        }
+        Err(why) => {
+            eprintln!("hsdiff: uncalibrated: {why}");
+            notes.push(format!("uncalibrated: {why}"));
+            None
+        }
+    };
+    let calibration = match &session {
+        Some(session) => {
+            let capture_ops = a
+                .names()
+                .iter()
+                .chain(&b.names())
+                .any(|n| names::parse_op(n).is_some());
+            let plan = planner::plan(
+                SideRun {
+                    dtype: a_dtype,
+                    is_reference_run: false,
+                },
+                SideRun {
+                    dtype: b_dtype,
+                    is_reference_run: false,
+                },
+            );
+            let reference = backend_by_name("reference", &session.device)?;
+            Some(planner::execute(plan, |d| {
+                forward(session, reference.as_ref(), d, capture_ops, None)
+            })?)
+        }
+        None => None,
+    };
+
+    // Bare layer indices: output of layer N, or hidden_states[N]? Decided against the truth,
+    // else against the other side when that one is a full capture.
+    let truth = calibration.as_ref().and_then(|c| c.truth_run());
+    for side in ["A", "B"] {
+        let (this, other) = if side == "A" { (&a, &b) } else { (&b, &a) };
+        if !this.index_keyed {
+            continue;
+        }
+        let (reference, against): (Option<&dyn TensorSource>, String) = match truth {
+            Some(t) => (Some(t), "the f64 truth".to_string()),
+            None if !other.index_keyed => (
+                Some(other),
+                format!("side {}", if side == "A" { "B" } else { "A" }),
+            ),
+            None => (None, String::new()),
+        };
+        let reading = match reference {
+            Some(r) => alignment::index_reading(this, r)?,
+            None => None,
+        };
+        let note = match &reading {
+            Some(r) => format!("{side}: {}", r.describe(&against)),
+            None => format!(
+                "{side}: index N read as the output of layer N (no evidence either way: pass --shift -1 \
+                 if the indices are hidden_states[N])"
+            ),
+        };
+        eprintln!("hsdiff: {note}");
+        notes.push(note);
+        if reading.is_some_and(|r| r.input) {
+            if side == "A" {
+                a.shift_layers(-1);
+            } else {
+                b.shift_layers(-1);
+            }
+        }
+    }
 
     let detected = alignment::detect(&a, &b, th.ok, args.shift != 0)?;
     let alignment = match (&detected, args.shift) {
@@ -141,7 +269,10 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         .into_iter()
         .filter(|n| n != names::INPUT_IDS && b_names.contains(n))
         .collect();
-    let mut rows = plan_rows(&common, None, layers.as_deref());
+    let layer_types = session
+        .as_ref()
+        .map(|s| s.model.config.layer_types.as_slice());
+    let mut rows = plan_rows(&common, layer_types, layers.as_deref());
     for name in extra_rows {
         if !rows.iter().any(|r| r.name == name) && common.contains(&name) {
             rows.push(RowSpec {
@@ -189,27 +320,64 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         b: &b,
         a_side: side(&a, label_a, dtype)?,
         b_side: side(&b, label_b, dtype)?,
-        truth: None,
-        floor: None,
+        calibration: match (&calibration, &session) {
+            (Some(cal), Some(session)) => Some(cal.calibrated(
+                &a,
+                &b,
+                (a_dtype, b_dtype),
+                &session.model.source.to_string(),
+            )),
+            _ => None,
+        },
+        floor_skipped: args.no_floor,
         rows,
         dtype,
         mode: "files".to_string(),
         input_ids,
-        token_ids_match: token_ids == TokenIds::Match,
+        token_ids,
+        tokens,
+        num_layers: session.as_ref().map(|s| s.model.config.num_hidden_layers),
         command: Some(command_line()),
+        alignment,
+        notes,
     };
-    let mut report = build_report(&comparison)?;
-    report.inputs.token_ids = token_ids;
-    report.inputs.tokens = tokens;
-    if let Some(al) = &alignment {
-        report.summary = if al.applied {
-            format!("{} (compared with --shift {})", report.summary, al.offset)
-        } else {
-            format!("{}; {}", alignment::describe(al), report.summary)
-        };
-    }
-    report.alignment = alignment;
+    let report = build_report(&comparison)?;
     emit(&report, &args.report)
+}
+
+/// The model that measures the truth and floor: `--model`, else the one a fingerprint names
+/// ([`find_model`]). The inner `Err` says why there is none (the report is then uncalibrated).
+fn calibration_model(
+    args: &CompareArgs,
+    a: &FileSource,
+    b: &FileSource,
+    ids: &[u32],
+) -> Result<std::result::Result<(Model, String), String>> {
+    if ids.is_empty() {
+        return Ok(Err(
+            "neither file carries token ids, so the truth cannot be computed".to_string(),
+        ));
+    }
+    if let Some(dir) = &args.model {
+        return Ok(Ok((
+            Model::load(dir)?,
+            format!("--model {}", dir.display()),
+        )));
+    }
+    for src in [a, b] {
+        let key = |k: &str| {
+            src.fingerprint
+                .as_ref()
+                .and_then(|f| f.get(k))
+                .and_then(Value::as_str)
+        };
+        if let Some(found) = find_model(key("model"), key("weights_digest"), src.path().parent())? {
+            return Ok(Ok(found));
+        }
+    }
+    Ok(Err(
+        "no model to measure the floor — pass --model DIR".to_string()
+    ))
 }
 
 /// Labels for the two sides: file names, or the paths as given when the names are equal.

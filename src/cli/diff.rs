@@ -5,20 +5,18 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use candle_core::DType;
 use clap::{Args, ValueEnum};
 
 use super::common::{RunArgs, Session, command_line, parse_layer_list};
 use crate::backends::{LinearAttentionBackend, backend_by_name};
-use crate::capture::Captures;
 use crate::compare::plan_rows;
 use crate::error::{Error, Result};
-use crate::model::RunOptions;
-use crate::progress::Progress;
+use crate::planner::{self, SideRun};
 use crate::report::{
-    Comparison, Render, Report, Side, build_report, json::Json, markdown::Markdown, table::Table,
+    Comparison, Render, Report, Side, TokenIds, build_report, json::Json, markdown::Markdown,
+    table::Table,
 };
-use crate::run::fingerprint_for;
+use crate::run::{fingerprint_for, forward};
 use crate::verdict::Verdict;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -35,6 +33,12 @@ pub enum Format {
     Table,
     Markdown,
     Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EnvList {
+    Ran,
+    All,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -74,6 +78,12 @@ pub struct ReportArgs {
     #[arg(long, value_name = "LIST")]
     pub layers: Option<String>,
 
+    /// Environment differences to list: `ran` (what ran differently: linear-attention
+    /// implementations, kernel packages, dtype, attention implementation, device; the rest
+    /// counted) or `all`. The JSON always holds all of them.
+    #[arg(long, value_enum, default_value = "ran")]
+    pub env: EnvList,
+
     /// Also draw the report to FILE.svg or FILE.png: rel L2 per tensor on a log scale with the
     /// floor and bands, and a layer × token heatmap of the per-token error.
     #[arg(long, value_name = "FILE")]
@@ -101,7 +111,7 @@ pub struct DiffArgs {
     #[arg(long)]
     pub ops: bool,
 
-    /// Skip the f64 truth and floor runs: verdicts then use the static thresholds alone.
+    /// Skip the f64 truth and floor runs: verdicts then use the depth-scaled static band alone.
     #[arg(long)]
     pub no_floor: bool,
 
@@ -139,35 +149,27 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
     }
 
     let caps_a = forward(&session, a.as_ref(), session.dtype, args.ops, None)?;
-    let feed = (args.mode == Mode::Isolate).then_some(&caps_a);
+    let isolate = args.mode == Mode::Isolate;
+    let feed = isolate.then_some(&caps_a);
     let caps_b = forward(&session, b.as_ref(), session.dtype, args.ops, feed)?;
-    let (truth, floor) = if args.no_floor {
-        (None, None)
+    let calibration = if args.no_floor {
+        None
     } else {
+        // The calibration runs are fed like B; A stands in for one only when nothing is fed.
+        let plan = planner::plan(
+            SideRun {
+                dtype: session.dtype,
+                is_reference_run: a.name() == "reference" && !isolate,
+            },
+            SideRun {
+                dtype: session.dtype,
+                is_reference_run: b.name() == "reference",
+            },
+        );
         let reference = backend_by_name("reference", &session.device)?;
-        let truth = forward(&session, reference.as_ref(), DType::F64, args.ops, feed)?;
-        // B is the floor run itself, and so is A in propagate mode (in isolate mode A is not
-        // fed, so it cannot stand for the fed floor run).
-        let floor = if b.name() == "reference"
-            || (a.name() == "reference" && args.mode == Mode::Propagate)
-        {
-            None
-        } else {
-            Some(forward(
-                &session,
-                reference.as_ref(),
-                session.dtype,
-                args.ops,
-                feed,
-            )?)
-        };
-        (Some(truth), floor)
-    };
-    let floor_src: Option<&Captures> = match (&truth, &floor) {
-        (None, _) => None,
-        (Some(_), Some(f)) => Some(f),
-        (Some(_), None) if b.name() == "reference" => Some(&caps_b),
-        (Some(_), None) => Some(&caps_a),
+        Some(planner::execute(plan, |dtype| {
+            forward(&session, reference.as_ref(), dtype, args.ops, feed)
+        })?)
     };
 
     let rows = plan_rows(
@@ -180,10 +182,15 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
         b: &caps_b,
         a_side: side(&session, a.as_ref()),
         b_side: side(&session, b.as_ref()),
-        truth: truth
-            .as_ref()
-            .map(|t| t as &dyn crate::compare::TensorSource),
-        floor: floor_src.map(|f| f as &dyn crate::compare::TensorSource),
+        calibration: calibration.as_ref().map(|cal| {
+            cal.calibrated(
+                &caps_a,
+                &caps_b,
+                (session.dtype, session.dtype),
+                &session.model.source.to_string(),
+            )
+        }),
+        floor_skipped: args.no_floor,
         rows,
         dtype: session.dtype,
         mode: match args.mode {
@@ -192,30 +199,15 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
         }
         .to_string(),
         input_ids: session.ids.clone(),
-        token_ids_match: true,
+        token_ids: TokenIds::Match,
+        tokens: session.ids.len(),
+        num_layers: Some(session.model.config.num_hidden_layers),
         command: Some(command_line()),
+        alignment: None,
+        notes: Vec::new(),
     };
     let report = build_report(&comparison)?;
     emit(&report, &args.report)
-}
-
-fn forward(
-    session: &Session,
-    backend: &dyn LinearAttentionBackend,
-    dtype: DType,
-    capture_ops: bool,
-    feed: Option<&Captures>,
-) -> Result<Captures> {
-    let label = format!("{} {}", backend.name(), crate::device::dtype_label(dtype));
-    let progress = Progress::new(&label, session.model.config.num_hidden_layers as u64);
-    let opts = RunOptions {
-        dtype,
-        device: session.device.clone(),
-        backend,
-        capture_ops,
-        feed,
-    };
-    session.model.run(&session.ids, &opts, &progress)
 }
 
 fn side(session: &Session, backend: &dyn LinearAttentionBackend) -> Side {
@@ -234,8 +226,15 @@ fn side(session: &Session, backend: &dyn LinearAttentionBackend) -> Side {
 pub fn emit(report: &Report, args: &ReportArgs) -> Result<i32> {
     let to_terminal = args.out.is_none() && std::io::stdout().is_terminal();
     let text = match args.format {
-        Format::Table => Table { color: to_terminal }.render(report),
-        Format::Markdown => Markdown.render(report),
+        Format::Table => Table {
+            color: to_terminal,
+            env_all: args.env == EnvList::All,
+        }
+        .render(report),
+        Format::Markdown => Markdown {
+            env_all: args.env == EnvList::All,
+        }
+        .render(report),
         Format::Json => Json.render(report),
     };
     match &args.out {

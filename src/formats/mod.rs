@@ -103,6 +103,11 @@ pub struct FileSource {
     names: BTreeMap<String, usize>,
     /// The name conventions that were applied (for the report).
     pub conventions: Vec<String>,
+    /// Layers named from bare indices, whose reading (output of layer N, or its input) the
+    /// caller decides ([`naming::Assignment::index_keyed`]).
+    pub index_keyed: bool,
+    /// Entries read as an `output_hidden_states` sequence of this length, if any.
+    pub sequence_len: Option<usize>,
     /// The fingerprint JSON the file carries, if any.
     pub fingerprint: Option<Value>,
     ids_list: Option<Vec<i64>>,
@@ -177,6 +182,8 @@ impl FileSource {
             entries: Vec::new(),
             names: BTreeMap::new(),
             conventions: Vec::new(),
+            index_keyed: false,
+            sequence_len: None,
             fingerprint: None,
             ids_list: None,
             dtype_hint: None,
@@ -392,6 +399,8 @@ impl FileSource {
         let a = naming::assign(&named);
         self.names = a.names;
         self.conventions = a.conventions;
+        self.index_keyed = a.index_keyed;
+        self.sequence_len = a.sequence_len;
     }
 
     pub fn path(&self) -> &Path {

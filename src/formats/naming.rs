@@ -11,7 +11,13 @@
 //!    `arr_{i}` (numpy's names for `np.savez(f, *hs)`): entry 0 is the embedding output
 //!    (`embed`), entry i the output of layer i−1 (`layers.{i-1}`) for 0 < i < N−1, and the last
 //!    entry is AFTER the final norm (`final_norm`) — never the last layer's raw output;
-//! 4. `last_hidden_state` (after the final norm) as `final_norm`.
+//! 4. `last_hidden_state` (after the final norm) as `final_norm`;
+//! 5. layer indices: integer dict keys (`{1: t, 3: t}`), `layer_N`, `layer.N`, `h.N`,
+//!    `blocks.N`, `block_N`, and a *sparse* set of indices under `hidden_states` / `hs` (a dict
+//!    `{'hidden_states': {1: t, 3: t, 5: t}}`: never a tuple, whose indices run 0…N−1). Index N is
+//!    read as the output of layer N (`layers.N`) for now; whether it is rather
+//!    `hidden_states[N]` (the input of layer N) is decided from evidence by the caller
+//!    ([`crate::alignment::index_reading`]) and stated in the report.
 
 use std::collections::BTreeMap;
 
@@ -29,6 +35,28 @@ const PREFIXES: &[&str] = &[
 
 /// Names of an `output_hidden_states` sequence stored flat (`hidden_states.3`).
 const SEQ_NAMES: &[&str] = &["hidden_states", "all_hidden_states", "hs", "arr"];
+
+/// Module names whose `.N` children are decoder layers (`h.3`, `blocks.3`, `layer.3`).
+const INDEX_PARENTS: &[&str] = &["h", "blocks", "block", "layer", "layers_out"];
+/// Prefixes of `layer_3`-style names.
+const INDEX_PREFIXES: &[&str] = &["layer_", "layers_", "block_", "blocks_", "h_"];
+
+/// A layer-index name: (its pattern for the report, the index). A flat-sequence name
+/// (`hidden_states.3`) counts only when its set is sparse; the caller checks that.
+fn index_key(raw: &str) -> Option<(String, usize)> {
+    if let Ok(i) = raw.parse::<usize>() {
+        return Some(("N".to_string(), i));
+    }
+    for p in INDEX_PREFIXES {
+        if let Some(i) = raw.strip_prefix(p).and_then(|r| r.parse::<usize>().ok()) {
+            return Some((format!("{p}N"), i));
+        }
+    }
+    let (parent, index) = raw.rsplit_once(['.', '/'])?;
+    let i: usize = index.parse().ok()?;
+    let last = parent.rsplit(['.', '/']).next().unwrap_or(parent);
+    (INDEX_PARENTS.contains(&last) || SEQ_NAMES.contains(&last)).then(|| (format!("{parent}.N"), i))
+}
 
 /// How sure a name mapping is; the higher wins a collision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -111,6 +139,11 @@ pub struct Named<'a> {
 pub struct Assignment {
     pub names: BTreeMap<String, usize>,
     pub conventions: Vec<String>,
+    /// Layer names that came from bare indices (rule 5): their reading is still to be decided.
+    pub index_keyed: bool,
+    /// The length of a sequence read as `output_hidden_states` (rule 3), for the caller to
+    /// check against the model (L + 1) when it has one.
+    pub sequence_len: Option<usize>,
 }
 
 pub fn assign(entries: &[Named]) -> Assignment {
@@ -125,6 +158,21 @@ pub fn assign(entries: &[Named]) -> Assignment {
             *n = (*n).max(i + 1);
         }
     }
+    // A flat sequence is `output_hidden_states` only when its indices run 0…N−1 without gaps;
+    // a sparse set is a set of layers.
+    let mut flat_count: BTreeMap<String, usize> = BTreeMap::new();
+    for e in entries {
+        if e.seq.is_none()
+            && !is_ours(e.raw)
+            && let Some((prefix, _)) = flat_sequence(e.raw)
+        {
+            *flat_count.entry(prefix).or_insert(0) += 1;
+        }
+    }
+    let sparse = |prefix: &str| flat_count.get(prefix) != flat_len.get(prefix);
+    let mut index_keyed = false;
+    let mut sequence_len = None;
+    let mut indices: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     let mut best: BTreeMap<String, (Rank, usize)> = BTreeMap::new();
     let mut conventions = Vec::new();
     let mut note = |s: String| {
@@ -134,6 +182,7 @@ pub fn assign(entries: &[Named]) -> Assignment {
     };
     for (idx, e) in entries.iter().enumerate() {
         let mapped = if let Some((seq, i, len)) = e.seq {
+            sequence_len = Some(len);
             sequence_name(i, len).map(|n| {
                 let what = if seq.is_empty() {
                     "the top-level tuple/list".to_string()
@@ -151,8 +200,15 @@ pub fn assign(entries: &[Named]) -> Assignment {
         } else if let Some(n) = alias(e.raw) {
             note("hook names (model.…layers.N)".to_string());
             Some((n, Rank::Alias))
+        } else if let Some((pattern, i)) = index_key(e.raw)
+            .filter(|_| flat_sequence(e.raw).is_none_or(|(prefix, _)| sparse(&prefix)))
+        {
+            index_keyed = true;
+            indices.entry(pattern).or_default().push(i);
+            Some((names::layer(i), Rank::Alias))
         } else if let Some((prefix, i)) = flat_sequence(e.raw) {
             let len = flat_len.get(&prefix).copied().unwrap_or(0);
+            sequence_len = Some(len);
             sequence_name(i, len).map(|n| {
                 let pattern = format!("{}N", e.raw.trim_end_matches(|c: char| c.is_ascii_digit()));
                 note(format!(
@@ -175,9 +231,19 @@ pub fn assign(entries: &[Named]) -> Assignment {
             }
         }
     }
+    for (pattern, mut idx) in indices {
+        idx.sort_unstable();
+        let list: Vec<String> = idx.iter().map(usize::to_string).collect();
+        conventions.push(format!(
+            "`{pattern}` read as layer indices ({})",
+            list.join(", ")
+        ));
+    }
     Assignment {
         names: best.into_iter().map(|(n, (_, i))| (n, i)).collect(),
         conventions,
+        index_keyed,
+        sequence_len,
     }
 }
 
@@ -240,6 +306,28 @@ mod tests {
             "hidden_states.2",
         ]);
         assert_eq!(m["layers.0"], "layers.0");
+    }
+
+    #[test]
+    fn index_keys_are_layers() {
+        for raws in [
+            ["1", "3", "5"],
+            ["layer_1", "layer_3", "layer_5"],
+            ["h.1", "h.3", "h.5"],
+            ["model.blocks.1", "model.blocks.3", "model.blocks.5"],
+            // Sparse under hidden_states: a set of layers, not a 6-entry tuple.
+            ["hidden_states.1", "hidden_states.3", "hidden_states.5"],
+        ] {
+            let m = flat(&raws);
+            let keys: Vec<&str> = m.keys().map(String::as_str).collect();
+            assert_eq!(keys, ["layers.1", "layers.3", "layers.5"], "{raws:?}");
+            assert_eq!(m["layers.3"], raws[1]);
+        }
+        let named: Vec<Named> = ["1", "3"]
+            .iter()
+            .map(|r| Named { raw: r, seq: None })
+            .collect();
+        assert!(assign(&named).index_keyed);
     }
 
     #[test]

@@ -34,20 +34,45 @@ pub struct DiffStats {
     pub inf_a: usize,
     pub nan_b: usize,
     pub inf_b: usize,
+    /// Elements where the two sides disagree about being finite: finite on one side only, NaN
+    /// against ±Inf, or +Inf against −Inf; and the first of them (token order).
+    pub non_finite_disagree: usize,
+    pub non_finite_disagree_at: Option<Location>,
+    /// Elements non-finite in the same way on both sides (both NaN, both +Inf, both −Inf), and
+    /// the first of them.
+    pub non_finite_both: usize,
+    pub non_finite_both_at: Option<Location>,
     /// ‖a_t − b_t‖ / ‖b_t‖ per token.
     pub per_token_rel: Vec<f64>,
     /// ‖b‖₂, to put absolute numbers in scale.
     pub norm_b: f64,
+    /// Per token, Σ(a − b)² and Σb² over finite elements: rel L2 over a subset of tokens.
+    #[serde(skip)]
+    pub token_sq_diff: Vec<f64>,
+    #[serde(skip)]
+    pub token_sq_b: Vec<f64>,
 }
 
 impl DiffStats {
-    /// Non-finite values on one side only.
-    pub fn one_sided_non_finite(&self) -> bool {
-        (self.nan_a + self.inf_a > 0) != (self.nan_b + self.inf_b > 0)
-    }
-
+    /// Any element non-finite on either side.
     pub fn any_non_finite(&self) -> bool {
         self.nan_a + self.inf_a + self.nan_b + self.inf_b > 0
+    }
+
+    /// rel L2 over the tokens not in `skip` (sorted or not); the whole tensor's when `skip` is
+    /// empty.
+    pub fn rel_l2_without(&self, skip: &[usize]) -> f64 {
+        if skip.is_empty() {
+            return self.rel_l2;
+        }
+        let (mut num, mut den) = (0.0, 0.0);
+        for (t, (d, b)) in self.token_sq_diff.iter().zip(&self.token_sq_b).enumerate() {
+            if !skip.contains(&t) {
+                num += d;
+                den += b;
+            }
+        }
+        ratio(f64::sqrt(num), f64::sqrt(den))
     }
 
     /// Root-mean-square of the absolute difference.
@@ -115,8 +140,14 @@ pub fn diff_stats(name: &str, a: &Tensor, b: &Tensor) -> Result<DiffStats> {
         inf_a: 0,
         nan_b: 0,
         inf_b: 0,
+        non_finite_disagree: 0,
+        non_finite_disagree_at: None,
+        non_finite_both: 0,
+        non_finite_both_at: None,
         per_token_rel: Vec::with_capacity(rows),
         norm_b: 0.0,
+        token_sq_diff: Vec::with_capacity(rows),
+        token_sq_b: Vec::with_capacity(rows),
     };
     for token in 0..rows {
         let ra: Vec<f64> = a.get(token)?.to_dtype(DType::F64)?.to_vec1()?;
@@ -128,6 +159,14 @@ pub fn diff_stats(name: &str, a: &Tensor, b: &Tensor) -> Result<DiffStats> {
             count_non_finite(y, &mut s.nan_b, &mut s.inf_b);
             if !(x.is_finite() && y.is_finite()) {
                 row_one_sided |= x.is_finite() != y.is_finite();
+                let at = Some(Location { token, channel });
+                if same_non_finite(x, y) {
+                    s.non_finite_both += 1;
+                    s.non_finite_both_at = s.non_finite_both_at.or(at);
+                } else {
+                    s.non_finite_disagree += 1;
+                    s.non_finite_disagree_at = s.non_finite_disagree_at.or(at);
+                }
                 continue;
             }
             let d = (x - y).abs();
@@ -158,6 +197,8 @@ pub fn diff_stats(name: &str, a: &Tensor, b: &Tensor) -> Result<DiffStats> {
             s.cosine_min = cos;
             s.cosine_min_token = token;
         }
+        s.token_sq_diff.push(row.sq_diff);
+        s.token_sq_b.push(row.sq_b);
         total.abs += row.abs;
         total.sq_diff += row.sq_diff;
         total.sq_a += row.sq_a;
@@ -186,6 +227,11 @@ fn count_non_finite(x: f64, nan: &mut usize, inf: &mut usize) {
     } else if x.is_infinite() {
         *inf += 1;
     }
+}
+
+/// Both NaN, or both infinite with the same sign.
+fn same_non_finite(x: f64, y: f64) -> bool {
+    (x.is_nan() && y.is_nan()) || (x.is_infinite() && x == y)
 }
 
 /// `num / den`, with 0/0 = 0 (two zero tensors are identical) and x/0 = ∞.

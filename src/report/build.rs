@@ -1,9 +1,14 @@
-//! Building a [`Report`] from two capture sources, and (for live runs) the truth and floor runs.
+//! Building a [`Report`] from two capture sources and, when a model was at hand, the f64 truth
+//! and each side's floor (planned by [`crate::planner`]).
 
 use candle_core::{DType, Tensor};
 use sha2::{Digest, Sha256};
 
-use super::{Inputs, Report, RouterRow, SCHEMA, Side, TensorRow, ThresholdInfo, TokenIds};
+use super::routing::{Routing, routing};
+use super::summary::{self, Subject};
+use super::{
+    Alignment, Inputs, Report, RouterRow, SCHEMA, Side, TensorRow, ThresholdInfo, TokenIds,
+};
 use crate::capture::names;
 use crate::compare::{Kind, RowSpec, TensorSource};
 use crate::device::dtype_label;
@@ -11,26 +16,48 @@ use crate::error::{Error, Result};
 use crate::metrics::logits::logit_stats;
 use crate::metrics::{DiffStats, diff_stats};
 use crate::verdict::{
-    self, K_DRIFT, K_MISMATCH, Verdict, amplification, classify, ratio_to_floor, thresholds,
+    Judged, K_DRIFT, K_MISMATCH, Verdict, amplification, classify, honest_bound, ratio_to_floor,
+    thresholds,
 };
 
-/// Everything a report is computed from.
+/// Everything a report is computed from. The report is complete when [`build_report`] returns.
 pub struct Comparison<'a> {
     pub a: &'a dyn TensorSource,
     pub b: &'a dyn TensorSource,
     pub a_side: Side,
     pub b_side: Side,
-    /// The f64 reference run on the same input (live runs).
-    pub truth: Option<&'a dyn TensorSource>,
-    /// The reference backend at the compute dtype (live runs): its error against `truth` is
-    /// the floor.
-    pub floor: Option<&'a dyn TensorSource>,
+    /// The truth and the floors (None: uncalibrated).
+    pub calibration: Option<Calibrated<'a>>,
+    /// Uncalibrated because `--no-floor` asked so (rather than for want of a model).
+    pub floor_skipped: bool,
     pub rows: Vec<RowSpec>,
+    /// The coarsest dtype compared: its bands judge the rows.
     pub dtype: DType,
     pub mode: String,
     pub input_ids: Vec<u32>,
-    pub token_ids_match: bool,
+    pub token_ids: TokenIds,
+    /// Tokens compared (the ids' count, or the captures' length when no side carries ids).
+    pub tokens: usize,
+    /// Decoder layers of the model, when known (depth of `final_norm`/`logits`).
+    pub num_layers: Option<usize>,
     pub command: Option<String>,
+    pub alignment: Option<Alignment>,
+    pub notes: Vec<String>,
+}
+
+/// The f64 truth and each side's rounding floor (the reference backend at that side's dtype).
+pub struct Calibrated<'a> {
+    pub truth: &'a dyn TensorSource,
+    pub floor_a: Floor<'a>,
+    /// None when B's floor is A's (same dtype).
+    pub floor_b: Option<Floor<'a>>,
+    /// How the floor was measured, for the report.
+    pub source: String,
+}
+
+pub struct Floor<'a> {
+    pub src: &'a dyn TensorSource,
+    pub dtype: DType,
 }
 
 fn fetch(src: &dyn TensorSource, side: &str, name: &str) -> Result<Tensor> {
@@ -38,22 +65,47 @@ fn fetch(src: &dyn TensorSource, side: &str, name: &str) -> Result<Tensor> {
         .ok_or_else(|| Error::Compare(format!("side {side} has no tensor `{name}`")))
 }
 
-fn rel_to(
-    src: Option<&dyn TensorSource>,
-    truth: Option<&dyn TensorSource>,
+fn stats_vs(
+    src: &dyn TensorSource,
+    truth: &dyn TensorSource,
     name: &str,
 ) -> Result<Option<DiffStats>> {
-    match (src, truth) {
-        (Some(s), Some(t)) => match (s.tensor(name)?, t.tensor(name)?) {
-            (Some(x), Some(y)) => Ok(Some(diff_stats(name, &x, &y)?)),
-            _ => Ok(None),
-        },
+    match (src.tensor(name)?, truth.tensor(name)?) {
+        (Some(x), Some(y)) => Ok(Some(diff_stats(name, &x, &y)?)),
         _ => Ok(None),
+    }
+}
+
+/// Decoder layers a row's tensor has passed, and the MoE layers whose routing it has seen.
+fn depth(row: &RowSpec, num_layers: usize) -> (usize, Option<usize>) {
+    match (row.kind, row.layer) {
+        (Kind::Embed, _) => (0, Some(0)),
+        (Kind::Op, Some(l)) => (l, Some(l)),
+        (_, Some(l)) => (l + 1, Some(l + 1)),
+        _ => (num_layers, None),
     }
 }
 
 pub fn build_report(c: &Comparison) -> Result<Report> {
     let th = thresholds(c.dtype);
+    let num_layers = c.num_layers.unwrap_or_else(|| {
+        c.rows
+            .iter()
+            .filter_map(|r| r.layer)
+            .max()
+            .map_or(0, |l| l + 1)
+    });
+    let routing = match &c.calibration {
+        Some(cal) => {
+            let mut runs: Vec<(&str, &dyn TensorSource)> =
+                vec![("A", c.a), ("B", c.b), ("floor", cal.floor_a.src)];
+            if let Some(f) = &cal.floor_b {
+                runs.push(("floor", f.src));
+            }
+            routing(cal.truth, &runs, "floor", c.dtype)?
+        }
+        None => Routing::none(),
+    };
     let mut tensors = Vec::with_capacity(c.rows.len());
     // Logit gap under which a top-2 order is within the noise: twice the RMS logit error of the
     // floor run, or, without a floor, the static ok band times the logits' RMS.
@@ -62,17 +114,51 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         let a = fetch(c.a, "A", &row.name)?;
         let b = fetch(c.b, "B", &row.name)?;
         let stats = diff_stats(&row.name, &a, &b)?;
-        let floor_stats = rel_to(c.floor, c.truth, &row.name)?;
+        drop((a, b));
+        let (depth, upto) = depth(row, num_layers);
+        let aside = routing.set_aside(upto);
+        let (mut floor_a, mut floor_b, mut a_vs, mut b_vs) = (None, None, None, None);
+        if let Some(cal) = &c.calibration {
+            floor_a = stats_vs(cal.floor_a.src, cal.truth, &row.name)?;
+            floor_b = match &cal.floor_b {
+                Some(f) => stats_vs(f.src, cal.truth, &row.name)?,
+                None => floor_a.clone(),
+            };
+            a_vs = stats_vs(c.a, cal.truth, &row.name)?.map(|s| s.rel_l2);
+            b_vs = stats_vs(c.b, cal.truth, &row.name)?.map(|s| s.rel_l2);
+        }
+        // The larger side's floor judges (two dtypes: the coarser side's rounding dominates).
+        let larger = |skip: &[usize]| -> Option<f64> {
+            let x = floor_a.as_ref().map(|s| s.rel_l2_without(skip));
+            let y = floor_b.as_ref().map(|s| s.rel_l2_without(skip));
+            match (x, y) {
+                (Some(x), Some(y)) => Some(x.max(y)),
+                (x, y) => x.or(y),
+            }
+        };
+        let floor = larger(&[]);
+        let floor_judged = larger(&aside);
+        let rel_judged = stats.rel_l2_without(&aside);
         if row.kind == Kind::Logits {
-            tie_margin = Some(match &floor_stats {
-                Some(f) => 2.0 * f.rms_abs(),
+            let worst_floor = [&floor_a, &floor_b]
+                .into_iter()
+                .flatten()
+                .map(DiffStats::rms_abs)
+                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+            tie_margin = Some(match worst_floor {
+                Some(f) => 2.0 * f,
                 None => th.ok * stats.rms_b(),
             });
         }
-        let floor = floor_stats.map(|s| s.rel_l2);
-        let a_vs_truth = rel_to(Some(c.a), c.truth, &row.name)?.map(|s| s.rel_l2);
-        let b_vs_truth = rel_to(Some(c.b), c.truth, &row.name)?.map(|s| s.rel_l2);
-        let verdict = classify(&stats, floor, th);
+        let verdict = classify(
+            Judged {
+                rel_l2: rel_judged,
+                floor: floor_judged,
+                non_finite: stats.non_finite_disagree + stats.non_finite_both > 0,
+                depth,
+            },
+            th,
+        );
         tensors.push(TensorRow {
             name: row.name.clone(),
             kind: row.kind,
@@ -85,13 +171,26 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
             cosine_min: stats.cosine_min,
             cosine_min_token: stats.cosine_min_token,
             floor,
-            ratio_to_floor: ratio_to_floor(stats.rel_l2, floor),
-            a_vs_truth,
-            b_vs_truth,
+            ratio_to_floor: ratio_to_floor(rel_judged, floor_judged),
+            floor_a: floor_a.as_ref().map(|s| s.rel_l2),
+            floor_b: floor_b.as_ref().map(|s| s.rel_l2),
+            rel_l2_judged: (!aside.is_empty()).then_some(rel_judged),
+            floor_judged: floor_judged.filter(|_| !aside.is_empty()),
+            set_aside_tokens: aside,
+            depth,
+            // Rows without a floor (uncalibrated, or a tensor the truth run lacks) are judged
+            // by the depth-scaled band.
+            band: floor_judged.is_none().then(|| honest_bound(th, depth)),
+            a_vs_truth: a_vs,
+            b_vs_truth: b_vs,
             nan_a: stats.nan_a,
             inf_a: stats.inf_a,
             nan_b: stats.nan_b,
             inf_b: stats.inf_b,
+            non_finite_disagree: stats.non_finite_disagree,
+            non_finite_disagree_at: stats.non_finite_disagree_at,
+            non_finite_both: stats.non_finite_both,
+            non_finite_both_at: stats.non_finite_both_at,
             verdict,
             per_token_rel: stats.per_token_rel,
         });
@@ -122,13 +221,27 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         .map(|t| t.verdict)
         .max()
         .unwrap_or(Verdict::Ok);
-    let summary = verdict::summary(
-        &c.a_side.label,
-        &c.b_side.label,
-        dtype_label(c.dtype),
+    let set_aside_flips = routing.flips.iter().filter(|f| f.near_tie).count();
+    let mut summary = summary::summary(
+        &Subject {
+            a: &c.a_side.label,
+            b: &c.b_side.label,
+            dtype: dtype_label(c.dtype),
+            overall,
+            calibrated: c.calibration.is_some(),
+            floor_skipped: c.floor_skipped,
+            routing_flips: set_aside_flips,
+        },
         &tensors,
         logits.as_ref(),
     );
+    if let Some(al) = &c.alignment {
+        summary = if al.applied {
+            format!("{summary} (compared with --shift {})", al.offset)
+        } else {
+            format!("{summary}; {}", crate::alignment::describe(al))
+        };
+    }
 
     let env_diff = crate::envdiff::env_diff(&c.a_side.fingerprint, &c.b_side.fingerprint);
     // Live runs differ by design in their backend; elsewhere a mattering difference leads.
@@ -151,26 +264,23 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         a: c.a_side.clone(),
         b: c.b_side.clone(),
         inputs: Inputs {
-            tokens: c.input_ids.len(),
+            tokens: c.tokens,
             token_ids_sha256: format!("{:x}", sha.finalize()),
-            token_ids_match: c.token_ids_match,
-            token_ids: if c.token_ids_match {
-                TokenIds::Match
-            } else {
-                TokenIds::Unknown
-            },
+            token_ids_match: c.token_ids == TokenIds::Match,
+            token_ids: c.token_ids,
         },
         thresholds: ThresholdInfo {
             dtype: dtype_label(c.dtype).to_string(),
             bands: th,
             k_drift: K_DRIFT,
             k_mismatch: K_MISMATCH,
-            floor_source: c.floor.map(|_| {
-                format!(
-                    "reference backend at {} vs reference at f64, same input",
-                    dtype_label(c.dtype)
-                )
-            }),
+            floor_source: c.calibration.as_ref().map(|cal| cal.source.clone()),
+            rule: if c.calibration.is_some() {
+                "floor"
+            } else {
+                "depth-scaled band"
+            }
+            .to_string(),
         },
         tensors,
         first_divergent,
@@ -178,8 +288,10 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         logits,
         routers,
         command: c.command.clone(),
-        alignment: None,
+        alignment: c.alignment.clone(),
         env_diff,
+        routing_flips: routing.flips,
+        notes: c.notes.clone(),
     })
 }
 

@@ -3,7 +3,11 @@
 
 use super::{Render, Report, Side, cosine, sci};
 
-pub struct Markdown;
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Markdown {
+    /// List every environment difference, not only what ran differently (`--env all`).
+    pub env_all: bool,
+}
 
 /// One row of the environment block: how to read a field of a side.
 type SideField = fn(&Side) -> Option<String>;
@@ -16,7 +20,20 @@ fn cell(s: &str) -> String {
 impl Render for Markdown {
     fn render(&self, r: &Report) -> String {
         let mut out = String::new();
-        out.push_str(&format!("**{}** — {}\n\n", r.verdict.as_str(), r.summary));
+        // The summary leads with the verdict word already; bold it rather than repeat it.
+        let word = r.verdict.as_str();
+        let rest = r
+            .summary
+            .strip_prefix(word)
+            .and_then(|s| s.strip_prefix(": "))
+            .unwrap_or(&r.summary);
+        out.push_str(&format!("**{word}** — {rest}\n\n"));
+        for note in &r.notes {
+            out.push_str(&format!("- {note}\n"));
+        }
+        if !r.notes.is_empty() {
+            out.push('\n');
+        }
         out.push_str(&format!(
             "A: `{}` ({}) · B: `{}` ({}) · {} mode · {} · {} tokens\n\n",
             r.a.label,
@@ -55,16 +72,10 @@ impl Render for Markdown {
             ));
         }
         if let Some(l) = &r.logits {
-            out.push_str(&format!(
-                "\nLogits: KL mean {}, p99 {}, max {}; top-1 agreement {:.2}% ({} flips, {} near-ties); top-5 overlap {:.1}%.\n",
-                sci(Some(l.kl_mean)),
-                sci(Some(l.kl_p99)),
-                sci(Some(l.kl_max)),
-                100.0 * l.top1_agree,
-                l.top1_flips,
-                l.near_ties,
-                100.0 * l.top5_overlap
-            ));
+            out.push_str(&format!("\nLogits: {}.\n", super::summary::logits_line(l)));
+        }
+        if let Some(line) = super::summary::routing_line(&r.routing_flips, 12) {
+            out.push_str(&format!("\n{line}.\n"));
         }
         if !r.routers.is_empty() {
             out.push_str("\nMoE router top-k agreement:\n\n");
@@ -113,8 +124,12 @@ impl Render for Markdown {
         if r.env_diff.is_empty() {
             out.push_str(&format!("{}.\n", super::env_empty_note(r)));
         } else {
+            let (shown, rest) = super::env_shown(r, self.env_all);
+            if !self.env_all {
+                out.push_str("What ran differently:\n\n");
+            }
             out.push_str("| key | A | B | matters |\n|---|---|---|---|\n");
-            for d in &r.env_diff {
+            for d in shown {
                 out.push_str(&format!(
                     "| {} | {} | {} | {} |\n",
                     d.key,
@@ -122,6 +137,9 @@ impl Render for Markdown {
                     super::clip(d.b.as_deref()).replace('|', "\\|"),
                     if d.matters { "**yes**" } else { "no" }
                 ));
+            }
+            if let Some(rest) = rest {
+                out.push_str(&format!("\n{rest}.\n"));
             }
         }
         out.push_str("\n<details><summary>Environment</summary>\n\n");

@@ -5,6 +5,8 @@ mod build;
 pub mod json;
 pub mod markdown;
 pub mod plot;
+mod routing;
+pub mod summary;
 pub mod table;
 
 use serde::{Deserialize, Serialize};
@@ -17,7 +19,7 @@ use crate::metrics::Location;
 use crate::metrics::logits::LogitStats;
 use crate::verdict::{Thresholds, Verdict};
 
-pub use build::{Comparison, build_report};
+pub use build::{Calibrated, Comparison, Floor, build_report};
 
 pub const SCHEMA: &str = "hsdiff.report/v1";
 
@@ -46,6 +48,30 @@ pub struct Report {
     /// Keys whose values differ between the two sides' fingerprints.
     #[serde(default)]
     pub env_diff: Vec<EnvDiff>,
+    /// MoE tokens whose expert choice differs from the truth's on some side (or the floor run):
+    /// judged apart from the other tokens (docs/reading-a-report.md#routing-flips).
+    #[serde(default)]
+    pub routing_flips: Vec<RoutingFlip>,
+    /// How the inputs were read and calibrated (file conventions, the model that measured the
+    /// floor, the layer reading chosen).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// One token whose MoE routing differs from the f64 truth's in one layer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoutingFlip {
+    pub layer: usize,
+    pub token: usize,
+    /// Which runs chose other experts than the truth: `A`, `B`, `floor` (a side that records
+    /// no routing is not listed).
+    pub on: Vec<String>,
+    /// The truth's router margin at this token (probability gap between the last chosen and the
+    /// best left-out expert).
+    pub truth_margin: Option<f64>,
+    /// Whether the truth's margin is within the range where rounding flips choices (the largest
+    /// truth margin at which the floor run flipped, ×2): only such flips are set aside.
+    pub near_tie: bool,
 }
 
 /// One side of the comparison.
@@ -92,6 +118,10 @@ pub struct ThresholdInfo {
     pub k_mismatch: f64,
     /// How the floor was measured, or null when there is none.
     pub floor_source: Option<String>,
+    /// `floor` (calibrated: bands and k × floor) or `depth-scaled band` (no floor: mismatch only
+    /// beyond fail × √(depth + 1)).
+    #[serde(default)]
+    pub rule: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -106,9 +136,30 @@ pub struct TensorRow {
     pub cosine: f64,
     pub cosine_min: f64,
     pub cosine_min_token: usize,
-    /// The reference backend's own rel L2 against the f64 truth at this dtype, this tensor.
+    /// The reference backend's own rel L2 against the f64 truth at this dtype, this tensor
+    /// (the larger of the two sides' floors when their dtypes differ).
     pub floor: Option<f64>,
+    /// rel L2 judged / floor judged (routing flips set aside).
     pub ratio_to_floor: Option<f64>,
+    /// Each side's own floor (the reference at that side's dtype vs the truth).
+    #[serde(default)]
+    pub floor_a: Option<f64>,
+    #[serde(default)]
+    pub floor_b: Option<f64>,
+    /// Tokens judged apart (MoE routing flips at near-ties up to this layer), and the rel L2 and
+    /// floor over the other tokens, which the verdict uses.
+    #[serde(default)]
+    pub set_aside_tokens: Vec<usize>,
+    #[serde(default)]
+    pub rel_l2_judged: Option<f64>,
+    #[serde(default)]
+    pub floor_judged: Option<f64>,
+    /// Decoder layers this tensor has passed through (0: the embedding output).
+    #[serde(default)]
+    pub depth: usize,
+    /// Without a floor: the largest rel L2 honest rounding can produce at this depth.
+    #[serde(default)]
+    pub band: Option<f64>,
     /// Each side's rel L2 against the f64 truth ("who is right").
     pub a_vs_truth: Option<f64>,
     pub b_vs_truth: Option<f64>,
@@ -116,6 +167,16 @@ pub struct TensorRow {
     pub inf_a: usize,
     pub nan_b: usize,
     pub inf_b: usize,
+    /// Elements finite on one side only, NaN vs Inf, or ±Inf of different sign; the first.
+    #[serde(default)]
+    pub non_finite_disagree: usize,
+    #[serde(default)]
+    pub non_finite_disagree_at: Option<Location>,
+    /// Elements non-finite the same way on both sides; the first.
+    #[serde(default)]
+    pub non_finite_both: usize,
+    #[serde(default)]
+    pub non_finite_both_at: Option<Location>,
     pub verdict: Verdict,
     pub per_token_rel: Vec<f64>,
 }
@@ -187,6 +248,34 @@ pub fn env_empty_note(r: &Report) -> &'static str {
         (true, false) => "B records no environment (no fingerprint in the file)",
         (false, false) => "neither side records an environment",
     }
+}
+
+/// The environment differences a renderer lists: with `all`, every one; otherwise those that
+/// say what ran differently (and can change the numbers), then a line counting the rest.
+pub fn env_shown(r: &Report, all: bool) -> (Vec<&EnvDiff>, Option<String>) {
+    if all {
+        return (r.env_diff.iter().collect(), None);
+    }
+    let (ran, rest): (Vec<&EnvDiff>, Vec<&EnvDiff>) = r
+        .env_diff
+        .iter()
+        .partition(|d| d.matters && crate::envdiff::ran_differently(&d.key));
+    if rest.is_empty() {
+        return (ran, None);
+    }
+    let mattering = rest.iter().filter(|d| d.matters).count();
+    Some(format!(
+        "{} more difference(s) ({mattering} of them can change the numbers: {}); --env all lists them",
+        rest.len(),
+        rest.iter()
+            .filter(|d| d.matters)
+            .take(4)
+            .map(|d| d.key.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+    .map(|line| (ran, Some(line)))
+    .unwrap_or_default()
 }
 
 /// A fingerprint value for a table cell: `—` when absent, long values cut to 48 characters.

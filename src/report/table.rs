@@ -9,12 +9,17 @@ use crate::verdict::Verdict;
 pub struct Table {
     /// Colour the verdicts (only when writing to a terminal).
     pub color: bool,
+    /// List every environment difference, not only what ran differently (`--env all`).
+    pub env_all: bool,
 }
 
 impl Render for Table {
     fn render(&self, r: &Report) -> String {
         let mut out = String::new();
         out.push_str(&format!("{}\n\n", r.summary));
+        for note in &r.notes {
+            out.push_str(&format!("note: {note}\n"));
+        }
         out.push_str(&format!(
             "A: {}  [{}]\nB: {}  [{}]\n{} tokens, {} mode, dtype {}\n",
             r.a.label,
@@ -77,17 +82,10 @@ impl Render for Table {
         out.push_str(&grid.to_string());
         out.push('\n');
         if let Some(l) = &r.logits {
-            out.push_str(&format!(
-                "logits: KL mean {} p99 {} max {} (token {}); top-1 agree {:.2}% ({} flips, {} near-ties); top-5 overlap {:.1}%\n",
-                sci(Some(l.kl_mean)),
-                sci(Some(l.kl_p99)),
-                sci(Some(l.kl_max)),
-                l.kl_max_token,
-                100.0 * l.top1_agree,
-                l.top1_flips,
-                l.near_ties,
-                100.0 * l.top5_overlap
-            ));
+            out.push_str(&format!("logits: {}\n", super::summary::logits_line(l)));
+        }
+        if let Some(line) = super::summary::routing_line(&r.routing_flips, 6) {
+            out.push_str(&format!("{line}\n"));
         }
         for router in &r.routers {
             let flipped = match router.describe_flips(6) {
@@ -114,21 +112,26 @@ impl Render for Table {
         if let Some(al) = &r.alignment {
             out.push_str(&format!("alignment: {}\n", crate::alignment::describe(al)));
         }
-        out.push_str(&env_section(r));
+        out.push_str(&env_section(r, self.env_all));
         out
     }
 }
 
 /// The "environment differences" section: one row per differing fingerprint key.
-fn env_section(r: &Report) -> String {
+fn env_section(r: &Report, all: bool) -> String {
     if r.env_diff.is_empty() {
         return format!("environment differences: {}\n", super::env_empty_note(r));
+    }
+    let (shown, rest) = super::env_shown(r, all);
+    let rest = rest.map(|l| format!("{l}\n")).unwrap_or_default();
+    if shown.is_empty() {
+        return format!("environment differences: nothing that ran differently; {rest}");
     }
     let mut grid = Grid::new();
     grid.load_preset(UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Disabled)
         .set_header(vec!["key", "A", "B", "matters"]);
-    for d in &r.env_diff {
+    for d in shown {
         grid.add_row(vec![
             Cell::new(&d.key),
             Cell::new(super::clip(d.a.as_deref())),
@@ -136,7 +139,12 @@ fn env_section(r: &Report) -> String {
             Cell::new(if d.matters { "yes" } else { "no" }),
         ]);
     }
-    format!("environment differences:\n{grid}\n")
+    let title = if all {
+        "environment differences"
+    } else {
+        "what ran differently"
+    };
+    format!("{title}:\n{grid}\n{rest}")
 }
 
 fn color(v: Verdict) -> Color {

@@ -1,0 +1,195 @@
+//! Which runs a comparison needs, and which capture already at hand can stand in for one.
+//!
+//! Every comparison — a live run, `check`, `compare` — is judged against the float64 truth (the
+//! `reference` backend at f64 on the same input) and, for each side, the rounding floor at that
+//! side's dtype (the `reference` backend at that dtype, measured against the truth). This module
+//! is the one place that decides which of those runs to make:
+//! - a side that *is* such a run (the reference backend, on the same input, fed the same way as
+//!   the calibration runs) stands in for it instead of running again;
+//! - the floor at f64 is the truth itself (so `--dtype f64` makes one f64 reference run, not two);
+//! - two sides of the same dtype share one floor run.
+//!
+//! The caller says what each side is ([`SideRun`]) and supplies the forward pass; [`execute`]
+//! makes the planned runs in order and [`Calibration`] hands out the sources.
+
+use candle_core::DType;
+
+use crate::capture::Captures;
+use crate::compare::TensorSource;
+use crate::device::dtype_label;
+use crate::error::Result;
+use crate::report::{Calibrated, Floor};
+
+/// One side of a comparison, as far as calibration is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SideRun {
+    /// The dtype the side was computed in (its floor's dtype).
+    pub dtype: DType,
+    /// Whether this side is a run of the `reference` backend on the comparison's input, fed like
+    /// the calibration runs (false for files, and for an unfed side when the calibration runs
+    /// are fed, as side A in isolate mode).
+    pub is_reference_run: bool,
+}
+
+/// Where a calibration capture comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    SideA,
+    SideB,
+    /// The `i`-th planned run.
+    Run(usize),
+}
+
+/// The runs to make and where the truth and each side's floor come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Dtypes of the reference runs to make, in order.
+    pub runs: Vec<DType>,
+    pub truth: Source,
+    pub floor_a: Source,
+    pub floor_b: Source,
+}
+
+/// Plans the truth and the two floors for sides `a` and `b`.
+pub fn plan(a: SideRun, b: SideRun) -> Plan {
+    let mut runs = Vec::new();
+    let find = |dtype: DType, runs: &mut Vec<DType>| -> Source {
+        if a.is_reference_run && a.dtype == dtype {
+            Source::SideA
+        } else if b.is_reference_run && b.dtype == dtype {
+            Source::SideB
+        } else if let Some(i) = runs.iter().position(|d| *d == dtype) {
+            Source::Run(i)
+        } else {
+            runs.push(dtype);
+            Source::Run(runs.len() - 1)
+        }
+    };
+    let truth = find(DType::F64, &mut runs);
+    let floor_a = find(a.dtype, &mut runs);
+    let floor_b = find(b.dtype, &mut runs);
+    Plan {
+        runs,
+        truth,
+        floor_a,
+        floor_b,
+    }
+}
+
+/// The planned runs, made.
+pub struct Calibration {
+    pub plan: Plan,
+    runs: Vec<Captures>,
+}
+
+/// Makes the runs of `plan` with `run(dtype)` (the reference backend at that dtype, on the
+/// comparison's input, fed as the caller's calibration runs are).
+pub fn execute(plan: Plan, mut run: impl FnMut(DType) -> Result<Captures>) -> Result<Calibration> {
+    let runs = plan
+        .runs
+        .iter()
+        .map(|d| run(*d))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Calibration { plan, runs })
+}
+
+impl Calibration {
+    fn source<'s>(
+        &'s self,
+        s: Source,
+        a: &'s dyn TensorSource,
+        b: &'s dyn TensorSource,
+    ) -> &'s dyn TensorSource {
+        match s {
+            Source::SideA => a,
+            Source::SideB => b,
+            Source::Run(i) => &self.runs[i],
+        }
+    }
+
+    /// The truth, when it is a planned run rather than a side.
+    pub fn truth_run(&self) -> Option<&Captures> {
+        match self.plan.truth {
+            Source::Run(i) => self.runs.get(i),
+            _ => None,
+        }
+    }
+
+    /// The truth and floors for a report on sides `a` (computed in `a_dtype`) and `b`;
+    /// `model` says which model measured them.
+    pub fn calibrated<'s>(
+        &'s self,
+        a: &'s dyn TensorSource,
+        b: &'s dyn TensorSource,
+        (a_dtype, b_dtype): (DType, DType),
+        model: &str,
+    ) -> Calibrated<'s> {
+        let floor = |s: Source, dtype: DType| Floor {
+            src: self.source(s, a, b),
+            dtype,
+        };
+        let dtypes = if a_dtype == b_dtype {
+            dtype_label(a_dtype).to_string()
+        } else {
+            format!(
+                "{} (A) and {} (B)",
+                dtype_label(a_dtype),
+                dtype_label(b_dtype)
+            )
+        };
+        Calibrated {
+            truth: self.source(self.plan.truth, a, b),
+            floor_a: floor(self.plan.floor_a, a_dtype),
+            floor_b: (self.plan.floor_b != self.plan.floor_a)
+                .then(|| floor(self.plan.floor_b, b_dtype)),
+            source: format!(
+                "reference backend at {dtypes} vs reference at f64, same input, {model}"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn side(dtype: DType, is_reference_run: bool) -> SideRun {
+        SideRun {
+            dtype,
+            is_reference_run,
+        }
+    }
+
+    #[test]
+    fn two_other_backends_need_the_truth_and_one_floor() {
+        let p = plan(side(DType::BF16, false), side(DType::BF16, false));
+        assert_eq!(p.runs, [DType::F64, DType::BF16]);
+        assert_eq!(p.truth, Source::Run(0));
+        assert_eq!((p.floor_a, p.floor_b), (Source::Run(1), Source::Run(1)));
+    }
+
+    #[test]
+    fn f64_runs_the_reference_once() {
+        let p = plan(side(DType::F64, false), side(DType::F64, false));
+        assert_eq!(p.runs, [DType::F64]);
+        assert_eq!((p.floor_a, p.floor_b), (Source::Run(0), Source::Run(0)));
+        // …and not at all when a side is the f64 reference run.
+        let p = plan(side(DType::F64, true), side(DType::F64, false));
+        assert!(p.runs.is_empty());
+        assert_eq!(p.truth, Source::SideA);
+    }
+
+    #[test]
+    fn a_reference_side_is_its_own_floor() {
+        let p = plan(side(DType::F32, false), side(DType::F32, true));
+        assert_eq!(p.runs, [DType::F64]);
+        assert_eq!((p.floor_a, p.floor_b), (Source::SideB, Source::SideB));
+    }
+
+    #[test]
+    fn files_of_two_dtypes_get_a_floor_each() {
+        let p = plan(side(DType::F64, false), side(DType::BF16, false));
+        assert_eq!(p.runs, [DType::F64, DType::BF16]);
+        assert_eq!((p.floor_a, p.floor_b), (Source::Run(0), Source::Run(1)));
+    }
+}

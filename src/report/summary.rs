@@ -1,0 +1,286 @@
+//! The sentences of a report: the one-line summary that leads it (whose first word is always the
+//! report's verdict word: `benign`/`uncalibrated` for ok, `drift`, `mismatch`), and the logits
+//! line. Shared by every renderer.
+
+use super::TensorRow;
+use crate::compare::Kind;
+use crate::metrics::Location;
+use crate::metrics::logits::LogitStats;
+use crate::verdict::{K_DRIFT, Verdict};
+
+/// What the summary is about.
+pub struct Subject<'a> {
+    pub a: &'a str,
+    pub b: &'a str,
+    /// The dtype whose bands and floor judge the rows.
+    pub dtype: &'a str,
+    pub overall: Verdict,
+    /// Whether a floor was measured (a model was at hand).
+    pub calibrated: bool,
+    /// Not calibrated because `--no-floor` asked so.
+    pub floor_skipped: bool,
+    /// Routing flips set aside (tokens, over every MoE layer), for the benign sentence.
+    pub routing_flips: usize,
+}
+
+/// The one sentence that leads every report.
+pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> String {
+    let Some(worst) = rows.iter().max_by(|x, y| {
+        x.verdict
+            .cmp(&y.verdict)
+            .then(x.rel_l2.total_cmp(&y.rel_l2))
+    }) else {
+        return format!("nothing to compare between {} and {}", s.a, s.b);
+    };
+    let flips = logits
+        .filter(|l| l.top1_flips > 0)
+        .map(|l| format!("; {}", logits_sentence(l)))
+        .unwrap_or_default();
+    let (a, b, dtype) = (s.a, s.b, s.dtype);
+    let Some(first) = rows.iter().find(|r| r.verdict != Verdict::Ok) else {
+        let set_aside = match s.routing_flips {
+            0 => String::new(),
+            n => format!(" ({n} routing flips at near-ties set aside)"),
+        };
+        if !s.calibrated {
+            return format!(
+                "{}; nothing exceeds what {dtype} rounding can produce at its depth (max rel L2 \
+                 {:.2e} at {}){flips}",
+                uncalibrated(s),
+                worst.rel_l2,
+                worst.name
+            );
+        }
+        let max_ratio = rows
+            .iter()
+            .filter_map(|r| r.ratio_to_floor)
+            .fold(0.0_f64, f64::max);
+        let last = rows
+            .iter()
+            .rev()
+            .find(|r| r.kind != Kind::Logits && r.kind != Kind::Op);
+        let who = last
+            .and_then(|r| who_is_right(a, b, r, rows))
+            .map(|w| format!("; {w}"))
+            .unwrap_or_default();
+        return format!(
+            "benign: {a} and {b} differ by at most {max_ratio:.1}× the {dtype} rounding floor{set_aside} \
+             (max rel L2 {:.2e} at {}){who}{flips}",
+            worst.rel_l2, worst.name
+        );
+    };
+    let mut out = format!(
+        "{}: {a} and {b} part at {}{}, {}",
+        s.overall.as_str(),
+        first.name,
+        op_path(first),
+        how(first, dtype)
+    );
+    if first.verdict != s.overall
+        && let Some(worse) = rows.iter().find(|r| r.verdict == s.overall)
+    {
+        out.push_str(&format!(
+            "; {} from {}, {}",
+            s.overall.as_str(),
+            worse.name,
+            how(worse, dtype)
+        ));
+    }
+    if s.calibrated
+        && let Some(w) = who_is_right(a, b, first, rows)
+    {
+        out.push_str(&format!("; {w}"));
+    }
+    if !s.calibrated {
+        out.push_str(&format!("; {}", uncalibrated(s)));
+    }
+    out.push_str(&flips);
+    out
+}
+
+/// Why there is no floor: "uncalibrated: no model to measure the bf16 floor — pass --model DIR".
+fn uncalibrated(s: &Subject) -> String {
+    if s.floor_skipped {
+        "uncalibrated: no floor measured (--no-floor)".to_string()
+    } else {
+        format!(
+            "uncalibrated: no model to measure the {} floor — pass --model DIR",
+            s.dtype
+        )
+    }
+}
+
+/// How far one flagged row is off: its non-finite elements, or its rel L2 against the floor or
+/// the band.
+fn how(r: &TensorRow, dtype: &str) -> String {
+    let at = |l: &Option<Location>| {
+        l.map(|l| format!("token {}, channel {}", l.token, l.channel))
+            .unwrap_or_default()
+    };
+    if r.non_finite_disagree > 0 {
+        return format!(
+            "{} element(s) finite on one side only or of different sign (first at {}; NaN/Inf: \
+             {} on A, {} on B)",
+            r.non_finite_disagree,
+            at(&r.non_finite_disagree_at),
+            r.nan_a + r.inf_a,
+            r.nan_b + r.inf_b
+        );
+    }
+    if r.non_finite_both > 0 {
+        let what = if r.nan_a > 0 { "NaN" } else { "Inf" };
+        return format!(
+            "both {what} at {} element(s) (first at {})",
+            r.non_finite_both,
+            at(&r.non_finite_both_at)
+        );
+    }
+    match (r.ratio_to_floor, r.floor) {
+        (Some(ratio), Some(_)) => format!(
+            "rel L2 {:.2e} = {ratio:.1}× the {dtype} floor",
+            r.rel_l2_judged.unwrap_or(r.rel_l2)
+        ),
+        _ => format!(
+            "rel L2 {:.2e}, beyond what {dtype} rounding can produce at depth {} ({:.2e})",
+            r.rel_l2,
+            r.depth,
+            r.band.unwrap_or(f64::NAN)
+        ),
+    }
+}
+
+/// "(in the gated norm of layer 3)" for an op row.
+fn op_path(r: &TensorRow) -> String {
+    if r.kind != Kind::Op {
+        return String::new();
+    }
+    let what = match crate::capture::names::parse_op(&r.name).map(|(_, op)| op) {
+        Some("conv_out" | "q" | "k" | "v") => "conv path",
+        Some("beta" | "g") => "gates",
+        Some("core_out") => "gated delta rule",
+        Some("gated_norm_out") => "gated norm",
+        Some("out_proj") => "output projection",
+        _ => "layer",
+    };
+    format!(" (in the {what} of layer {})", r.layer.unwrap_or(0))
+}
+
+/// Which side is closer to the f64 truth at row `r` (the first flagged row, or the last hidden
+/// state): "fused is 1.3× closer to the f64 truth than reference at final_norm; both within 1.1×
+/// the floor of the truth everywhere" (the last clause only while both are within [`K_DRIFT`]
+/// floors everywhere).
+pub fn who_is_right(a: &str, b: &str, r: &TensorRow, rows: &[TensorRow]) -> Option<String> {
+    let (da, db) = (r.a_vs_truth?, r.b_vs_truth?);
+    let within = rows
+        .iter()
+        .filter_map(|r| Some(r.a_vs_truth?.max(r.b_vs_truth?) / r.floor.filter(|f| *f > 0.0)?))
+        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+        .filter(|x| *x <= K_DRIFT)
+        .map(|x| format!("; both within {x:.1}× the floor of the truth everywhere"))
+        .unwrap_or_default();
+    let at = &r.name;
+    // A side within f64 rounding of the truth *is* the truth for this purpose.
+    let exact = |d: f64| d < EXACT;
+    let off = |d: f64| match r.floor.filter(|f| *f > 0.0) {
+        Some(f) => format!("{d:.2e} ({:.1}× the floor)", d / f),
+        None => format!("{d:.2e}"),
+    };
+    Some(match (exact(da), exact(db)) {
+        (true, true) => format!("both match the f64 truth at {at}"),
+        (true, false) => format!(
+            "{a} matches the f64 truth; {b} is {} from it at {at}{within}",
+            off(db)
+        ),
+        (false, true) => format!(
+            "{b} matches the f64 truth; {a} is {} from it at {at}{within}",
+            off(da)
+        ),
+        (false, false) => {
+            let (near, far, k) = if da <= db {
+                (a, b, db / da)
+            } else {
+                (b, a, da / db)
+            };
+            if k < 1.1 {
+                format!("{a} and {b} are equally close to the f64 truth at {at}{within}")
+            } else {
+                format!("{near} is {k:.1}× closer to the f64 truth than {far} at {at}{within}")
+            }
+        }
+    })
+}
+
+/// rel L2 below which a side counts as the f64 truth itself (f64 rounding over a deep model).
+const EXACT: f64 = 1e-12;
+
+/// "top-1 agrees at 147 of 155 positions; the 8 flips are all near-ties (margin < 1.2e-1)".
+pub fn logits_sentence(l: &LogitStats) -> String {
+    let agree = l.tokens - l.top1_flips;
+    if l.top1_flips == 0 {
+        return format!("top-1 agrees at all {} positions", l.tokens);
+    }
+    let ties = l.top1_flips - l.top1_flips_decided;
+    let margin = format!("top-2 margin < {:.1e}", l.tie_margin);
+    let flips = match (ties, l.top1_flips_decided) {
+        (_, 0) if l.top1_flips == 1 => format!("the flip is a near-tie ({margin})"),
+        (_, 0) => format!("the {} flips are all near-ties ({margin})", l.top1_flips),
+        (0, n) => format!("{n} flip(s), none of them a near-tie ({margin})"),
+        (t, n) => format!(
+            "{t} of the {} flips are near-ties ({margin}), {n} {} not",
+            l.top1_flips,
+            if n == 1 { "is" } else { "are" }
+        ),
+    };
+    format!("top-1 agrees at {agree} of {} positions; {flips}", l.tokens)
+}
+
+/// The logits line of the renderers: "KL mean 8.9e-4, p99 5.7e-3, max 1.6e-2 (token 138);
+/// top-1 agrees at 146 of 155 positions; …; top-5 overlap 95.1%".
+pub fn logits_line(l: &LogitStats) -> String {
+    format!(
+        "KL mean {}, p99 {}, max {} (token {}); {}; top-5 overlap {:.1}%",
+        super::sci(Some(l.kl_mean)),
+        super::sci(Some(l.kl_p99)),
+        super::sci(Some(l.kl_max)),
+        l.kl_max_token,
+        logits_sentence(l),
+        100.0 * l.top5_overlap
+    )
+}
+
+/// "28 MoE routing flips against the truth, judged apart: layer 0 token 41 (B, truth margin
+/// 8.0e-5), …" — None when nothing flipped.
+pub fn routing_line(flips: &[super::RoutingFlip], max_shown: usize) -> Option<String> {
+    if flips.is_empty() {
+        return None;
+    }
+    let shown: Vec<String> = flips
+        .iter()
+        .take(max_shown)
+        .map(|f| {
+            let margin = f
+                .truth_margin
+                .map(|m| format!(", truth margin {m:.1e}"))
+                .unwrap_or_default();
+            let tie = if f.near_tie { "" } else { ", NOT a near-tie" };
+            format!(
+                "layer {} token {} ({}{margin}{tie})",
+                f.layer,
+                f.token,
+                f.on.join("+")
+            )
+        })
+        .collect();
+    let more = flips.len().saturating_sub(shown.len());
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    let apart = flips.iter().filter(|f| f.near_tie).count();
+    Some(format!(
+        "MoE routing flips against the f64 truth ({apart} of {} at near-ties, judged apart): {}{more}",
+        flips.len(),
+        shown.join(", ")
+    ))
+}
