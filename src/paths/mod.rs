@@ -49,7 +49,11 @@ pub struct PathResult {
     pub kind: &'static str,
     #[serde(skip)]
     pub cut: Cut,
+    /// The hidden states' verdict (what the known-bug signatures read).
     pub verdict: Verdict,
+    /// The final states' verdict, apart: a state can be wrong while every output so far is
+    /// right (a prefill whose padding polluted only the state it hands on).
+    pub state_verdict: Verdict,
     /// The dtype whose floor and bands judge this path (the state dtype when it is coarser).
     pub floor_dtype: String,
     /// Absolute position of the first compared token that exceeds its tensor's bound.
@@ -140,7 +144,7 @@ pub fn run_paths(
     signature::attach(&mut results);
     let verdict = results
         .iter()
-        .map(|r| r.verdict)
+        .map(|r| r.verdict.max(r.state_verdict))
         .max()
         .unwrap_or(Verdict::Ok);
     let summary = summary(backend.name(), dtype, &results);
@@ -225,12 +229,9 @@ fn judge(
             })
         })
         .map(|j| got.positions[j]);
-    let verdict = rows
-        .iter()
-        .chain(&state_rows)
-        .map(|r| r.verdict)
-        .max()
-        .unwrap_or(Verdict::Ok);
+    let worst_of = |rows: &[PathRow]| rows.iter().map(|r| r.verdict).max().unwrap_or(Verdict::Ok);
+    let verdict = worst_of(&rows);
+    let state_verdict = worst_of(&state_rows);
     let worst = rows.iter().max_by(|a, b| a.rel_l2.total_cmp(&b.rel_l2));
     let max_of = |suffix: &str| {
         state_rows
@@ -244,6 +245,7 @@ fn judge(
         kind: plan.kind.as_str(),
         cut: plan.cut,
         verdict,
+        state_verdict,
         floor_dtype: dtype_label(floor_dtype).to_string(),
         departs_at: departs_at.filter(|_| verdict != Verdict::Ok),
         positions: got.positions.clone(),
@@ -267,6 +269,24 @@ fn summary(backend: &str, dtype: DType, results: &[PathResult]) -> String {
         .iter()
         .filter(|r| r.verdict != Verdict::Ok)
         .collect();
+    let states: Vec<&str> = results
+        .iter()
+        .filter(|r| r.verdict == Verdict::Ok && r.state_verdict != Verdict::Ok)
+        .map(|r| r.name.as_str())
+        .collect();
+    if flagged.is_empty() && !states.is_empty() {
+        return format!(
+            "{}: the outputs of every path of {backend} at {} equal the full prefill, but the final state differs in {}",
+            results
+                .iter()
+                .map(|r| r.state_verdict)
+                .max()
+                .unwrap_or(Verdict::Ok)
+                .as_str(),
+            dtype_label(dtype),
+            states.join(", ")
+        );
+    }
     if flagged.is_empty() {
         return format!(
             "benign: every path of {backend} at {} equals its full prefill within the rounding floor ({} paths)",

@@ -246,7 +246,7 @@ fn decode_starts(tokens: usize) -> Vec<(usize, usize)> {
     }
     let steps = DECODE_STEPS.min(tokens / 2);
     let mut from = (tokens - steps).min(100);
-    if (from + 1) % CHUNK == 0 {
+    if (from + 1).is_multiple_of(CHUNK) {
         from -= 1;
     }
     out.push((from, steps.min(tokens - from)));

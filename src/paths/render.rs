@@ -27,6 +27,7 @@ pub fn table(r: &PathsReport) -> String {
             "conv state",
             "floor dtype",
             "verdict",
+            "state verdict",
         ]);
     for p in &r.paths {
         let positions = match (p.positions.first(), p.positions.last()) {
@@ -48,6 +49,11 @@ pub fn table(r: &PathsReport) -> String {
             Cell::new(sci(p.state_conv_rel_l2)),
             Cell::new(&p.floor_dtype),
             Cell::new(p.verdict.as_str()),
+            Cell::new(if p.state_rows.is_empty() {
+                "—"
+            } else {
+                p.state_verdict.as_str()
+            }),
         ]);
     }
     out.push_str(&format!("{grid}\n"));

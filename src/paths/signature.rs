@@ -16,10 +16,13 @@ pub struct Signature {
     pub evidence: String,
 }
 
+/// The paths a rule explains, and the evidence in words.
+pub type Finding = (Vec<usize>, String);
+
 /// One rule: a name and a test over every path result that returns the paths it explains.
 pub struct Rule {
     pub name: &'static str,
-    pub check: fn(&[PathResult]) -> Option<(Vec<usize>, String)>,
+    pub check: fn(&[PathResult]) -> Option<Finding>,
 }
 
 /// The rule table, in the order rules are tried; a path keeps the first signature that fits.
@@ -54,13 +57,23 @@ pub fn attach(results: &mut [PathResult]) {
     }
 }
 
+fn is_stored_state(r: &PathResult) -> bool {
+    matches!(
+        r.cut,
+        Cut::Decode {
+            state_dtype: Some(_),
+            ..
+        }
+    )
+}
+
 fn flagged(r: &PathResult) -> bool {
     r.verdict != Verdict::Ok
 }
 
 /// Decode / prefill-in-pieces paths continue from a cached prefix: diverging exactly when that
 /// prefix is not a whole number of 64-token chunks, with at least one aligned prefix clean.
-fn chunk_padding(results: &[PathResult]) -> Option<(Vec<usize>, String)> {
+fn chunk_padding(results: &[PathResult]) -> Option<Finding> {
     let continued: Vec<(usize, usize)> = results
         .iter()
         .enumerate()
@@ -86,8 +99,13 @@ fn chunk_padding(results: &[PathResult]) -> Option<(Vec<usize>, String)> {
     let fits = !bad.is_empty() && aligned_ok && bad.iter().all(|&(_, p)| p % CHUNK != 0);
     fits.then(|| {
         let lens: Vec<String> = bad.iter().map(|(_, p)| p.to_string()).collect();
+        // Stored-state variants of an unaligned decode carry the same polluted state.
+        let variants = results.iter().enumerate().filter(|(_, r)| {
+            matches!(r.cut, Cut::Decode { state_dtype: Some(_), from, .. } if (from + 1) % CHUNK != 0)
+                && flagged(r)
+        });
         (
-            bad.iter().map(|&(i, _)| i).collect(),
+            bad.iter().map(|&(i, _)| i).chain(variants.map(|(i, _)| i)).collect(),
             format!(
                 "paths continuing from a cached prefix of {} tokens diverge, from a whole 64-token chunk they do not",
                 lens.join(", ")
@@ -97,7 +115,7 @@ fn chunk_padding(results: &[PathResult]) -> Option<(Vec<usize>, String)> {
 }
 
 /// The packed path diverges, but not before the second document starts.
-fn packed_no_reset(results: &[PathResult]) -> Option<(Vec<usize>, String)> {
+fn packed_no_reset(results: &[PathResult]) -> Option<Finding> {
     let (i, boundary, at) = results.iter().enumerate().find_map(|(i, r)| match r.cut {
         Cut::Packed { boundary, .. } if flagged(r) => Some((i, boundary, r.departs_at?)),
         _ => None,
@@ -113,7 +131,7 @@ fn packed_no_reset(results: &[PathResult]) -> Option<(Vec<usize>, String)> {
 /// Every plain decode path diverges with an error that grows with the steps, while prefill in
 /// pieces (which never takes the decode step) stays clean; the closest stored-state dtype row
 /// says which precision the error is like.
-fn state_precision(results: &[PathResult]) -> Option<(Vec<usize>, String)> {
+fn state_precision(results: &[PathResult]) -> Option<Finding> {
     let decodes: Vec<usize> = results
         .iter()
         .enumerate()
@@ -143,17 +161,11 @@ fn state_precision(results: &[PathResult]) -> Option<(Vec<usize>, String)> {
         .iter()
         .filter_map(|&i| results[i].logits_rel_l2)
         .fold(0.0f64, f64::max);
+    // Stored-state rows that pass at their own dtype's floor are the yardsticks; the flagged
+    // ones carry this bug themselves.
     let like = results
         .iter()
-        .filter(|r| {
-            matches!(
-                r.cut,
-                Cut::Decode {
-                    state_dtype: Some(_),
-                    ..
-                }
-            )
-        })
+        .filter(|r| is_stored_state(r) && !flagged(r))
         .filter_map(|r| Some((r.name.as_str(), r.logits_rel_l2?)))
         .filter(|(_, e)| *e > 0.0)
         .min_by(|a, b| (a.1 / err).ln().abs().total_cmp(&(b.1 / err).ln().abs()))
