@@ -188,3 +188,62 @@ fn f32_and_bf16_decode_lie_within_the_rounding_floor() {
         failures.join("\n")
     );
 }
+
+#[test]
+fn dump_writes_the_decode_path_and_refuses_a_decode_past_the_prompt() {
+    let dir = tempdir();
+    let out = dir.path().join("d.safetensors");
+    let out_s = out.to_str().expect("utf-8 path");
+    let o = hsdiff(
+        &[
+            "dump",
+            "--backend",
+            "chunked",
+            "--dtype",
+            "f64",
+            "--decode-from",
+            "100",
+            "--decode-steps",
+            "16",
+            "--out",
+            out_s,
+        ],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr_of(&o));
+    let dump = load_state(&out);
+    let golden = decode_golden("qwen3_5_tiny", "f64");
+    assert_eq!(
+        dump.ids, golden.ids,
+        "the built-in model and prompt are the golden ones"
+    );
+    for name in golden.float_names() {
+        let err = rel_l2(dump.get(name), golden.get(name));
+        assert!(err <= F64_BOUND, "{name}: rel L2 {err:e}");
+    }
+    assert!(
+        dump.float_names().contains(&"logits"),
+        "the prefill captures are kept"
+    );
+
+    let bad = hsdiff(
+        &[
+            "dump",
+            "--decode-from",
+            "150",
+            "--decode-steps",
+            "16",
+            "--out",
+            out_s,
+        ],
+        dir.path(),
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    let err = stderr_of(&bad);
+    assert!(
+        err.lines()
+            .last()
+            .is_some_and(|l| l.starts_with("hsdiff: error: ") && l.contains("--decode-from 150")),
+        "{err}"
+    );
+}
