@@ -64,9 +64,15 @@ pub fn run(args: &DumpArgs) -> Result<i32> {
     let progress = Progress::new(&args.backend, session.model.config.num_hidden_layers as u64);
     let mut caps = session.model.run(&session.ids, &opts, &progress)?;
     if let Some(plan) = plan {
-        let decoded = session
-            .model
-            .run_decode(&session.ids, plan, &opts, &Progress::hidden())?;
+        // Op captures (--ops) belong to the prefill rows; the decode path records none.
+        let decode_opts = RunOptions {
+            capture_ops: false,
+            ..opts
+        };
+        let decoded =
+            session
+                .model
+                .run_decode(&session.ids, plan, &decode_opts, &Progress::hidden())?;
         for (name, t) in decoded.iter() {
             caps.push(name, t.clone());
         }
