@@ -8,6 +8,7 @@ use candle_core::{DType, Device, Tensor};
 use common::*;
 use hsdiff::backends::{
     GdnInputs, GdnOutputs, LinearAttentionBackend, Reference, available_backends, backend_by_name,
+    forward_documents,
 };
 use hsdiff::error::Result;
 use hsdiff::input::{Tokenizer, builtin_prompt};
@@ -179,34 +180,7 @@ impl LinearAttentionBackend for Planted {
         if self.bug == Bug::NoResetAtPackedBoundary {
             return self.forward(inputs, ops);
         }
-        // The trait's default, spelled out: one fresh call per document.
-        let mut outs = Vec::new();
-        let seq = inputs.dims.seq;
-        for (i, &s) in starts.iter().enumerate() {
-            let len = starts.get(i + 1).copied().unwrap_or(seq) - s;
-            let (m, beta, g, z) = (
-                inputs.mixed_qkv.narrow(1, s, len)?.contiguous()?,
-                inputs.beta.narrow(1, s, len)?.contiguous()?,
-                inputs.g.narrow(1, s, len)?.contiguous()?,
-                inputs.z.narrow(1, s, len)?.contiguous()?,
-            );
-            let doc = GdnInputs {
-                mixed_qkv: &m,
-                beta: &beta,
-                g: &g,
-                z: &z,
-                dims: hsdiff::backends::GdnDims {
-                    seq: len,
-                    ..inputs.dims
-                },
-                ..*inputs
-            };
-            outs.push(self.forward(&doc, false)?.out);
-        }
-        Ok(GdnOutputs {
-            out: Tensor::cat(&outs, 1)?,
-            ops: Vec::new(),
-        })
+        forward_documents(self, inputs, starts, ops)
     }
 }
 

@@ -194,29 +194,7 @@ pub trait LinearAttentionBackend: Send + Sync {
         starts: &[usize],
         capture_ops: bool,
     ) -> Result<GdnOutputs> {
-        let d = inputs.dims;
-        let bounds = document_bounds(self.name(), starts, d.seq)?;
-        let mut outs = Vec::with_capacity(bounds.len());
-        let mut ops: Vec<(&'static str, Vec<Tensor>)> = Vec::new();
-        for (start, len) in bounds {
-            let doc = inputs.narrow(start, len)?;
-            let o = self.forward(&doc.view(inputs), capture_ops)?;
-            outs.push(o.out);
-            for (i, (name, t)) in o.ops.into_iter().enumerate() {
-                match ops.get_mut(i) {
-                    Some((_, parts)) => parts.push(t),
-                    None => ops.push((name, vec![t])),
-                }
-            }
-        }
-        let ops = ops
-            .into_iter()
-            .map(|(name, parts)| Ok((name, Tensor::cat(&parts, 1)?)))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(GdnOutputs {
-            out: Tensor::cat(&outs, 1)?,
-            ops,
-        })
+        forward_documents(self, inputs, starts, capture_ops)
     }
 }
 
@@ -258,6 +236,39 @@ pub fn compose_forward_cached<B: LinearAttentionBackend + ?Sized>(
             recurrent,
         },
     ))
+}
+
+/// The default [`LinearAttentionBackend::forward_packed`]: one [`forward`](LinearAttentionBackend::forward)
+/// per document, outputs (and op captures) concatenated along the sequence.
+pub fn forward_documents<B: LinearAttentionBackend + ?Sized>(
+    backend: &B,
+    inputs: &GdnInputs,
+    starts: &[usize],
+    capture_ops: bool,
+) -> Result<GdnOutputs> {
+    let d = inputs.dims;
+    let bounds = document_bounds(backend.name(), starts, d.seq)?;
+    let mut outs = Vec::with_capacity(bounds.len());
+    let mut ops: Vec<(&'static str, Vec<Tensor>)> = Vec::new();
+    for (start, len) in bounds {
+        let doc = inputs.narrow(start, len)?;
+        let o = backend.forward(&doc.view(inputs), capture_ops)?;
+        outs.push(o.out);
+        for (i, (name, t)) in o.ops.into_iter().enumerate() {
+            match ops.get_mut(i) {
+                Some((_, parts)) => parts.push(t),
+                None => ops.push((name, vec![t])),
+            }
+        }
+    }
+    let ops = ops
+        .into_iter()
+        .map(|(name, parts)| Ok((name, Tensor::cat(&parts, 1)?)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(GdnOutputs {
+        out: Tensor::cat(&outs, 1)?,
+        ops,
+    })
 }
 
 /// `(start, len)` of each packed document; `starts` must begin at 0 and increase within `seq`.
