@@ -58,7 +58,8 @@ pub struct PathResult {
     pub floor_dtype: String,
     /// Absolute position of the first compared token that exceeds its tensor's bound.
     pub departs_at: Option<usize>,
-    /// The compared positions, first and last (padded: of each batch row in turn).
+    /// The absolute position of each compared token (padded: batch row 0's real tokens, then
+    /// row 1's).
     pub positions: Vec<usize>,
     /// Worst hidden-state row (largest rel L2).
     pub worst: Option<String>,
@@ -86,7 +87,8 @@ pub struct PathsReport {
     pub skipped: Vec<Skipped>,
 }
 
-/// The finer of two dtypes' precisions is kept out: a path is judged at the coarser one.
+/// The coarser of two dtypes: a path whose state is stored coarser than it computes is judged
+/// at the state's dtype.
 fn coarser(a: DType, b: DType) -> DType {
     let rank = |d: DType| match d {
         DType::F64 => 0,
