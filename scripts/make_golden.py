@@ -784,6 +784,153 @@ def fmt(x: float) -> str:
     return "0" if x == 0 else f"{x:.2e}"
 
 
+
+# ----------------------------------------------------------------------------------------------
+# Cached decode (`--decode`): written to golden/decode/, leaving every other golden file untouched
+# ----------------------------------------------------------------------------------------------
+
+DECODE_PROMPT = "fizzbuzz"
+# Prefill of tokens 0..DECODE_FROM (101 tokens: one full 64-token chunk and a partial one), then
+# DECODE_STEPS − 1 tokens fed one at a time through the recurrent form.
+DECODE_FROM = 100
+DECODE_STEPS = 16
+DECODE_MODES = ("f64", "f32", "bf16")
+
+
+def run_decode(model, dtype, mode: str, ids: torch.Tensor, counter: CallCounter) -> tuple[dict, dict]:
+    """transformers' own cached decode: prefill of ids[:, :P+1] with `use_cache=True`, then one token
+    per call with the returned cache. Records the logits and every layer's output at positions
+    P … P+K−1, and the final conv / recurrent state of every linear-attention layer."""
+    tm = text_model(model)
+    P, K = DECODE_FROM, DECODE_STEPS
+    per_layer: dict[int, list[torch.Tensor]] = {i: [] for i in range(len(tm.layers))}
+    hooks = []
+    for i, layer in enumerate(tm.layers):
+        def hook(_m, _inp, out, i=i):
+            t = out[0] if isinstance(out, tuple) else out
+            per_layer[i].append(t[:, -1:].detach().clone())
+        hooks.append(layer.register_forward_hook(hook))
+    counter.reset()
+    strict = StrictF64() if mode == "f64" else None
+    logits = []
+    with torch.inference_mode(), (strict if strict is not None else contextlib.nullcontext()):
+        out = model(input_ids=ids[:, : P + 1], use_cache=True)
+        cache = out.past_key_values
+        logits.append(out.logits[:, -1:].detach().clone())
+        for m in range(1, K):
+            out = model(input_ids=ids[:, P + m : P + m + 1], cache=cache, use_cache=True)
+            cache = out.past_key_values
+            logits.append(out.logits[:, -1:].detach().clone())
+    for h in hooks:
+        h.remove()
+    if strict is not None and strict.violations:
+        die(f"strict f64 audit (decode): tensors below float64 were produced: {dict(strict.violations)}")
+    caps: "OrderedDict[str, torch.Tensor]" = OrderedDict()
+    caps["decode.logits"] = torch.cat(logits, dim=1).contiguous()
+    for i in range(len(tm.layers)):
+        if len(per_layer[i]) != K:
+            die(f"decode: layer {i} ran {len(per_layer[i])} times, expected {K}")
+        caps[f"decode.layers.{i}"] = torch.cat(per_layer[i], dim=1).contiguous()
+    cfg = text_config(tm)
+    for i, kind in enumerate(cfg.layer_types):
+        if kind != "linear_attention":
+            continue
+        layer = cache.layers[i]
+        conv, rec = layer.conv_states[0], layer.recurrent_states[0]
+        if conv is None or rec is None:
+            die(f"decode: the cache holds no state for linear-attention layer {i}")
+        caps[f"state.layers.{i}.conv"] = conv.detach().clone().contiguous()
+        caps[f"state.layers.{i}.recurrent"] = rec.detach().clone().contiguous()
+    info = {"calls": dict(counter.counts)}
+    if strict is not None:
+        info["strict_rewrites"] = dict(strict.rewrites)
+    return caps, info
+
+
+def make_decode_golden(golden: Path, out_root: Path, resolved: dict[str, str], counter: CallCounter) -> None:
+    """Writes {out_root}/decode/{model}/{prompt}.{mode}.safetensors and {out_root}/decode/SUMMARY.md from
+    the checkpoints and f64 prefill dumps under `golden`; nothing else is touched."""
+    dec_root = out_root / "decode"
+    if dec_root.exists():
+        shutil.rmtree(dec_root)
+    text = (REPO / "prompts" / f"{DECODE_PROMPT}.txt").read_bytes().decode("utf-8")
+    rows = []
+    for mname, spec in MODEL_SPECS.items():
+        folder = golden / mname
+        ids_list = Tokenizer.from_file(str(folder / "tokenizer.json")).encode(text, add_special_tokens=False).ids
+        ids = torch.tensor([ids_list], dtype=torch.int64)
+        if ids.shape[1] < DECODE_FROM + DECODE_STEPS:
+            die(f"{DECODE_PROMPT} has {ids.shape[1]} tokens, fewer than {DECODE_FROM + DECODE_STEPS}")
+        prefill_f64 = safetensors.torch.load_file(str(golden / "states" / mname / f"{DECODE_PROMPT}.f64.safetensors"))
+        if not torch.equal(prefill_f64["input_ids"], ids):
+            die(f"{mname}: token ids differ from the committed f64 golden dump")
+        states_dir = dec_root / mname
+        states_dir.mkdir(parents=True)
+        results = {}
+        for mode in DECODE_MODES:
+            model, dtype = load_for_mode(folder, spec["cls"], mode)
+            caps, info = run_decode(model, dtype, mode, ids, counter)
+            del model
+            prefix = "modeling_qwen3_5." if mname == "qwen3_5_tiny" else "modeling_qwen3_next."
+            impl = {
+                k.split(".", 1)[1]: {"implementation": v, "calls": info["calls"].get(k.split(".", 1)[1], 0)}
+                for k, v in resolved.items() if k.startswith(prefix)
+            }
+            if impl["torch_recurrent_gated_delta_rule"]["calls"] == 0 or impl["causal_conv1d_update"]["calls"] == 0:
+                die("decode did not go through the recurrent rule / causal_conv1d_update")
+            meta = {
+                "format": "hsdiff.dump/v1",
+                "source": "transformers",
+                "transformers": transformers.__version__,
+                "torch": torch.__version__,
+                "mode": mode,
+                "dtype": {torch.float64: "float64", torch.float32: "float32", torch.bfloat16: "bfloat16"}[dtype],
+                "model": mname,
+                "weights_digest": weights_digest(folder),
+                "config_sha256": sha256_file(folder / "config.json"),
+                "tokenizer_sha256": sha256_file(folder / "tokenizer.json"),
+                "prompt": DECODE_PROMPT,
+                "decode_from": DECODE_FROM,
+                "decode_steps": DECODE_STEPS,
+                "path": "cached prefill of tokens 0..decode_from, then one token per forward call with the cache",
+                "linear_attention_impl": impl,
+                "tokens": int(ids.shape[1]),
+            }
+            if mode == "f64":
+                meta["strict_f64"] = {
+                    "method": "TorchFunctionMode rewriting float32 requests to float64; inv_freq rebuilt in float64",
+                    "rewrites": info["strict_rewrites"],
+                    "violations": 0,
+                }
+            tensors = OrderedDict([("input_ids", ids.contiguous())])
+            tensors.update(caps)
+            save_file(dict(tensors), str(states_dir / f"{DECODE_PROMPT}.{mode}.safetensors"),
+                      metadata={"hsdiff": json.dumps(meta, sort_keys=True)})
+            results[mode] = caps
+        # Self-check: at strict f64 the cached decode equals the committed full prefill at the same positions.
+        want = prefill_f64["logits"][:, DECODE_FROM: DECODE_FROM + DECODE_STEPS]
+        err = rel_l2(results["f64"]["decode.logits"], want)
+        if not err <= 1e-12:
+            die(f"{mname}: strict f64 cached decode differs from the full prefill golden by {err:.3e}")
+        for mode in DECODE_MODES:
+            rows.append([mname, mode, fmt(rel_l2(results[mode]["decode.logits"], results["f64"]["decode.logits"])),
+                         fmt(rel_l2(results[mode]["decode.logits"], want))])
+    chmod_tree(dec_root)
+    lines = ["# Golden cached decode: summary\n",
+             "Generated by `scripts/make_golden.py --decode` (see docs/golden.md). Do not edit by hand.\n",
+             f"transformers {transformers.__version__}, torch {torch.__version__}; prompt `{DECODE_PROMPT}`, "
+             f"cached prefill of tokens 0..{DECODE_FROM}, then {DECODE_STEPS - 1} tokens one at a time.\n",
+             "| model | mode | decode.logits rel L2 vs strict-f64 decode | vs strict-f64 full prefill (same positions) |",
+             "|---|---|---|---|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["\n## Files\n", "| file | bytes | sha256 |", "|---|---|---|"]
+    for p in sorted(dec_root.rglob("*.safetensors")):
+        lines.append(f"| {p.relative_to(out_root)} | {p.stat().st_size} | {sha256(p)[:16]} |")
+    (dec_root / "SUMMARY.md").write_text("\n".join(lines) + "\n")
+    (dec_root / "SUMMARY.md").chmod(0o644)
+    print("\n".join(lines))
+
+
 # ----------------------------------------------------------------------------------------------
 # main
 # ----------------------------------------------------------------------------------------------
@@ -794,9 +941,20 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "golden", help="output folder (default: golden/)")
     ap.add_argument("--allow-other-versions", action="store_true",
                     help="run with other transformers/torch versions (for experiments only; never commit the result)")
+    ap.add_argument("--decode", action="store_true",
+                    help="only (re)write golden/decode/: transformers' cached decode of the committed models")
     args = ap.parse_args()
 
     preflight_versions(args.allow_other_versions)
+    if args.decode:
+        resolved = resolve_fast_paths()
+        counter = CallCounter()
+        counter.install()
+        torch.set_num_threads(1)
+        torch.use_deterministic_algorithms(True)
+        torch.manual_seed(SEED)
+        make_decode_golden(REPO / "golden", args.out, resolved, counter)
+        return
     resolved = resolve_fast_paths()
     counter = CallCounter()
     counter.install()
@@ -1011,6 +1169,8 @@ def main() -> None:
     print("expert tensors on disk (layer 0):", [k for k in expert_keys if k.startswith("model.layers.0.")][:6], "...")
     total = sum(p.stat().st_size for p in out_root.rglob("*") if p.is_file())
     print(f"golden/ total: {total} bytes")
+    # Written after SUMMARY.md, which therefore lists the prefill files only; decode/ has its own.
+    make_decode_golden(out_root, out_root, resolved, counter)
 
 
 if __name__ == "__main__":

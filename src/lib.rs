@@ -21,6 +21,7 @@ pub mod formats;
 pub mod input;
 pub mod metrics;
 pub mod model;
+pub mod paths;
 pub mod planner;
 pub mod progress;
 pub mod report;

@@ -167,6 +167,21 @@ impl LinearAttentionBackend for Chunked {
         check_norm_shapes(self.name(), x, z, weight)?;
         Reference.gated_rms_norm(x, z, weight, eps)
     }
+
+    /// A decode step is the recurrence, as in transformers (`torch_recurrent_gated_delta_rule`
+    /// for one token with a cache): a lone token is not padded to a 64-token chunk.
+    fn gated_delta_rule_step(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        state: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        check_delta_rule_shapes(self.name(), q, k, v, g, beta, Some(state))?;
+        Reference.gated_delta_rule(q, k, v, g, beta, Some(state))
+    }
 }
 
 /// Solves `(I + A) X = R` for X, batched: `a` `[M, n, n]` strictly lower triangular (it must be

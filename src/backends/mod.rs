@@ -8,6 +8,7 @@ mod chunked;
 pub mod fused;
 mod reference;
 mod registry;
+mod state;
 
 use candle_core::{DType, Tensor};
 
@@ -17,6 +18,7 @@ pub use chunked::Chunked;
 pub use fused::Fused;
 pub use reference::Reference;
 pub use registry::{BackendInfo, available_backends, backend_by_name, implementation_on};
+pub use state::{GdnState, check_conv_state, next_conv_state};
 
 /// Shapes of one linear-attention call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +144,187 @@ pub trait LinearAttentionBackend: Send + Sync {
         let (core, _state) = self.gated_delta_rule(&q, &k, &v, inputs.g, inputs.beta, None)?;
         let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
         GdnOutputs::new(out, capture_ops.then_some(conv), core, &d)
+    }
+
+    /// Conv + SiLU continuing a sequence whose last K inputs are `state` `[B, C, K]`; with
+    /// T = 1 this is `causal_conv1d_update`. The default prepends the state's last K − 1 inputs
+    /// and drops their outputs, so each output sees exactly the K inputs it would see in one
+    /// long sequence, computed by this backend's own conv.
+    fn conv1d_silu_continue(&self, x: &Tensor, weight: &Tensor, state: &Tensor) -> Result<Tensor> {
+        let (_, t, _, k) = check_conv_shapes(self.name(), x, weight)?;
+        check_conv_state(self.name(), x, k, state)?;
+        let prefix = state.narrow(2, 1, k - 1)?.transpose(1, 2)?;
+        let full = Tensor::cat(&[&prefix.to_dtype(x.dtype())?, x], 1)?;
+        Ok(self.conv1d_silu(&full, weight)?.narrow(1, k - 1, t)?)
+    }
+
+    /// One decode step (T = 1) of the gated delta rule from `state`: the recurrent token step
+    /// serving engines run. Backends whose `gated_delta_rule` is not the recurrence override it.
+    fn gated_delta_rule_step(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        state: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        self.gated_delta_rule(q, k, v, g, beta, Some(state))
+    }
+
+    /// [`forward`](Self::forward) from a cached state (none: a fresh sequence), returning the
+    /// state after the call. A prefill (T > 1) runs the backend's gated delta rule from the
+    /// state, a single token the decode step — transformers' split between its chunked and
+    /// recurrent rules.
+    fn forward_cached(
+        &self,
+        inputs: &GdnInputs,
+        state: Option<&GdnState>,
+        capture_ops: bool,
+    ) -> Result<(GdnOutputs, GdnState)> {
+        compose_forward_cached(self, inputs, state, capture_ops)
+    }
+
+    /// Packed documents in one sequence (batch 1) starting at `starts` (the first is 0): conv
+    /// window and recurrent state restart at each start, as with `cu_seqlens`. The default runs
+    /// [`forward`](Self::forward) once per document and concatenates the outputs.
+    fn forward_packed(
+        &self,
+        inputs: &GdnInputs,
+        starts: &[usize],
+        capture_ops: bool,
+    ) -> Result<GdnOutputs> {
+        forward_documents(self, inputs, starts, capture_ops)
+    }
+}
+
+/// The default [`LinearAttentionBackend::forward_cached`]: the backend's conv (continued from the
+/// state), its delta rule or decode step, its gated norm. Backends that override the method for
+/// some calls use it for the rest.
+pub fn compose_forward_cached<B: LinearAttentionBackend + ?Sized>(
+    backend: &B,
+    inputs: &GdnInputs,
+    state: Option<&GdnState>,
+    capture_ops: bool,
+) -> Result<(GdnOutputs, GdnState)> {
+    let d = inputs.dims;
+    let conv = match state {
+        Some(s) => backend.conv1d_silu_continue(inputs.mixed_qkv, inputs.conv_weight, &s.conv)?,
+        None => backend.conv1d_silu(inputs.mixed_qkv, inputs.conv_weight)?,
+    };
+    let (q, k, v) = split_qkv(&conv, &d)?;
+    let (core, recurrent) = match state {
+        Some(s) if d.seq == 1 => {
+            backend.gated_delta_rule_step(&q, &k, &v, inputs.g, inputs.beta, &s.recurrent)?
+        }
+        _ => backend.gated_delta_rule(
+            &q,
+            &k,
+            &v,
+            inputs.g,
+            inputs.beta,
+            state.map(|s| &s.recurrent),
+        )?,
+    };
+    let out = backend.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
+    let conv_state = next_conv_state(state.map(|s| &s.conv), inputs.mixed_qkv, d.conv_kernel)?;
+    let outputs = GdnOutputs::new(out, capture_ops.then_some(conv), core, &d)?;
+    Ok((
+        outputs,
+        GdnState {
+            conv: conv_state,
+            recurrent,
+        },
+    ))
+}
+
+/// The default [`LinearAttentionBackend::forward_packed`]: one [`forward`](LinearAttentionBackend::forward)
+/// per document, outputs (and op captures) concatenated along the sequence.
+pub fn forward_documents<B: LinearAttentionBackend + ?Sized>(
+    backend: &B,
+    inputs: &GdnInputs,
+    starts: &[usize],
+    capture_ops: bool,
+) -> Result<GdnOutputs> {
+    let d = inputs.dims;
+    let bounds = document_bounds(backend.name(), starts, d.seq)?;
+    let mut outs = Vec::with_capacity(bounds.len());
+    let mut ops: Vec<(&'static str, Vec<Tensor>)> = Vec::new();
+    for (start, len) in bounds {
+        let doc = inputs.narrow(start, len)?;
+        let o = backend.forward(&doc.view(inputs), capture_ops)?;
+        outs.push(o.out);
+        for (i, (name, t)) in o.ops.into_iter().enumerate() {
+            match ops.get_mut(i) {
+                Some((_, parts)) => parts.push(t),
+                None => ops.push((name, vec![t])),
+            }
+        }
+    }
+    let ops = ops
+        .into_iter()
+        .map(|(name, parts)| Ok((name, Tensor::cat(&parts, 1)?)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(GdnOutputs {
+        out: Tensor::cat(&outs, 1)?,
+        ops,
+    })
+}
+
+/// `(start, len)` of each packed document; `starts` must begin at 0 and increase within `seq`.
+fn document_bounds(backend: &str, starts: &[usize], seq: usize) -> Result<Vec<(usize, usize)>> {
+    let ok = starts.first() == Some(&0)
+        && starts.windows(2).all(|w| w[0] < w[1])
+        && starts.last().is_some_and(|&s| s < seq);
+    if !ok {
+        return Err(Error::backend(
+            backend,
+            format!("packed document starts {starts:?} must begin at 0 and increase below {seq}"),
+        ));
+    }
+    Ok(starts
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| (s, starts.get(i + 1).copied().unwrap_or(seq) - s))
+        .collect())
+}
+
+/// The sequence-dependent inputs of a [`GdnInputs`], narrowed to a range of positions.
+struct NarrowedInputs {
+    mixed_qkv: Tensor,
+    beta: Tensor,
+    g: Tensor,
+    z: Tensor,
+    seq: usize,
+}
+
+impl NarrowedInputs {
+    fn view<'a>(&'a self, whole: &GdnInputs<'a>) -> GdnInputs<'a> {
+        GdnInputs {
+            mixed_qkv: &self.mixed_qkv,
+            conv_weight: whole.conv_weight,
+            beta: &self.beta,
+            g: &self.g,
+            z: &self.z,
+            norm_weight: whole.norm_weight,
+            norm_eps: whole.norm_eps,
+            dims: GdnDims {
+                seq: self.seq,
+                ..whole.dims
+            },
+        }
+    }
+}
+
+impl GdnInputs<'_> {
+    fn narrow(&self, start: usize, len: usize) -> Result<NarrowedInputs> {
+        Ok(NarrowedInputs {
+            mixed_qkv: self.mixed_qkv.narrow(1, start, len)?.contiguous()?,
+            beta: self.beta.narrow(1, start, len)?.contiguous()?,
+            g: self.g.narrow(1, start, len)?.contiguous()?,
+            z: self.z.narrow(1, start, len)?.contiguous()?,
+            seq: len,
+        })
     }
 }
 

@@ -27,6 +27,25 @@ pub fn router_margin(i: usize) -> String {
     format!("router.{i}.margin")
 }
 
+/// Logits of the decoded positions, `[1, K, V]`: entry 0 from the cached prefill, entry m after
+/// feeding m more tokens one at a time.
+pub const DECODE_LOGITS: &str = "decode.logits";
+
+/// Output of decoder layer `i` at the decoded positions, `[1, K, H]`.
+pub fn decode_layer(i: usize) -> String {
+    format!("decode.layers.{i}")
+}
+
+/// The conv window of linear-attention layer `i` after the last token, `[1, conv_dim, K]`.
+pub fn state_conv(i: usize) -> String {
+    format!("state.layers.{i}.conv")
+}
+
+/// The recurrent state of linear-attention layer `i` after the last token, `[1, Hv, dk, dv]`.
+pub fn state_recurrent(i: usize) -> String {
+    format!("state.layers.{i}.recurrent")
+}
+
 /// Parses `layers.{i}` (exactly; not op names) into `i`.
 pub fn parse_layer(name: &str) -> Option<usize> {
     name.strip_prefix("layers.")?.parse().ok()

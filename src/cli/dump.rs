@@ -8,7 +8,7 @@ use super::common::RunArgs;
 use crate::backends::backend_by_name;
 use crate::capture::dump;
 use crate::error::Result;
-use crate::model::RunOptions;
+use crate::model::{DecodePlan, RunOptions};
 use crate::progress::Progress;
 use crate::run::fingerprint_for;
 
@@ -28,11 +28,32 @@ pub struct DumpArgs {
     /// Output file (.safetensors).
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
+
+    /// Also run the decode path: a cached prefill of tokens 0..=P, then one token at a time;
+    /// writes `decode.logits`, `decode.layers.{i}` and the final `state.layers.{i}.*`.
+    #[arg(long, value_name = "P", requires = "decode_steps")]
+    pub decode_from: Option<usize>,
+
+    /// Positions the decode path produces: P (from the prefill) and the K − 1 after it.
+    #[arg(long, value_name = "K", requires = "decode_from")]
+    pub decode_steps: Option<usize>,
 }
 
 pub fn run(args: &DumpArgs) -> Result<i32> {
     let session = args.run.resolve()?;
     let backend = backend_by_name(&args.backend, &session.device)?;
+    let plan = match (args.decode_from, args.decode_steps) {
+        (Some(from), Some(steps)) => {
+            let plan = DecodePlan {
+                from,
+                steps,
+                state_dtype: None,
+            };
+            plan.check(session.ids.len())?; // before the runs
+            Some(plan)
+        }
+        _ => None,
+    };
     let opts = RunOptions {
         dtype: session.dtype,
         device: session.device.clone(),
@@ -41,7 +62,21 @@ pub fn run(args: &DumpArgs) -> Result<i32> {
         feed: None,
     };
     let progress = Progress::new(&args.backend, session.model.config.num_hidden_layers as u64);
-    let caps = session.model.run(&session.ids, &opts, &progress)?;
+    let mut caps = session.model.run(&session.ids, &opts, &progress)?;
+    if let Some(plan) = plan {
+        // Op captures (--ops) belong to the prefill rows; the decode path records none.
+        let decode_opts = RunOptions {
+            capture_ops: false,
+            ..opts
+        };
+        let decoded =
+            session
+                .model
+                .run_decode(&session.ids, plan, &decode_opts, &Progress::hidden())?;
+        for (name, t) in decoded.iter() {
+            caps.push(name, t.clone());
+        }
+    }
     let fingerprint = fingerprint_for(&session, backend.as_ref());
     dump::write(&args.out, &caps, &fingerprint)?;
     eprintln!(

@@ -9,6 +9,7 @@ mod compare;
 pub mod diff;
 mod dump;
 mod env;
+mod paths;
 mod selftest;
 
 use clap::{Parser, Subcommand};
@@ -51,6 +52,9 @@ enum Command {
     /// Print this machine's fingerprint: what a dump made here records about the environment,
     /// and what every backend runs on each device.
     Env(env::EnvArgs),
+    /// Compare execution paths of one backend with its full prefill: decode, prefill in
+    /// pieces, packed documents, a left-padded batch, a low-precision stored state.
+    Paths(paths::PathsArgs),
     /// Recompute a golden dump (default: the built-in golden set) in this environment and
     /// compare: exit 0 ok, 1 divergence, 2 trouble.
     Check(check::CheckArgs),
@@ -85,6 +89,7 @@ fn dispatch(cli: &Cli) -> Result<i32> {
         Some(Command::Bench(args)) => bench::run(args),
         Some(Command::Env(args)) => env::run(args),
         Some(Command::Check(args)) => check::run(args),
+        Some(Command::Paths(args)) => paths::run(args),
         Some(Command::Prompts) => {
             for (name, text) in BUILTIN_PROMPTS {
                 let first = text.lines().next().unwrap_or_default();

@@ -46,11 +46,18 @@ impl Attention {
         })
     }
 
-    /// x: `[B, T, hidden]` (after input_layernorm) → `[B, T, hidden]`.
-    pub fn forward(&self, x: &Tensor, rope: &Rope) -> Result<Tensor> {
+    /// The cached form: `rope` at this call's positions, `mask` (`[B, 1, T, S]` or `[T, S]`) additive at the
+    /// accumulation dtype over the S = cached + T keys, `kv` the keys and values of earlier
+    /// calls (`[B, Hkv, ·, d]`, after the norm and RoPE), extended here.
+    pub fn forward_cached(
+        &self,
+        x: &Tensor,
+        rope: &Rope,
+        mask: &Tensor,
+        kv: &mut Option<(Tensor, Tensor)>,
+    ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (hq, hkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        // q_proj output is per head [query (d) | gate (d)], not [all queries | all gates].
         let qg = self.q_proj.forward(x)?.reshape((b, t, hq, 2 * d))?;
         let q = qg.narrow(3, 0, d)?;
         let gate = qg.narrow(3, d, d)?.reshape((b, t, hq * d))?;
@@ -65,22 +72,34 @@ impl Attention {
             .v_proj
             .forward(x)?
             .reshape((b, t, hkv, d))?
-            .transpose(1, 2)?;
+            .transpose(1, 2)?
+            .contiguous()?;
         let q = rope.apply(&q)?;
-        let k = repeat_kv(&rope.apply(&k)?, hq / hkv)?;
+        let k = rope.apply(&k)?;
+        let (k, v) = match kv.take() {
+            Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
+            None => (k, v),
+        };
+        *kv = Some((k.clone(), v.clone()));
+        let k = repeat_kv(&k, hq / hkv)?;
         let v = repeat_kv(&v, hq / hkv)?;
-
         let dtype = x.dtype();
         let scaling = (d as f64).powf(-0.5);
         let scores = (q.matmul(&k.t()?)? * scaling)?;
-        let mask = causal_mask(t, scores.device())?;
         let acc = accumulation_dtype(dtype);
-        let scores = scores.to_dtype(acc)?.broadcast_add(&mask.to_dtype(acc)?)?;
+        let scores = scores.to_dtype(acc)?.broadcast_add(mask)?;
         let probs = candle_nn::ops::softmax(&scores, D::Minus1)?.to_dtype(dtype)?;
-        let out = probs.matmul(&v.contiguous()?)?; // [B, Hq, T, d]
+        let out = probs.matmul(&v.contiguous()?)?;
         let out = out.transpose(1, 2)?.reshape((b, t, hq * d))?;
         let out = (out * candle_nn::ops::sigmoid(&gate)?)?;
         self.o_proj.forward(&out)
+    }
+
+    /// x: `[B, T, hidden]` (after input_layernorm) → `[B, T, hidden]`: causal, no cache.
+    pub fn forward(&self, x: &Tensor, rope: &Rope) -> Result<Tensor> {
+        let t = x.dim(1)?;
+        let mask = causal_mask(t, x.device())?.to_dtype(accumulation_dtype(x.dtype()))?;
+        self.forward_cached(x, rope, &mask, &mut None)
     }
 }
 

@@ -9,7 +9,9 @@ use candle_core::{DType, Tensor};
 
 use super::Weights;
 use super::linear::Linear;
-use crate::backends::{GdnDims, GdnInputs, LinearAttentionBackend, accumulation_dtype};
+use crate::backends::{
+    GdnDims, GdnInputs, GdnOutputs, GdnState, LinearAttentionBackend, accumulation_dtype,
+};
 use crate::config::{Family, LinearAttentionConfig, ModelConfig};
 use crate::error::Result;
 
@@ -89,6 +91,46 @@ impl GatedDeltaNet {
         backend: &dyn LinearAttentionBackend,
         capture_ops: bool,
     ) -> Result<(Tensor, Option<GdnCaptures>)> {
+        let p = self.prepare(x)?;
+        let outputs = backend.forward(&p.inputs(self), capture_ops)?;
+        self.finish(p, outputs, capture_ops)
+    }
+
+    /// The cached form ([`GdnStep`] says how the tokens relate to the state); returns the state
+    /// after the call for [`GdnStep::Continue`].
+    pub fn forward_cached(
+        &self,
+        x: &Tensor,
+        backend: &dyn LinearAttentionBackend,
+        step: GdnStep,
+        capture_ops: bool,
+    ) -> Result<(Tensor, Option<GdnCaptures>, Option<GdnState>)> {
+        let x = match step {
+            // transformers' apply_mask_to_padding_states: padding enters as zeros.
+            GdnStep::Padded(real) => x.broadcast_mul(&real.unsqueeze(2)?.to_dtype(x.dtype())?)?,
+            _ => x.clone(),
+        };
+        let p = self.prepare(&x)?;
+        let inputs = p.inputs(self);
+        let (outputs, state) = match step {
+            GdnStep::Continue(state) => {
+                let (o, s) = backend.forward_cached(&inputs, state, capture_ops)?;
+                (o, Some(s))
+            }
+            GdnStep::Packed(starts) => {
+                (backend.forward_packed(&inputs, starts, capture_ops)?, None)
+            }
+            GdnStep::Padded(_) => {
+                let (o, s) = backend.forward_cached(&inputs, None, capture_ops)?;
+                (o, Some(s))
+            }
+        };
+        let (out, caps) = self.finish(p, outputs, capture_ops)?;
+        Ok((out, caps, state))
+    }
+
+    /// Projections and gates of `x`, ready for a backend.
+    fn prepare(&self, x: &Tensor) -> Result<Prepared> {
         let (b, t, _) = x.dims3()?;
         let l = &self.geometry;
         let mixed_qkv = self.in_proj_qkv.forward(x)?;
@@ -107,21 +149,25 @@ impl GatedDeltaNet {
             value_head_dim: l.value_head_dim,
             conv_kernel: l.conv_kernel,
         };
-        let inputs = GdnInputs {
-            mixed_qkv: &mixed_qkv,
-            conv_weight: &self.conv_weight,
-            beta: &beta,
-            g: &g,
-            z: &z,
-            norm_weight: &self.norm_weight,
-            norm_eps: self.norm_eps,
-            dims,
-        };
-        let outputs = backend.forward(&inputs, capture_ops)?;
-        let out = self.out_proj.forward(&outputs.out)?;
-        let captures = capture_ops.then(|| GdnCaptures {
+        Ok(Prepared {
+            mixed_qkv,
+            z,
             beta,
             g,
+            dims,
+        })
+    }
+
+    fn finish(
+        &self,
+        p: Prepared,
+        outputs: GdnOutputs,
+        capture_ops: bool,
+    ) -> Result<(Tensor, Option<GdnCaptures>)> {
+        let out = self.out_proj.forward(&outputs.out)?;
+        let captures = capture_ops.then(|| GdnCaptures {
+            beta: p.beta,
+            g: p.g,
             backend_ops: outputs.ops,
             out_proj: out.clone(),
         });
@@ -152,6 +198,41 @@ impl GatedDeltaNet {
                 })
                 .collect();
             Ok(Tensor::from_vec(g, shape, self.conv_weight.device())?)
+        }
+    }
+}
+
+/// How the tokens of a cached call relate to the layer's state.
+#[derive(Clone, Copy)]
+pub enum GdnStep<'a> {
+    /// Continue from this state (none: a fresh sequence).
+    Continue(Option<&'a GdnState>),
+    /// Packed documents (batch 1) starting at these positions; the state restarts at each.
+    Packed(&'a [usize]),
+    /// A fresh, left-padded batch: `[B, T]`, 1 at real tokens and 0 at padding.
+    Padded(&'a Tensor),
+}
+
+/// The shell's projections of one call, before the backend.
+struct Prepared {
+    mixed_qkv: Tensor,
+    z: Tensor,
+    beta: Tensor,
+    g: Tensor,
+    dims: GdnDims,
+}
+
+impl Prepared {
+    fn inputs<'a>(&'a self, gdn: &'a GatedDeltaNet) -> GdnInputs<'a> {
+        GdnInputs {
+            mixed_qkv: &self.mixed_qkv,
+            conv_weight: &gdn.conv_weight,
+            beta: &self.beta,
+            g: &self.g,
+            z: &self.z,
+            norm_weight: &gdn.norm_weight,
+            norm_eps: gdn.norm_eps,
+            dims: self.dims,
         }
     }
 }

@@ -4,7 +4,8 @@ use candle_core::Tensor;
 
 use super::Weights;
 use super::attention::Attention;
-use super::gdn::{GatedDeltaNet, GdnCaptures};
+use super::cache::{CallContext, LayerCache};
+use super::gdn::{GatedDeltaNet, GdnCaptures, GdnStep};
 use super::mlp::{Mlp, RouterChoice, SparseMoe};
 use super::norm::RmsNorm;
 use super::rope::Rope;
@@ -81,6 +82,54 @@ impl DecoderLayer {
             }
             Mixer::Full(attn) => attn.forward(&normed, rope)?,
         };
+        self.feed_forward(x, mixed, captures)
+    }
+
+    /// The cached form: `call` says where the tokens sit, `entry` is this layer's cache entry
+    /// (read and replaced).
+    pub fn forward_cached(
+        &self,
+        x: &Tensor,
+        call: &CallContext,
+        backend: &dyn LinearAttentionBackend,
+        entry: &mut LayerCache,
+        capture_ops: bool,
+    ) -> Result<(Tensor, LayerCaptures)> {
+        let mut captures = LayerCaptures::default();
+        let normed = self.input_layernorm.forward(x)?;
+        let mixed = match &self.mixer {
+            Mixer::Linear(gdn) => {
+                let step = match (call.doc_starts, call.real) {
+                    (Some(starts), _) => GdnStep::Packed(starts),
+                    (None, Some(real)) => GdnStep::Padded(real),
+                    (None, None) => GdnStep::Continue(entry.linear()),
+                };
+                let (out, caps, state) = gdn.forward_cached(&normed, backend, step, capture_ops)?;
+                if let Some(state) = state {
+                    *entry = LayerCache::Linear(state);
+                }
+                captures.gdn = caps;
+                out
+            }
+            Mixer::Full(attn) => {
+                let mut kv = entry.take_kv();
+                let out = attn.forward_cached(&normed, call.rope, call.mask, &mut kv)?;
+                if let Some(kv) = kv {
+                    *entry = LayerCache::Attention(kv);
+                }
+                out
+            }
+        };
+        self.feed_forward(x, mixed, captures)
+    }
+
+    /// The residual add after the mixer, then the MLP / MoE half of the layer.
+    fn feed_forward(
+        &self,
+        x: &Tensor,
+        mixed: Tensor,
+        mut captures: LayerCaptures,
+    ) -> Result<(Tensor, LayerCaptures)> {
         let x = (x + mixed)?;
         let normed = self.post_attention_layernorm.forward(&x)?;
         let ff = match &self.ffn {

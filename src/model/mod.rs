@@ -3,6 +3,9 @@
 //! the forward pass reaches them, so peak memory is about one layer plus activations.
 
 mod attention;
+mod cache;
+mod cached;
+mod decode;
 mod gdn;
 mod layer;
 mod linear;
@@ -22,6 +25,9 @@ use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 
+pub use cache::{LayerCache, ModelCache};
+pub use cached::TokenLayout;
+pub use decode::{DecodePlan, push_states};
 pub use gdn::GdnCaptures;
 pub use layer::DecoderLayer;
 pub use weights::Weights;

@@ -51,6 +51,17 @@ impl Rope {
         })
     }
 
+    /// The rotation at arbitrary positions (a cached continuation, packed documents that
+    /// restart at 0): rows of this table, which must cover every position.
+    pub fn at_positions(&self, positions: &[u32]) -> Result<Rope> {
+        let idx = Tensor::from_vec(positions.to_vec(), positions.len(), self.cos.device())?;
+        Ok(Rope {
+            cos: self.cos.index_select(&idx, 0)?,
+            sin: self.sin.index_select(&idx, 0)?,
+            rotary_dim: self.rotary_dim,
+        })
+    }
+
     /// Rotates `x` `[B, H, T, d]` (compute dtype): `x_rot·cos + rotate_half(x_rot)·sin`.
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
         let d = x.dim(3)?;

@@ -31,8 +31,8 @@ pub mod cuda;
 use candle_core::{DType, Device, Tensor, WithDType};
 
 use super::{
-    GdnInputs, GdnOutputs, LinearAttentionBackend, accumulation_dtype, check_conv_shapes,
-    check_delta_rule_shapes, check_norm_shapes,
+    GdnInputs, GdnOutputs, GdnState, LinearAttentionBackend, accumulation_dtype, check_conv_shapes,
+    check_delta_rule_shapes, check_norm_shapes, compose_forward_cached, next_conv_state,
 };
 use crate::error::{Error, Result};
 use cpu::{Accum, Element, KernelError};
@@ -181,13 +181,52 @@ impl LinearAttentionBackend for Fused {
             v_dim: d.value_head_dim,
             conv_kernel: d.conv_kernel,
         };
-        let (core, conv) = dispatch_dtype!(
+        let (core, _state, conv) = dispatch_dtype!(
             inputs.mixed_qkv.dtype(),
             "CPU kernels",
             fused_typed(inputs, dims, capture_ops)
         )?;
         let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
         GdnOutputs::new(out, conv.filter(|_| capture_ops), core, &d)
+    }
+
+    /// A fresh sequence on the CPU runs the same single-pass kernel as [`forward`](Self::forward)
+    /// and keeps its final state; a continuation composes the fused conv, delta-rule and norm
+    /// kernels from the state (the trait's default), as does every call on CUDA.
+    fn forward_cached(
+        &self,
+        inputs: &GdnInputs,
+        state: Option<&GdnState>,
+        capture_ops: bool,
+    ) -> Result<(GdnOutputs, GdnState)> {
+        let d = inputs.dims;
+        if state.is_some() || !matches!(inputs.mixed_qkv.device(), Device::Cpu) {
+            return compose_forward_cached(self, inputs, state, capture_ops);
+        }
+        check_conv_shapes(NAME, inputs.mixed_qkv, inputs.conv_weight)?;
+        let dims = cpu::GdnDims {
+            batch: d.batch,
+            seq: d.seq,
+            k_heads: d.num_key_heads,
+            v_heads: d.num_value_heads,
+            k_dim: d.key_head_dim,
+            v_dim: d.value_head_dim,
+            conv_kernel: d.conv_kernel,
+        };
+        let (core, recurrent, conv) = dispatch_dtype!(
+            inputs.mixed_qkv.dtype(),
+            "CPU kernels",
+            fused_typed(inputs, dims, capture_ops)
+        )?;
+        let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
+        let conv_state = next_conv_state(None, inputs.mixed_qkv, d.conv_kernel)?;
+        Ok((
+            GdnOutputs::new(out, conv.filter(|_| capture_ops), core, &d)?,
+            GdnState {
+                conv: conv_state,
+                recurrent,
+            },
+        ))
     }
 }
 
@@ -279,13 +318,13 @@ fn norm_typed<S: Element + WithDType>(
     Ok(Tensor::from_vec(out, x.dims(), x.device())?)
 }
 
-/// The fused conv + delta rule: returns the core output `[B, T, Hv, dv]` and, when asked, the
-/// conv output `[B, T, conv_dim]`.
+/// The fused conv + delta rule: returns the core output `[B, T, Hv, dv]`, the final state
+/// `[B, Hv, dk, dv]` (accumulation dtype) and, when asked, the conv output `[B, T, conv_dim]`.
 fn fused_typed<S: Element + WithDType>(
     inputs: &GdnInputs,
     dims: cpu::GdnDims,
     capture_conv: bool,
-) -> Result<(Tensor, Option<Tensor>)>
+) -> Result<(Tensor, Tensor, Option<Tensor>)>
 where
     S::Acc: WithDType,
 {
@@ -308,10 +347,11 @@ where
     )
     .map_err(kernel_error)?;
     let core = Tensor::from_vec(core, (b, t, dims.v_heads, dims.v_dim), device)?;
+    let state = Tensor::from_vec(state, (b, dims.v_heads, dims.k_dim, dims.v_dim), device)?;
     let conv = conv
         .map(|c| Tensor::from_vec(c, inputs.mixed_qkv.dims(), device))
         .transpose()?;
-    Ok((core, conv))
+    Ok((core, state, conv))
 }
 
 /// `forward` on a CUDA device: conv kernel, delta-rule kernel reading q/k/v out of the conv

@@ -1,0 +1,88 @@
+//! `hsdiff paths`: one backend, one dtype, several execution paths over the same tokens, each
+//! compared with the full prefill (see [`crate::paths`]).
+
+use clap::Args;
+
+use super::common::RunArgs;
+use super::diff::{FailOn, Format};
+use crate::backends::backend_by_name;
+use crate::error::{Error, Result};
+use crate::paths::{PathKind, plan_paths, render, run_paths};
+
+#[derive(Args, Debug)]
+pub struct PathsArgs {
+    /// Linear-attention backend (see `hsdiff backends`).
+    #[arg(long, default_value = "reference")]
+    pub backend: String,
+
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// Paths to run, comma-separated: decode, chunked-prefill, packed, padded, state-dtype.
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "decode,chunked-prefill,packed,padded,state-dtype"
+    )]
+    pub paths: String,
+
+    /// Seed of the random split of chunked-prefill.
+    #[arg(long, default_value_t = 12)]
+    pub seed: u64,
+
+    /// Output format (markdown is not offered here).
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+
+    /// Write the report to FILE instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+
+    /// Which verdict makes the exit code 1.
+    #[arg(long, value_enum, default_value = "mismatch")]
+    pub fail_on: FailOn,
+}
+
+pub fn run(args: &PathsArgs) -> Result<i32> {
+    let kinds = PathKind::parse_list(&args.paths)?;
+    if args.format == Format::Markdown {
+        return Err(Error::Input(
+            "hsdiff paths writes --format table or json".into(),
+        ));
+    }
+    let session = args.run.resolve()?;
+    let backend = backend_by_name(&args.backend, &session.device)?;
+    let (plans, skipped) = plan_paths(&kinds, session.ids.len(), args.seed);
+    if plans.is_empty() {
+        let why: Vec<String> = skipped
+            .iter()
+            .map(|s| format!("{}: {}", s.path, s.reason))
+            .collect();
+        return Err(Error::Input(format!(
+            "no path can run on this input ({})",
+            why.join("; ")
+        )));
+    }
+    let report = run_paths(
+        &session.model,
+        &session.ids,
+        backend.as_ref(),
+        session.dtype,
+        &session.device,
+        &plans,
+        skipped,
+    )?;
+    let text = match args.format {
+        Format::Json => render::json(&report),
+        _ => render::table(&report),
+    };
+    match &args.out {
+        Some(path) => {
+            std::fs::write(path, text)
+                .map_err(|e| Error::file(path, format!("cannot write: {e}")))?;
+            eprintln!("{}", report.summary);
+        }
+        None => print!("{text}"),
+    }
+    Ok(i32::from(args.fail_on.flags(report.verdict)))
+}

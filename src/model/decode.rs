@@ -1,0 +1,93 @@
+//! The decode path: a cached prefill of tokens 0..=P, then one token at a time through the
+//! recurrent form, as a serving engine generates (teacher-forced: the next token is the
+//! prompt's, so every position has a full-prefill counterpart).
+
+use candle_core::{DType, Tensor};
+
+use super::cache::ModelCache;
+use super::cached::TokenLayout;
+use super::{Model, RunOptions};
+use crate::capture::{Captures, names};
+use crate::error::{Error, Result};
+use crate::progress::Progress;
+
+/// Where a decode starts and how far it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodePlan {
+    /// The cached prefill covers tokens 0..=from.
+    pub from: usize,
+    /// Positions produced: `from` (by the prefill) and the `steps − 1` after it.
+    pub steps: usize,
+    /// Store the recurrent state at this dtype between calls (none: as computed).
+    pub state_dtype: Option<DType>,
+}
+
+impl DecodePlan {
+    pub fn check(&self, tokens: usize) -> Result<()> {
+        if self.steps == 0 || self.from + self.steps > tokens {
+            return Err(Error::Input(format!(
+                "--decode-from {} --decode-steps {} needs at least {} tokens and one step; the input has {tokens}",
+                self.from,
+                self.steps,
+                self.from + self.steps
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Model {
+    /// Runs the decode path over `ids` and returns `decode.logits` `[1, K, V]`,
+    /// `decode.layers.{i}` `[1, K, H]` and the final `state.layers.{i}.conv` / `.recurrent`.
+    pub fn run_decode(
+        &self,
+        ids: &[u32],
+        plan: DecodePlan,
+        opts: &RunOptions,
+        progress: &Progress,
+    ) -> Result<Captures> {
+        plan.check(ids.len())?;
+        let layers = self.config.num_hidden_layers;
+        let mut cache = ModelCache::new(layers);
+        let mut logits = Vec::with_capacity(plan.steps);
+        let mut hidden: Vec<Vec<Tensor>> = vec![Vec::with_capacity(plan.steps); layers];
+        for m in 0..plan.steps {
+            let call: Vec<u32> = if m == 0 {
+                ids[..=plan.from].to_vec()
+            } else {
+                vec![ids[plan.from + m]]
+            };
+            let caps =
+                self.run_cached(&[call], &TokenLayout::default(), opts, &mut cache, progress)?;
+            let last = |name: &str| -> Result<Tensor> {
+                let t = caps
+                    .get(name)
+                    .ok_or_else(|| Error::Compare(format!("cached run captured no `{name}`")))?;
+                let n = t.dim(1)?;
+                Ok(t.narrow(1, n - 1, 1)?)
+            };
+            logits.push(last(names::LOGITS)?);
+            for (i, h) in hidden.iter_mut().enumerate() {
+                h.push(last(&names::layer(i))?);
+            }
+            if let Some(dtype) = plan.state_dtype {
+                cache.store_recurrent_as(dtype)?;
+            }
+        }
+        let mut out = Captures::new(ids[..plan.from + plan.steps].to_vec());
+        out.push(names::DECODE_LOGITS, Tensor::cat(&logits, 1)?);
+        for (i, h) in hidden.iter().enumerate() {
+            out.push(names::decode_layer(i), Tensor::cat(h, 1)?);
+        }
+        push_states(&mut out, &cache);
+        Ok(out)
+    }
+}
+
+/// Adds `state.layers.{i}.conv` / `.recurrent` of every linear-attention layer in `cache`.
+pub fn push_states(caps: &mut Captures, cache: &ModelCache) {
+    for (i, s) in cache.linear_states() {
+        caps.push(names::state_conv(i), s.conv.clone());
+        caps.push(names::state_recurrent(i), s.recurrent.clone());
+    }
+}

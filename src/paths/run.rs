@@ -1,0 +1,275 @@
+//! Running a path and what it should equal: the full prefill of the same tokens by the same
+//! backend at the same dtype. Both give an [`Observed`]: hidden states at the compared
+//! positions and, where the path ends in a state, that state.
+
+use candle_core::{DType, Device, Tensor};
+
+use super::plan::{Cut, PathPlan};
+use crate::backends::LinearAttentionBackend;
+use crate::capture::{Captures, names};
+use crate::error::{Error, Result};
+use crate::model::{DecodePlan, Model, ModelCache, RunOptions, TokenLayout, push_states};
+use crate::progress::Progress;
+
+/// Hidden states of a path at its compared positions (`layers.{i}`, `final_norm`, `logits`,
+/// each `[1, n, ·]`), the absolute position of each, and final states (`state.layers.{i}.*`).
+#[derive(Clone)]
+pub struct Observed {
+    pub hidden: Captures,
+    pub positions: Vec<usize>,
+    pub states: Option<Captures>,
+}
+
+/// Runs things on one model and prompt.
+pub struct Runner<'a> {
+    pub model: &'a Model,
+    pub ids: &'a [u32],
+    pub device: Device,
+}
+
+/// The hidden-state names a path compares, in forward order.
+pub fn hidden_names(model: &Model) -> Vec<String> {
+    let mut v: Vec<String> = (0..model.config.num_hidden_layers)
+        .map(names::layer)
+        .collect();
+    v.push(names::FINAL_NORM.to_string());
+    v.push(names::LOGITS.to_string());
+    v
+}
+
+impl Runner<'_> {
+    fn opts<'b>(&self, backend: &'b dyn LinearAttentionBackend, dtype: DType) -> RunOptions<'b> {
+        RunOptions {
+            dtype,
+            device: self.device.clone(),
+            backend,
+            capture_ops: false,
+            feed: None,
+        }
+    }
+
+    /// A fresh cached call over `rows`; returns its captures and the cache after it.
+    fn fresh(
+        &self,
+        rows: &[Vec<u32>],
+        layout: &TokenLayout,
+        backend: &dyn LinearAttentionBackend,
+        dtype: DType,
+    ) -> Result<(Captures, ModelCache)> {
+        let mut cache = ModelCache::new(self.model.config.num_hidden_layers);
+        let caps = self.model.run_cached(
+            rows,
+            layout,
+            &self.opts(backend, dtype),
+            &mut cache,
+            &Progress::hidden(),
+        )?;
+        Ok((caps, cache))
+    }
+
+    /// The path itself.
+    pub fn path(
+        &self,
+        plan: &PathPlan,
+        backend: &dyn LinearAttentionBackend,
+        dtype: DType,
+    ) -> Result<Observed> {
+        let ids = self.ids;
+        let names = hidden_names(self.model);
+        match plan.cut {
+            Cut::Decode {
+                from,
+                steps,
+                state_dtype,
+            } => {
+                let decoded = self.model.run_decode(
+                    ids,
+                    DecodePlan {
+                        from,
+                        steps,
+                        state_dtype,
+                    },
+                    &self.opts(backend, dtype),
+                    &Progress::hidden(),
+                )?;
+                let mut hidden = Captures::new(ids[..from + steps].to_vec());
+                let mut states = Captures::new(Vec::new());
+                for (name, t) in decoded.iter() {
+                    if name == names::DECODE_LOGITS {
+                        hidden.push(names::LOGITS, t.clone());
+                    } else if let Some(i) = name.strip_prefix("decode.layers.") {
+                        hidden.push(format!("layers.{i}"), t.clone());
+                    } else {
+                        states.push(name, t.clone());
+                    }
+                }
+                // The decode path records no final_norm; the logits stand after it.
+                let hidden = select(&hidden, &names, true)?;
+                Ok(Observed {
+                    hidden,
+                    positions: (from..from + steps).collect(),
+                    states: Some(states),
+                })
+            }
+            Cut::Split { at, end } => {
+                let mut cache = ModelCache::new(self.model.config.num_hidden_layers);
+                let opts = self.opts(backend, dtype);
+                let layout = TokenLayout::default();
+                self.model.run_cached(
+                    &[ids[..at].to_vec()],
+                    &layout,
+                    &opts,
+                    &mut cache,
+                    &Progress::hidden(),
+                )?;
+                let rest = self.model.run_cached(
+                    &[ids[at..end].to_vec()],
+                    &layout,
+                    &opts,
+                    &mut cache,
+                    &Progress::hidden(),
+                )?;
+                Ok(Observed {
+                    hidden: select(&rest, &names, false)?,
+                    positions: (at..end).collect(),
+                    states: Some(states_of(&cache)),
+                })
+            }
+            Cut::Packed { boundary, end } => {
+                let layout = TokenLayout {
+                    real: None,
+                    doc_starts: Some(vec![0, boundary]),
+                };
+                let (caps, _) = self.fresh(&[ids[..end].to_vec()], &layout, backend, dtype)?;
+                Ok(Observed {
+                    hidden: select(&caps, &names, false)?,
+                    positions: (0..end).collect(),
+                    states: None,
+                })
+            }
+            Cut::Padded { pad, end } => {
+                let short = &ids[..end - pad];
+                let mut row0 = vec![0u32; pad];
+                row0.extend_from_slice(short);
+                let real0: Vec<bool> = (0..end).map(|j| j >= pad).collect();
+                let layout = TokenLayout {
+                    real: Some(vec![real0, vec![true; end]]),
+                    doc_starts: None,
+                };
+                let (caps, cache) =
+                    self.fresh(&[row0, ids[..end].to_vec()], &layout, backend, dtype)?;
+                // Row 0's real positions, then row 1: the same layout as `alone`.
+                let mut hidden = Captures::new(Vec::new());
+                for name in &names {
+                    let t = need(&caps, name)?;
+                    let row0 = t.narrow(0, 0, 1)?.narrow(1, pad, end - pad)?;
+                    let row1 = t.narrow(0, 1, 1)?;
+                    hidden.push(name.clone(), Tensor::cat(&[&row0, &row1], 1)?);
+                }
+                let positions = (0..end - pad).chain(0..end).collect();
+                Ok(Observed {
+                    hidden,
+                    positions,
+                    states: Some(states_of(&cache)),
+                })
+            }
+        }
+    }
+
+    /// What the path should equal: the same tokens, each sequence alone, in one fresh prefill.
+    pub fn alone(
+        &self,
+        plan: &PathPlan,
+        backend: &dyn LinearAttentionBackend,
+        dtype: DType,
+    ) -> Result<Observed> {
+        let ids = self.ids;
+        let names = hidden_names(self.model);
+        let layout = TokenLayout::default();
+        let window = |caps: &Captures, start: usize, len: usize| -> Result<Captures> {
+            let mut out = Captures::new(Vec::new());
+            for name in &names {
+                out.push(name.clone(), need(caps, name)?.narrow(1, start, len)?);
+            }
+            Ok(out)
+        };
+        match plan.cut {
+            Cut::Decode { from, steps, .. } => {
+                let end = from + steps;
+                let (caps, cache) = self.fresh(&[ids[..end].to_vec()], &layout, backend, dtype)?;
+                let mut hidden = window(&caps, from, steps)?;
+                hidden = select(&hidden, &names, true)?;
+                Ok(Observed {
+                    hidden,
+                    positions: (from..end).collect(),
+                    states: Some(states_of(&cache)),
+                })
+            }
+            Cut::Split { at, end } => {
+                let (caps, cache) = self.fresh(&[ids[..end].to_vec()], &layout, backend, dtype)?;
+                Ok(Observed {
+                    hidden: window(&caps, at, end - at)?,
+                    positions: (at..end).collect(),
+                    states: Some(states_of(&cache)),
+                })
+            }
+            Cut::Packed { boundary, end } => {
+                let (a, _) = self.fresh(&[ids[..boundary].to_vec()], &layout, backend, dtype)?;
+                let (b, _) = self.fresh(&[ids[boundary..end].to_vec()], &layout, backend, dtype)?;
+                Ok(Observed {
+                    hidden: concat_tokens(&a, &b, &names)?,
+                    positions: (0..end).collect(),
+                    states: None,
+                })
+            }
+            Cut::Padded { pad, end } => {
+                let (a, ca) = self.fresh(&[ids[..end - pad].to_vec()], &layout, backend, dtype)?;
+                let (b, cb) = self.fresh(&[ids[..end].to_vec()], &layout, backend, dtype)?;
+                let (sa, sb) = (states_of(&ca), states_of(&cb));
+                let mut states = Captures::new(Vec::new());
+                for (name, t) in sa.iter() {
+                    states.push(name, Tensor::cat(&[t, need(&sb, name)?], 0)?);
+                }
+                Ok(Observed {
+                    hidden: concat_tokens(&a, &b, &names)?,
+                    positions: (0..end - pad).chain(0..end).collect(),
+                    states: Some(states),
+                })
+            }
+        }
+    }
+}
+
+fn need<'c>(caps: &'c Captures, name: &str) -> Result<&'c Tensor> {
+    caps.get(name)
+        .ok_or_else(|| Error::Compare(format!("the path run captured no `{name}`")))
+}
+
+/// `names` out of `caps`, in that order; `skip_final_norm` for the decode path, which has none.
+fn select(caps: &Captures, names: &[String], skip_final_norm: bool) -> Result<Captures> {
+    let mut out = Captures::new(caps.input_ids.clone());
+    for name in names {
+        if skip_final_norm && name == names::FINAL_NORM {
+            continue;
+        }
+        out.push(name.clone(), need(caps, name)?.clone());
+    }
+    Ok(out)
+}
+
+fn concat_tokens(a: &Captures, b: &Captures, names: &[String]) -> Result<Captures> {
+    let mut out = Captures::new(Vec::new());
+    for name in names {
+        out.push(
+            name.clone(),
+            Tensor::cat(&[need(a, name)?, need(b, name)?], 1)?,
+        );
+    }
+    Ok(out)
+}
+
+fn states_of(cache: &ModelCache) -> Captures {
+    let mut caps = Captures::new(Vec::new());
+    push_states(&mut caps, cache);
+    caps
+}
