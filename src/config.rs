@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::limits;
 
 /// The architectures hsdiff reproduces. They share one forward pass and differ in the checkpoint
 /// layout of the linear-attention projections and in the feed-forward block.
@@ -189,7 +190,7 @@ impl Fields<'_> {
 
 impl ModelConfig {
     pub fn from_file(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| Error::file(path, e.to_string()))?;
+        let bytes = crate::input::read_regular(path, limits::get().json_bytes, "json-bytes")?;
         Self::from_bytes(&bytes, path)
     }
 

@@ -19,6 +19,7 @@ pub mod error;
 pub mod fingerprint;
 pub mod formats;
 pub mod input;
+pub mod limits;
 pub mod metrics;
 pub mod model;
 pub mod progress;
