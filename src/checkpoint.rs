@@ -306,6 +306,7 @@ impl Checkpoint {
             ));
         };
         let mut ckpt = Self::from_files(dir.to_path_buf(), files)?;
+        ckpt.verify_index(&index_path, &declared)?;
         ckpt.declared = declared;
         Ok(ckpt)
     }
@@ -314,7 +315,17 @@ impl Checkpoint {
         let mut index = BTreeMap::new();
         for (i, f) in files.iter().enumerate() {
             for name in f.names() {
-                index.insert(name, i);
+                if let Some(j) = index.insert(name.clone(), i) {
+                    let other: &SafetensorsFile = &files[j];
+                    return Err(Error::tensor(
+                        f.path(),
+                        &name,
+                        format!(
+                            "also in {}: a tensor must be in exactly one shard",
+                            other.path().display()
+                        ),
+                    ));
+                }
             }
         }
         let layout = if index.contains_key("model.language_model.embed_tokens.weight") {
@@ -340,6 +351,35 @@ impl Checkpoint {
             declared: BTreeMap::new(),
             layout,
         })
+    }
+
+    /// Every tensor the shards hold is in the shard the index names for it.
+    fn verify_index(&self, index_path: &Path, declared: &BTreeMap<String, PathBuf>) -> Result<()> {
+        for (name, &i) in &self.index {
+            let actual = self.files[i].path();
+            match declared.get(name) {
+                Some(listed) if listed == actual => {}
+                Some(listed) => {
+                    return Err(Error::tensor(
+                        actual,
+                        name,
+                        format!(
+                            "{} lists it under {}, but it is in this shard",
+                            index_path.display(),
+                            listed.display()
+                        ),
+                    ));
+                }
+                None => {
+                    return Err(Error::tensor(
+                        actual,
+                        name,
+                        format!("in this shard but not listed in {}", index_path.display()),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn dir(&self) -> &Path {
@@ -454,6 +494,15 @@ fn read_index(index_path: &Path) -> Result<(Vec<String>, BTreeMap<String, String
                 format!("weight_map entry for `{tensor}` is not a file name"),
             )
         })?;
+        // A shard is a file next to the index, never a path elsewhere.
+        if file.is_empty() || file.contains(['/', '\\']) || file == "." || file == ".." {
+            return Err(Error::file(
+                index_path,
+                format!(
+                    "weight_map entry for `{tensor}` names `{file}`, not a file in this folder"
+                ),
+            ));
+        }
         if !names.iter().any(|n| n == file) {
             names.push(file.to_string());
         }

@@ -22,6 +22,7 @@ pub mod input;
 pub mod limits;
 pub mod metrics;
 pub mod model;
+pub mod output;
 pub mod progress;
 pub mod report;
 pub mod run;

@@ -223,6 +223,11 @@ struct Outcome {
 }
 
 pub fn run(args: &CheckArgs) -> Result<i32> {
+    let inputs: Vec<&std::path::Path> = [args.golden.as_deref(), args.model.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    args.report.check_targets(&inputs)?;
     let device = parse_device(&args.device)?;
     let backends: Vec<Box<dyn LinearAttentionBackend>> = args
         .backend
@@ -545,8 +550,7 @@ fn render_set(outcomes: &[Outcome], args: &ReportArgs) -> Result<i32> {
     };
     match &args.out {
         Some(path) => {
-            std::fs::write(path, text)
-                .map_err(|e| Error::file(path, format!("cannot write: {e}")))?;
+            crate::output::write_bytes(path, text.as_bytes())?;
             for l in &lines {
                 eprintln!("{l}");
             }

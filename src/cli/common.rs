@@ -46,6 +46,16 @@ pub struct Session {
 }
 
 impl RunArgs {
+    /// The files and folders this run reads (model folder, prompt file), for output checks.
+    pub fn input_paths(&self) -> Vec<&std::path::Path> {
+        let prompt = self
+            .prompt
+            .as_deref()
+            .and_then(|p| p.strip_prefix('@'))
+            .map(std::path::Path::new);
+        self.model.as_deref().into_iter().chain(prompt).collect()
+    }
+
     pub fn resolve(&self) -> Result<Session> {
         let dtype = parse_dtype(&self.dtype)?;
         let device = parse_device(&self.device)?;

@@ -57,6 +57,7 @@ pub struct CompareArgs {
 }
 
 pub fn run(args: &CompareArgs) -> Result<i32> {
+    args.report.check_targets(&[&args.a, &args.b])?;
     let hint = args.dtype_hint.as_deref().map(parse_dtype).transpose()?;
     let mut a = FileSource::open(&args.a, hint)?;
     let mut b = FileSource::open(&args.b, hint)?;

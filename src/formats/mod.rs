@@ -8,7 +8,7 @@
 
 pub mod naming;
 pub mod npy;
-mod pickle;
+pub mod pickle;
 mod torch;
 mod zipdir;
 
