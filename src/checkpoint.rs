@@ -306,7 +306,9 @@ impl Checkpoint {
             ));
         };
         let mut ckpt = Self::from_files(dir.to_path_buf(), files)?;
-        ckpt.verify_index(&index_path, &declared)?;
+        if !declared.is_empty() {
+            ckpt.verify_index(&index_path, &declared)?;
+        }
         ckpt.declared = declared;
         Ok(ckpt)
     }

@@ -387,9 +387,15 @@ fn check_one(
         .report
         .layers
         .as_deref()
-        .map(crate::input::parse_token_list)
-        .transpose()?
-        .map(|v| v.into_iter().map(|x| x as usize).collect::<Vec<_>>());
+        .map(super::common::parse_layer_list)
+        .transpose()?;
+    if let Some(layers) = &layers {
+        super::common::check_layer_list(
+            layers,
+            session.model.config.num_hidden_layers,
+            "the model",
+        )?;
+    }
     let rows = plan_rows(
         &common,
         Some(&session.model.config.layer_types),

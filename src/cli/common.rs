@@ -118,6 +118,17 @@ fn shell_quote(s: &str) -> String {
 }
 
 /// `--layers 1,16,31` → layer indices.
+/// Refuses a `--layers` entry at or past `count` (`what` names what has that many layers): a
+/// layer that is not there would leave an empty report that reads as agreement.
+pub fn check_layer_list(layers: &[usize], count: usize, what: &str) -> Result<()> {
+    match layers.iter().find(|&&l| l >= count) {
+        Some(bad) => Err(Error::Input(format!(
+            "--layers names layer {bad}, but {what} has {count} layers"
+        ))),
+        None => Ok(()),
+    }
+}
+
 pub fn parse_layer_list(arg: &str) -> Result<Vec<usize>> {
     arg.split(',')
         .map(str::trim)

@@ -128,6 +128,20 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         }),
         _ => None,
     };
+    // A shift past every layer would pair nothing and read as agreement.
+    let b_layers = b
+        .names()
+        .iter()
+        .filter_map(|n| names::parse_layer(n))
+        .max()
+        .map_or(0, |l| l + 1);
+    if args.shift.unsigned_abs() as usize > b_layers {
+        return Err(Error::Input(format!(
+            "--shift {}: {} holds {b_layers} layers, so no layer would be paired",
+            args.shift,
+            args.b.display()
+        )));
+    }
     b.shift_layers(args.shift);
 
     let layers = args
@@ -142,6 +156,14 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         .into_iter()
         .filter(|n| n != names::INPUT_IDS && b_names.contains(n))
         .collect();
+    if let Some(layers) = &layers {
+        let count = common
+            .iter()
+            .filter_map(|n| names::parse_layer(n))
+            .max()
+            .map_or(0, |l| l + 1);
+        super::common::check_layer_list(layers, count, "what both files hold")?;
+    }
     let mut rows = plan_rows(&common, None, layers.as_deref());
     for name in extra_rows {
         if !rows.iter().any(|r| r.name == name) && common.contains(&name) {

@@ -90,14 +90,23 @@ pub fn main() -> i32 {
     }
 }
 
-/// A clap error as one line: its first line without clap's own `error: ` prefix.
+/// A clap error as one line: its message and tips joined, without clap's `error: ` prefix and
+/// without the usage block.
 fn clap_line(e: &clap::Error) -> String {
     let text = e.render().to_string();
-    let first = text
+    let parts: Vec<&str> = text
         .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("invalid arguments");
-    first.trim_start_matches("error: ").trim().to_string()
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let line = parts.join(" ");
+    let line = line.trim_start_matches("error: ").trim();
+    if line.is_empty() {
+        "invalid arguments".to_string()
+    } else {
+        line.to_string()
+    }
 }
 
 /// Runs the command with any panic (ours or a dependency's) turned into one error line: the

@@ -306,6 +306,12 @@ impl FileSource {
                 seq: None,
             });
         }
+        if entries.is_empty() {
+            return Err(bad(
+                path,
+                "a zip archive holding neither data.pkl (torch.save) nor .npy arrays (np.savez)",
+            ));
+        }
         let mut src = Self::empty(path, FileFormat::Npz, map);
         src.entries = entries;
         src.zip = Some(zip);
