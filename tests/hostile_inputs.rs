@@ -42,6 +42,27 @@ struct Case {
     out: Option<PathBuf>,
 }
 
+/// (name, data.pkl, storages, needles)
+type PickleCase = (
+    &'static str,
+    Vec<u8>,
+    Vec<(&'static str, Vec<u8>)>,
+    &'static [&'static str],
+);
+/// (name, edit of config.json, needles)
+type ConfigCase = (
+    &'static str,
+    Box<dyn FnOnce(&mut serde_json::Value)>,
+    &'static [&'static str],
+);
+/// (name, arguments, needles, output path)
+type ArgsCase = (
+    &'static str,
+    Vec<String>,
+    &'static [&'static str],
+    Option<PathBuf>,
+);
+
 fn refused(name: &str, args: Vec<String>, needles: &[&str]) -> Case {
     Case {
         name: name.to_string(),
@@ -651,7 +672,7 @@ fn corrupt_and_lying_files_are_refused() {
         ]);
     }
     doubling.push(b'.');
-    let pickle_cases: Vec<(&str, Vec<u8>, Vec<(&str, Vec<u8>)>, &[&str])> = vec![
+    let pickle_cases: Vec<PickleCase> = vec![
         ("nested 10^6 deep", deep, vec![], &["pickle-depth"]),
         ("memo doubling", doubling, vec![], &["pickle-objects"]),
         (
@@ -1104,7 +1125,7 @@ fn absurd_configs_and_shard_indexes_are_refused() {
         }
     };
     use serde_json::json;
-    let config_cases: Vec<(&str, Box<dyn FnOnce(&mut serde_json::Value)>, &[&str])> = vec![
+    let config_cases: Vec<ConfigCase> = vec![
         (
             "layers u64 max",
             Box::new(set("num_hidden_layers", json!(u64::MAX))),
@@ -1663,7 +1684,7 @@ fn hostile_cli_values_and_outputs_are_refused() {
     let b = fixture("dump_perturbed.safetensors");
     let (sa, sb) = (s(&a), s(&b));
     let report = d.join("report.md");
-    let compare_cases: Vec<(&str, Vec<String>, &[&str], Option<PathBuf>)> = vec![
+    let compare_cases: Vec<ArgsCase> = vec![
         (
             "compare --layers 999",
             args(&["compare", &sa, &sb, "--layers", "999"]),

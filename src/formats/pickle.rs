@@ -527,12 +527,8 @@ mod tests {
     #[test]
     fn deep_nesting_is_refused_not_overflowed() {
         let mut p = vec![0x80, 2];
-        for _ in 0..1_000_000 {
-            p.push(b']');
-        }
-        for _ in 0..999_999 {
-            p.push(b'a');
-        }
+        p.extend(std::iter::repeat_n(b']', 1_000_000));
+        p.extend(std::iter::repeat_n(b'a', 999_999));
         p.push(b'.');
         let e = parse_with(&p, &small()).expect_err("too deep");
         assert!(e.contains("pickle-depth"), "{e}");
