@@ -552,6 +552,22 @@ fn corrupt_and_lying_files_are_refused() {
             ),
             &["layers.0", "batch"],
         ),
+        (
+            "1-D hidden state",
+            safetensors(
+                r#"{"layers.0":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}"#,
+                &values(4, 1),
+            ),
+            &["layers.0", "[1, T, D]"],
+        ),
+        (
+            "0-D hidden state",
+            safetensors(
+                r#"{"layers.0":{"dtype":"F32","shape":[],"data_offsets":[0,4]}}"#,
+                &values(1, 1),
+            ),
+            &["layers.0", "[1, T, D]"],
+        ),
         ("empty file", Vec::new(), &["empty"]),
         ("seven bytes", vec![1, 2, 3, 4, 5, 6, 7], &[]),
     ];

@@ -596,6 +596,14 @@ impl FileSource {
             ));
         }
         match t.rank() {
+            0 | 1 => Err(Error::tensor(
+                &self.path,
+                &self.entries[idx].raw,
+                format!(
+                    "has shape {:?}: a hidden state is [1, T, D] or [T, D]",
+                    t.dims()
+                ),
+            )),
             2 => Ok(t.unsqueeze(0)?),
             r if r >= 3 && t.dim(0)? > 1 => Err(Error::tensor(
                 &self.path,
