@@ -530,7 +530,12 @@ mod tests {
         p.extend(std::iter::repeat_n(b']', 1_000_000));
         p.extend(std::iter::repeat_n(b'a', 999_999));
         p.push(b'.');
-        let e = parse_with(&p, &small()).expect_err("too deep");
+        // Enough objects for the million lists: the depth cap must be what stops it.
+        let limits = Limits {
+            pickle_objects: 4_000_000,
+            ..small()
+        };
+        let e = parse_with(&p, &limits).expect_err("too deep");
         assert!(e.contains("pickle-depth"), "{e}");
     }
 
