@@ -64,7 +64,7 @@ pub fn read_regular(path: &Path, cap: usize, limit: &str) -> Result<Vec<u8>> {
     out.try_reserve_exact(len)
         .map_err(|_| Error::file(path, format!("cannot allocate {len} bytes to read it")))?;
     // At most cap + 1 bytes: a file that grew since it was measured is still bounded.
-    file.take(cap as u64 + 1)
+    file.take((cap as u64).saturating_add(1))
         .read_to_end(&mut out)
         .map_err(|e| Error::file(path, io_words(&e)))?;
     if out.len() > cap {
