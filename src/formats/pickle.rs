@@ -270,21 +270,25 @@ impl Vm<'_> {
         Ok(())
     }
 
+    // Copies are charged before they are made, so a refused copy costs nothing.
     fn memo_put(&mut self, key: u32) -> Result<(), Error> {
+        let nodes = self.top()?.nodes;
+        self.charge(nodes)?;
         let obj = self.top()?.clone();
-        self.charge(obj.nodes)?;
         self.memo.insert(key, obj);
         Ok(())
     }
 
     fn memo_get(&mut self, key: u32) -> Result<(), Error> {
-        let obj = self
+        let nodes = self
             .memo
             .get(&key)
-            .cloned()
+            .map(|o| o.nodes)
             .ok_or_else(|| format!("refers to memo entry {key}, which was never stored"))?;
-        self.charge(obj.nodes)?;
-        self.stack.push(obj);
+        self.charge(nodes)?;
+        if let Some(obj) = self.memo.get(&key).cloned() {
+            self.stack.push(obj);
+        }
         Ok(())
     }
 
@@ -484,8 +488,9 @@ impl Vm<'_> {
                     self.pop_mark()?;
                 }
                 b'2' => {
+                    let nodes = self.top()?.nodes;
+                    self.charge(nodes)?;
                     let top = self.top()?.clone();
-                    self.charge(top.nodes)?;
                     self.stack.push(top);
                 }
                 other => {
