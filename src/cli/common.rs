@@ -59,6 +59,14 @@ impl RunArgs {
     pub fn resolve(&self) -> Result<Session> {
         let dtype = parse_dtype(&self.dtype)?;
         let device = parse_device(&self.device)?;
+        // The input first: a bad token list or prompt file is refused before the model loads.
+        let given = match (&self.tokens, &self.prompt) {
+            (Some(list), _) => Given::Ids(parse_token_list(list)?),
+            (None, arg) => {
+                let (text, source) = resolve_prompt(arg.as_deref().unwrap_or("fizzbuzz"))?;
+                Given::Prompt(text, source)
+            }
+        };
         let model = match &self.model {
             Some(dir) => Model::load(dir)?,
             None => {
@@ -66,11 +74,9 @@ impl RunArgs {
                 builtin::model()?
             }
         };
-        let (ids, prompt_label) = match (&self.tokens, &self.prompt) {
-            (Some(list), _) => (parse_token_list(list)?, None),
-            (None, arg) => {
-                let arg = arg.as_deref().unwrap_or("fizzbuzz");
-                let (text, source) = resolve_prompt(arg)?;
+        let (ids, prompt_label) = match given {
+            Given::Ids(ids) => (ids, None),
+            Given::Prompt(text, source) => {
                 let tokenizer = match &self.model {
                     Some(dir) => Tokenizer::from_file(&dir.join("tokenizer.json"))?,
                     None => builtin::tokenizer()?,
@@ -97,6 +103,12 @@ impl RunArgs {
             device,
         })
     }
+}
+
+/// The input as given: token ids, or a prompt still to be tokenised.
+enum Given {
+    Ids(Vec<u32>),
+    Prompt(String, PromptSource),
 }
 
 /// This process's command line, shell-quoted, for the "reproduce" line of reports.
