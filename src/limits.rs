@@ -36,7 +36,8 @@ impl Default for Limits {
             json_bytes: 1 << 30,
             pickle_bytes: 64 << 20,
             pickle_depth: 64,
-            pickle_objects: 4_000_000,
+            // ~30 objects per tensor: room for ~30 000 tensors in ~150 MB.
+            pickle_objects: 1_000_000,
         }
     }
 }

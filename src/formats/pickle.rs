@@ -537,7 +537,7 @@ mod tests {
         p.push(b'.');
         // Enough objects for the million lists: the depth cap must be what stops it.
         let limits = Limits {
-            pickle_objects: 4_000_000,
+            pickle_objects: 2_000_000,
             ..small()
         };
         let e = parse_with(&p, &limits).expect_err("too deep");
