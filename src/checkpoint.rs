@@ -5,7 +5,6 @@
 //! never a default-initialised weight.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
@@ -42,7 +41,7 @@ pub struct SafetensorsFile {
 
 impl SafetensorsFile {
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::file(path, e.to_string()))?;
+        let file = crate::input::open_regular(path)?;
         // SAFETY: the map is read-only; a file truncated underneath us is the user's own race.
         let mmap = unsafe { Mmap::map(&file) }.map_err(|e| Error::file(path, e.to_string()))?;
         Self::parse(path.to_path_buf(), Bytes::Mapped(mmap))
@@ -54,12 +53,7 @@ impl SafetensorsFile {
     }
 
     fn parse(path: PathBuf, bytes: Bytes) -> Result<Self> {
-        let (header_len, metadata) = SafeTensors::read_metadata(&bytes).map_err(|e| {
-            Error::file(
-                &path,
-                format!("not a valid safetensors file ({})", describe_st_error(&e)),
-            )
-        })?;
+        let (header_len, metadata) = read_metadata(&path, &bytes)?;
         Ok(SafetensorsFile {
             path,
             bytes,
@@ -115,7 +109,7 @@ impl SafetensorsFile {
             Error::tensor(
                 &self.path,
                 name,
-                format!("unsupported dtype {:?}", info.dtype),
+                format!("unsupported dtype {}", info.dtype),
             )
         })?;
         Tensor::from_raw_buffer(data, dtype, &info.shape, &Device::Cpu)
@@ -148,15 +142,97 @@ impl SafetensorsFile {
     }
 }
 
+/// Largest safetensors header read (the safetensors crate's own cap).
+const MAX_HEADER: usize = 100 << 20;
+
+/// Parses a safetensors header with every size checked first and every failure in words: the
+/// header length against the file, duplicate tensor names (which the safetensors crate would
+/// report as a bad offset), then the crate's own validation of dtypes, shapes and offsets.
+pub fn read_metadata(path: &Path, bytes: &[u8]) -> Result<(usize, Metadata)> {
+    let bad = |msg: String| Error::file(path, format!("not a valid safetensors file: {msg}"));
+    let head: [u8; 8] = bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| bad("too small to hold a header".into()))?;
+    let n = u64::from_le_bytes(head);
+    let header = usize::try_from(n)
+        .ok()
+        .filter(|&n| n <= MAX_HEADER)
+        .and_then(|n| bytes.get(8..8 + n))
+        .ok_or_else(|| {
+            bad(format!(
+                "its header claims {n} bytes, the file holds {} after the length field (truncated?)",
+                bytes.len().saturating_sub(8)
+            ))
+        })?;
+    if let Err(e) = serde_json::from_slice::<UniqueKeys>(header) {
+        let text = e.to_string();
+        return Err(match text.strip_prefix(DUPLICATE) {
+            Some(rest) => {
+                let name = rest.split(" at line").next().unwrap_or(rest);
+                Error::tensor(path, name, "named twice in the safetensors header")
+            }
+            None => bad(format!("the header is not a JSON object ({text})")),
+        });
+    }
+    SafeTensors::read_metadata(bytes).map_err(|e| bad(describe_st_error(&e)))
+}
+
+const DUPLICATE: &str = "duplicate key ";
+
+/// Deserialises a JSON object's keys only, failing on the first key seen twice.
+struct UniqueKeys;
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = UniqueKeys;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<UniqueKeys, A::Error> {
+                let mut seen = std::collections::HashSet::new();
+                while let Some(k) = map.next_key::<String>()? {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    if !seen.insert(k.clone()) {
+                        return Err(serde::de::Error::custom(format!("{DUPLICATE}{k}")));
+                    }
+                }
+                Ok(UniqueKeys)
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
 fn describe_st_error(e: &safetensors::SafeTensorError) -> String {
     use safetensors::SafeTensorError as E;
     match e {
-        E::MetadataIncompleteBuffer => {
-            "file is shorter than its header says: truncated".to_string()
+        E::MetadataIncompleteBuffer => "shorter than its header says: truncated".to_string(),
+        E::HeaderTooSmall => "too small to hold a header".to_string(),
+        E::HeaderTooLarge => "its header is over 100 MB".to_string(),
+        E::InvalidHeaderLength => "its header length points past the end of the file".to_string(),
+        E::InvalidHeader(_) => "its header is not UTF-8 text".to_string(),
+        E::InvalidHeaderDeserialization(err) | E::JsonError(err) => {
+            format!("its header does not describe tensors ({err})")
         }
-        E::HeaderTooSmall => "file too small to hold a header".to_string(),
-        E::InvalidHeaderLength => "header length points past the end of the file".to_string(),
-        other => format!("{other:?}"),
+        E::TensorInvalidInfo => {
+            "a tensor's byte range does not match its shape and dtype".to_string()
+        }
+        E::InvalidOffset(name) => format!(
+            "tensor `{name}` has a byte range that overlaps another tensor, leaves a gap, or runs past the data"
+        ),
+        E::ValidationOverflow => "a tensor's shape is too large to address".to_string(),
+        E::MisalignedSlice => "a tensor's data is not aligned to its dtype".to_string(),
+        E::TensorNotFound(name) => format!("tensor `{name}` is missing"),
+        E::InvalidTensorView(dtype, shape, n) => {
+            format!("a {dtype} tensor of shape {shape:?} cannot hold {n} bytes")
+        }
+        E::IoError(err) => crate::input::io_words(err),
     }
 }
 
@@ -230,6 +306,9 @@ impl Checkpoint {
             ));
         };
         let mut ckpt = Self::from_files(dir.to_path_buf(), files)?;
+        if !declared.is_empty() {
+            ckpt.verify_index(&index_path, &declared)?;
+        }
         ckpt.declared = declared;
         Ok(ckpt)
     }
@@ -238,7 +317,17 @@ impl Checkpoint {
         let mut index = BTreeMap::new();
         for (i, f) in files.iter().enumerate() {
             for name in f.names() {
-                index.insert(name, i);
+                if let Some(j) = index.insert(name.clone(), i) {
+                    let other: &SafetensorsFile = &files[j];
+                    return Err(Error::tensor(
+                        f.path(),
+                        &name,
+                        format!(
+                            "also in {}: a tensor must be in exactly one shard",
+                            other.path().display()
+                        ),
+                    ));
+                }
             }
         }
         let layout = if index.contains_key("model.language_model.embed_tokens.weight") {
@@ -264,6 +353,35 @@ impl Checkpoint {
             declared: BTreeMap::new(),
             layout,
         })
+    }
+
+    /// Every tensor the shards hold is in the shard the index names for it.
+    fn verify_index(&self, index_path: &Path, declared: &BTreeMap<String, PathBuf>) -> Result<()> {
+        for (name, &i) in &self.index {
+            let actual = self.files[i].path();
+            match declared.get(name) {
+                Some(listed) if listed == actual => {}
+                Some(listed) => {
+                    return Err(Error::tensor(
+                        actual,
+                        name,
+                        format!(
+                            "{} lists it under {}, but it is in this shard",
+                            index_path.display(),
+                            listed.display()
+                        ),
+                    ));
+                }
+                None => {
+                    return Err(Error::tensor(
+                        actual,
+                        name,
+                        format!("in this shard but not listed in {}", index_path.display()),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn dir(&self) -> &Path {
@@ -325,7 +443,10 @@ impl Checkpoint {
             return Err(Error::tensor(
                 file.path(),
                 name,
-                format!("dtype {:?} is not a float type", t.dtype()),
+                format!(
+                    "dtype {} is not a float type",
+                    crate::device::dtype_label(t.dtype())
+                ),
             ));
         }
         let t = t.to_dtype(dtype)?.to_device(device)?;
@@ -358,9 +479,9 @@ impl Checkpoint {
 
 /// The shard file names (sorted, deduplicated) and the tensor → file map of an index.json.
 fn read_index(index_path: &Path) -> Result<(Vec<String>, BTreeMap<String, String>)> {
-    let text =
-        std::fs::read_to_string(index_path).map_err(|e| Error::file(index_path, e.to_string()))?;
-    let v: serde_json::Value = serde_json::from_str(&text)
+    let bytes =
+        crate::input::read_regular(index_path, crate::limits::get().json_bytes, "json-bytes")?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| Error::file(index_path, format!("not valid JSON: {e}")))?;
     let map = v
         .get("weight_map")
@@ -375,6 +496,15 @@ fn read_index(index_path: &Path) -> Result<(Vec<String>, BTreeMap<String, String
                 format!("weight_map entry for `{tensor}` is not a file name"),
             )
         })?;
+        // A shard is a file next to the index, never a path elsewhere.
+        if file.is_empty() || file.contains(['/', '\\']) || file == "." || file == ".." {
+            return Err(Error::file(
+                index_path,
+                format!(
+                    "weight_map entry for `{tensor}` names `{file}`, not a file in this folder"
+                ),
+            ));
+        }
         if !names.iter().any(|n| n == file) {
             names.push(file.to_string());
         }

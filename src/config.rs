@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::limits;
 
 /// The architectures hsdiff reproduces. They share one forward pass and differ in the checkpoint
 /// layout of the linear-attention projections and in the feed-forward block.
@@ -189,7 +190,7 @@ impl Fields<'_> {
 
 impl ModelConfig {
     pub fn from_file(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| Error::file(path, e.to_string()))?;
+        let bytes = crate::input::read_regular(path, limits::get().json_bytes, "json-bytes")?;
         Self::from_bytes(&bytes, path)
     }
 
@@ -243,6 +244,14 @@ impl ModelConfig {
         sha256: String,
     ) -> Result<Self> {
         let num_hidden_layers = text.usize("num_hidden_layers")?;
+        // Checked here, before the per-layer lists below are built from it.
+        let cap = limits::get().layers;
+        if num_hidden_layers > cap {
+            return Err(text.err(format!(
+                "field `num_hidden_layers`: {}",
+                limits::exceeded("it", num_hidden_layers, "layers", cap)
+            )));
+        }
         let hidden_size = text.usize("hidden_size")?;
         let num_attention_heads = text.usize("num_attention_heads")?;
         let linear = LinearAttentionConfig {
@@ -304,11 +313,64 @@ impl ModelConfig {
                 Err(text.err(msg.to_string()))
             }
         };
-        check(self.num_hidden_layers > 0, "num_hidden_layers must be > 0")?;
-        check(
-            self.hidden_size > 0 && self.vocab_size > 0,
-            "hidden_size and vocab_size must be > 0",
-        )?;
+        let lim = limits::get();
+        let l = &self.linear;
+        let mut dims = vec![
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("hidden_size", self.hidden_size),
+            ("vocab_size", self.vocab_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+            ("head_dim", self.head_dim),
+            ("linear_conv_kernel_dim", l.conv_kernel),
+            ("linear_num_key_heads", l.num_key_heads),
+            ("linear_num_value_heads", l.num_value_heads),
+            ("linear_key_head_dim", l.key_head_dim),
+            ("linear_value_head_dim", l.value_head_dim),
+        ];
+        if let Some(moe) = &self.moe {
+            dims.extend([
+                ("num_experts", moe.num_experts),
+                ("moe_intermediate_size", moe.moe_intermediate_size),
+            ]);
+        }
+        for (field, v) in dims {
+            if v == 0 {
+                return Err(text.err(format!("field `{field}` must be > 0, got 0")));
+            }
+            if v > lim.dim {
+                return Err(text.err(format!(
+                    "field `{field}`: {}",
+                    limits::exceeded("it", v, "dim", lim.dim)
+                )));
+            }
+        }
+        // Ranges that would otherwise turn the run into NaN or switch RoPE off without a word.
+        let positive = [
+            ("rms_norm_eps", self.rms_norm_eps),
+            ("rope_theta", self.rope_theta),
+            ("partial_rotary_factor", self.partial_rotary_factor),
+        ];
+        for (field, v) in positive {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(text.err(format!(
+                    "field `{field}` must be a finite number > 0, got {v}"
+                )));
+            }
+        }
+        if self.rms_norm_eps >= 1.0 {
+            return Err(text.err(format!(
+                "field `rms_norm_eps` must be < 1 (a normalisation epsilon), got {}",
+                self.rms_norm_eps
+            )));
+        }
+        if self.partial_rotary_factor > 1.0 {
+            return Err(text.err(format!(
+                "field `partial_rotary_factor` must be in (0, 1], got {}",
+                self.partial_rotary_factor
+            )));
+        }
         check(
             self.num_key_value_heads > 0
                 && self
@@ -316,7 +378,6 @@ impl ModelConfig {
                     .is_multiple_of(self.num_key_value_heads),
             "num_attention_heads must be a multiple of num_key_value_heads",
         )?;
-        let l = &self.linear;
         check(
             l.num_key_heads > 0 && l.num_value_heads.is_multiple_of(l.num_key_heads),
             "linear_num_value_heads must be a multiple of linear_num_key_heads",
@@ -330,11 +391,25 @@ impl ModelConfig {
             rot.is_multiple_of(2) && rot <= self.head_dim,
             "head_dim × partial_rotary_factor must be an even number ≤ head_dim",
         )?;
+        check(
+            rot > 0,
+            "head_dim × partial_rotary_factor rounds to 0 rotary dims: RoPE would be off",
+        )?;
         if let Some(moe) = &self.moe {
             check(
                 moe.num_experts_per_tok > 0 && moe.num_experts_per_tok <= moe.num_experts,
                 "num_experts_per_tok must be in 1..=num_experts",
             )?;
+            if let Some(&bad) = moe
+                .mlp_only_layers
+                .iter()
+                .find(|&&i| i >= self.num_hidden_layers)
+            {
+                return Err(text.err(format!(
+                    "field `mlp_only_layers` names layer {bad}, but num_hidden_layers is {}",
+                    self.num_hidden_layers
+                )));
+            }
         }
         Ok(())
     }

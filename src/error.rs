@@ -37,6 +37,10 @@ pub enum Error {
     #[error("compare: {0}")]
     Compare(String),
 
+    /// A panic caught at the command boundary: a bug, in hsdiff or a dependency.
+    #[error("internal error, please report it: {0}")]
+    Internal(String),
+
     /// An error inside candle that no more specific variant explains.
     #[error("tensor op: {0}")]
     Candle(String),

@@ -28,12 +28,14 @@ pub fn write(path: &Path, caps: &Captures, fingerprint: &Fingerprint) -> Result<
     }
     let json = serde_json::to_string(fingerprint).map_err(|e| Error::file(path, e.to_string()))?;
     let metadata = HashMap::from([(METADATA_KEY.to_string(), json)]);
-    safetensors::serialize_to_file(
-        tensors.iter().map(|(n, t)| (n.as_str(), t)),
-        Some(metadata),
-        path,
-    )
-    .map_err(|e| Error::file(path, format!("cannot write: {e}")))
+    crate::output::write_with(path, |tmp| {
+        safetensors::serialize_to_file(
+            tensors.iter().map(|(n, t)| (n.as_str(), t)),
+            Some(metadata),
+            tmp,
+        )
+        .map_err(|e| Error::file(path, format!("cannot write: {e}")))
+    })
 }
 
 /// A dump opened for reading, tensor by tensor from a memory map.

@@ -216,6 +216,11 @@ struct Outcome {
 }
 
 pub fn run(args: &CheckArgs) -> Result<i32> {
+    let inputs: Vec<&std::path::Path> = [args.golden.as_deref(), args.model.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    args.report.check_targets(&inputs)?;
     let device = parse_device(&args.device)?;
     let backends: Vec<Box<dyn LinearAttentionBackend>> = args
         .backend
@@ -361,9 +366,15 @@ fn check_one(
         .report
         .layers
         .as_deref()
-        .map(crate::input::parse_token_list)
-        .transpose()?
-        .map(|v| v.into_iter().map(|x| x as usize).collect::<Vec<_>>());
+        .map(super::common::parse_layer_list)
+        .transpose()?;
+    if let Some(layers) = &layers {
+        super::common::check_layer_list(
+            layers,
+            session.model.config.num_hidden_layers,
+            "the model",
+        )?;
+    }
     let rows = plan_rows(
         &common,
         Some(&session.model.config.layer_types),
@@ -527,8 +538,7 @@ fn render_set(outcomes: &[Outcome], args: &ReportArgs) -> Result<i32> {
     };
     match &args.out {
         Some(path) => {
-            std::fs::write(path, text)
-                .map_err(|e| Error::file(path, format!("cannot write: {e}")))?;
+            crate::output::write_bytes(path, text.as_bytes())?;
             for l in &lines {
                 eprintln!("{l}");
             }

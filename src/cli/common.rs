@@ -46,9 +46,27 @@ pub struct Session {
 }
 
 impl RunArgs {
+    /// The files and folders this run reads (model folder, prompt file), for output checks.
+    pub fn input_paths(&self) -> Vec<&std::path::Path> {
+        let prompt = self
+            .prompt
+            .as_deref()
+            .and_then(|p| p.strip_prefix('@'))
+            .map(std::path::Path::new);
+        self.model.as_deref().into_iter().chain(prompt).collect()
+    }
+
     pub fn resolve(&self) -> Result<Session> {
         let dtype = parse_dtype(&self.dtype)?;
         let device = parse_device(&self.device)?;
+        // The input first: a bad token list or prompt file is refused before the model loads.
+        let given = match (&self.tokens, &self.prompt) {
+            (Some(list), _) => Given::Ids(parse_token_list(list)?),
+            (None, arg) => {
+                let (text, source) = resolve_prompt(arg.as_deref().unwrap_or("fizzbuzz"))?;
+                Given::Prompt(text, source)
+            }
+        };
         let model = match &self.model {
             Some(dir) => Model::load(dir)?,
             None => {
@@ -56,11 +74,9 @@ impl RunArgs {
                 builtin::model()?
             }
         };
-        let (ids, prompt_label) = match (&self.tokens, &self.prompt) {
-            (Some(list), _) => (parse_token_list(list)?, None),
-            (None, arg) => {
-                let arg = arg.as_deref().unwrap_or("fizzbuzz");
-                let (text, source) = resolve_prompt(arg)?;
+        let (ids, prompt_label) = match given {
+            Given::Ids(ids) => (ids, None),
+            Given::Prompt(text, source) => {
                 let tokenizer = match &self.model {
                     Some(dir) => Tokenizer::from_file(&dir.join("tokenizer.json"))?,
                     None => builtin::tokenizer()?,
@@ -89,6 +105,12 @@ impl RunArgs {
     }
 }
 
+/// The input as given: token ids, or a prompt still to be tokenised.
+enum Given {
+    Ids(Vec<u32>),
+    Prompt(String, PromptSource),
+}
+
 /// This process's command line, shell-quoted, for the "reproduce" line of reports.
 pub fn command_line() -> String {
     let mut parts = vec!["hsdiff".to_string()];
@@ -108,6 +130,17 @@ fn shell_quote(s: &str) -> String {
 }
 
 /// `--layers 1,16,31` → layer indices.
+/// Refuses a `--layers` entry at or past `count` (`what` names what has that many layers): a
+/// layer that is not there would leave an empty report that reads as agreement.
+pub fn check_layer_list(layers: &[usize], count: usize, what: &str) -> Result<()> {
+    match layers.iter().find(|&&l| l >= count) {
+        Some(bad) => Err(Error::Input(format!(
+            "--layers names layer {bad}, but {what} has {count} layers"
+        ))),
+        None => Ok(()),
+    }
+}
+
 pub fn parse_layer_list(arg: &str) -> Result<Vec<usize>> {
     arg.split(',')
         .map(str::trim)

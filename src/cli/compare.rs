@@ -75,6 +75,7 @@ pub struct CompareArgs {
 }
 
 pub fn run(args: &CompareArgs) -> Result<i32> {
+    args.report.check_targets(&[&args.a, &args.b])?;
     let hint = args.dtype_hint.as_deref().map(parse_dtype).transpose()?;
     let mut a = FileSource::open(&args.a, hint)?;
     let mut b = FileSource::open(&args.b, hint)?;
@@ -255,6 +256,20 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         }),
         _ => None,
     };
+    // A shift past every layer would pair nothing and read as agreement.
+    let b_layers = b
+        .names()
+        .iter()
+        .filter_map(|n| names::parse_layer(n))
+        .max()
+        .map_or(0, |l| l + 1);
+    if args.shift.unsigned_abs() as usize > b_layers {
+        return Err(Error::Input(format!(
+            "--shift {}: {} holds {b_layers} layers, so no layer would be paired",
+            args.shift,
+            args.b.display()
+        )));
+    }
     b.shift_layers(args.shift);
 
     let layers = args
@@ -269,6 +284,14 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         .into_iter()
         .filter(|n| n != names::INPUT_IDS && b_names.contains(n))
         .collect();
+    if let Some(layers) = &layers {
+        let count = common
+            .iter()
+            .filter_map(|n| names::parse_layer(n))
+            .max()
+            .map_or(0, |l| l + 1);
+        super::common::check_layer_list(layers, count, "what both files hold")?;
+    }
     let layer_types = session
         .as_ref()
         .map(|s| s.model.config.layer_types.as_slice());

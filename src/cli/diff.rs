@@ -125,9 +125,8 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
             "name both backends: hsdiff --a BACKEND --b BACKEND (see `hsdiff backends`)".into(),
         ));
     };
-    if let Some(path) = &args.report.plot {
-        crate::report::plot::check_path(path)?; // before the (long) runs
-    }
+    // Output targets are checked before the (long) runs.
+    args.report.check_targets(&args.run.input_paths())?;
     let session = args.run.resolve()?;
     let a = backend_by_name(a_name, &session.device)?;
     let b = backend_by_name(b_name, &session.device)?;
@@ -223,6 +222,16 @@ fn side(session: &Session, backend: &dyn LinearAttentionBackend) -> Side {
 }
 
 /// Renders the report where asked and turns its verdict into the exit code.
+impl ReportArgs {
+    /// `--out` and `--plot` can be written, and are none of `inputs`.
+    pub fn check_targets(&self, inputs: &[&std::path::Path]) -> Result<()> {
+        if let Some(path) = &self.plot {
+            crate::report::plot::check_path(path)?;
+        }
+        crate::output::check_report_targets(self.out.as_deref(), self.plot.as_deref(), inputs)
+    }
+}
+
 pub fn emit(report: &Report, args: &ReportArgs) -> Result<i32> {
     let to_terminal = args.out.is_none() && std::io::stdout().is_terminal();
     let text = match args.format {
@@ -239,8 +248,7 @@ pub fn emit(report: &Report, args: &ReportArgs) -> Result<i32> {
     };
     match &args.out {
         Some(path) => {
-            std::fs::write(path, text)
-                .map_err(|e| Error::file(path, format!("cannot write: {e}")))?;
+            crate::output::write_bytes(path, text.as_bytes())?;
             eprintln!("{}", report.summary);
         }
         None => print!("{text}"),

@@ -12,6 +12,8 @@ mod env;
 mod paths;
 mod selftest;
 
+use std::sync::Mutex;
+
 use clap::{Parser, Subcommand};
 
 use crate::error::Result;
@@ -27,6 +29,12 @@ use crate::input::BUILTIN_PROMPTS;
 pub struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+
+    /// Raise (or lower) a cap on input sizes, NAME=VALUE; repeatable. Names: tokens,
+    /// prompt-bytes, layers, dim, json-bytes, pickle-bytes, pickle-depth, pickle-objects
+    /// (docs/file-formats.md lists the defaults).
+    #[arg(long = "limit", value_name = "NAME=VALUE", global = true)]
+    limit: Vec<String>,
 
     /// With no subcommand: compare two backends on identical inputs.
     #[command(flatten)]
@@ -64,19 +72,75 @@ enum Command {
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
+        Err(e) if !e.use_stderr() => {
+            // --help, --version
             let _ = e.print();
-            return code;
+            return 0;
+        }
+        Err(e) => {
+            eprintln!("hsdiff: error: {} (see --help)", clap_line(&e));
+            return 2;
         }
     };
-    match dispatch(&cli) {
+    match catch_panics(|| {
+        crate::limits::set(crate::limits::Limits::from_args(&cli.limit)?);
+        dispatch(&cli)
+    }) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("hsdiff: error: {e}");
             2
         }
     }
+}
+
+/// A clap error as one line: its message and tips joined, without clap's `error: ` prefix and
+/// without the usage block.
+fn clap_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let parts: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let line = parts.join(" ");
+    let line = line.trim_start_matches("error: ").trim();
+    if line.is_empty() {
+        "invalid arguments".to_string()
+    } else {
+        line.to_string()
+    }
+}
+
+/// Runs the command with any panic (ours or a dependency's) turned into one error line: the
+/// panic's message is kept for that line, the default multi-line report stays off stderr.
+fn catch_panics(run: impl FnOnce() -> Result<i32>) -> Result<i32> {
+    static MESSAGE: Mutex<Option<String>> = Mutex::new(None);
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".to_string());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let line = msg.lines().next().unwrap_or_default().to_string();
+        if let Ok(mut m) = MESSAGE.lock() {
+            m.get_or_insert(format!("{line}{at}"));
+        }
+    }));
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|_| {
+        let msg = MESSAGE
+            .lock()
+            .ok()
+            .and_then(|m| m.clone())
+            .unwrap_or_default();
+        Err(crate::error::Error::Internal(msg))
+    })
 }
 
 fn dispatch(cli: &Cli) -> Result<i32> {

@@ -8,12 +8,14 @@
 
 pub mod naming;
 pub mod npy;
+pub mod pickle;
 mod torch;
+mod zipdir;
+
+pub use zipdir::ZipIndex;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
@@ -112,6 +114,8 @@ pub struct FileSource {
     pub fingerprint: Option<Value>,
     ids_list: Option<Vec<i64>>,
     dtype_hint: Option<DType>,
+    /// The archive's directory, for entries that are read through the inflater.
+    zip: Option<ZipIndex>,
 }
 
 fn bad(path: &Path, msg: impl Into<String>) -> Error {
@@ -122,7 +126,7 @@ impl FileSource {
     /// Opens and indexes `path`. `dtype_hint` (`--dtype-hint`) is the compute dtype of files that
     /// record none, and lets 16-bit integer arrays be read as bf16 bits.
     pub fn open(path: &Path, dtype_hint: Option<DType>) -> Result<Self> {
-        let file = File::open(path).map_err(|e| bad(path, e.to_string()))?;
+        let file = crate::input::open_regular(path)?;
         let len = file.metadata().map_err(|e| bad(path, e.to_string()))?.len();
         if len == 0 {
             return Err(bad(path, "empty file"));
@@ -137,15 +141,11 @@ impl FileSource {
         let mut src = if map.starts_with(b"\x93NUMPY") {
             Self::npy(path, map)?
         } else if map.starts_with(b"PK\x03\x04") || map.starts_with(b"PK\x05\x06") {
-            let zip = ZipIndex::read(&map).map_err(|e| {
-                bad(
-                    path,
-                    format!("not a readable zip archive, truncated? ({e})"),
-                )
-            })?;
+            let zip = ZipIndex::read(&map)
+                .map_err(|e| bad(path, format!("not a readable zip archive: {e}")))?;
             let is_torch = zip.names().any(|n| n.ends_with("data.pkl"));
             if is_torch {
-                Self::torch(path, map)?
+                Self::torch(path, map, zip)?
             } else if ext == "npz" || zip.names().any(|n| n.ends_with(".npy")) {
                 Self::npz(path, map, zip)?
             } else {
@@ -187,20 +187,12 @@ impl FileSource {
             fingerprint: None,
             ids_list: None,
             dtype_hint: None,
+            zip: None,
         }
     }
 
     fn safetensors(path: &Path, map: Mmap) -> Result<Self> {
-        let (header_len, meta) = safetensors::SafeTensors::read_metadata(&map).map_err(|e| {
-            use safetensors::SafeTensorError as E;
-            let why = match e {
-                E::MetadataIncompleteBuffer => "shorter than its header says: truncated".into(),
-                E::HeaderTooSmall => "too small to hold a header".into(),
-                E::InvalidHeaderLength => "header length points past the end of the file".into(),
-                other => format!("{other:?}"),
-            };
-            bad(path, format!("not a valid safetensors file ({why})"))
-        })?;
+        let (header_len, meta) = crate::checkpoint::read_metadata(path, &map)?;
         let fingerprint = match meta.metadata().as_ref().and_then(|m| m.get(METADATA_KEY)) {
             Some(json) => Some(serde_json::from_str::<Value>(json).map_err(|e| {
                 bad(
@@ -231,7 +223,7 @@ impl FileSource {
                     return Err(Error::tensor(
                         path,
                         &name,
-                        format!("unsupported dtype {other:?}"),
+                        format!("unsupported dtype {other}"),
                     ));
                 }
             };
@@ -302,7 +294,7 @@ impl FileSource {
             // The header: at most a few KiB at the start of the entry.
             let head_len = zip.size(name).min(64 << 10);
             let head = zip
-                .read_prefix(&map, name, head_len)
+                .extract(&map, name, 0, head_len)
                 .map_err(|e| Error::tensor(path, stem, e))?;
             let h = npy::parse_header(&head).map_err(|e| Error::tensor(path, stem, e))?;
             let len = h.data_len().ok_or_else(|| {
@@ -321,15 +313,23 @@ impl FileSource {
                 seq: None,
             });
         }
+        if entries.is_empty() {
+            return Err(bad(
+                path,
+                "a zip archive holding neither data.pkl (torch.save) nor .npy arrays (np.savez)",
+            ));
+        }
         let mut src = Self::empty(path, FileFormat::Npz, map);
         src.entries = entries;
+        src.zip = Some(zip);
         Ok(src)
     }
 
-    fn torch(path: &Path, map: Mmap) -> Result<Self> {
-        let parsed = torch::parse(&map).map_err(|e| bad(path, e))?;
+    fn torch(path: &Path, map: Mmap, zip: ZipIndex) -> Result<Self> {
+        let parsed = torch::parse(&map, &zip).map_err(|e| bad(path, e))?;
         let mut src = Self::empty(path, FileFormat::Torch, map);
         src.entries = parsed.entries;
+        src.zip = Some(zip);
         // A bare tensor is named after the file, as a .npy is.
         for e in &mut src.entries {
             if e.raw.is_empty() {
@@ -494,7 +494,11 @@ impl FileSource {
                     err("data lies past the end of the file (truncated?)".into())
                 })?),
                 Loc::Zip { entry, skip, len } => {
-                    Cow::Owned(torch::read_entry(&self.map, entry, *skip, *len).map_err(err)?)
+                    let zip = self
+                        .zip
+                        .as_ref()
+                        .ok_or_else(|| err("a compressed entry outside a zip archive".into()))?;
+                    Cow::Owned(zip.extract(&self.map, entry, *skip, *len).map_err(err)?)
                 }
             };
         let expect = npy::checked_bytes(&e.shape, dtype.size_in_bytes());
@@ -601,6 +605,14 @@ impl FileSource {
             ));
         }
         match t.rank() {
+            0 | 1 => Err(Error::tensor(
+                &self.path,
+                &self.entries[idx].raw,
+                format!(
+                    "has shape {:?}: a hidden state is [1, T, D] or [T, D]",
+                    t.dims()
+                ),
+            )),
             2 => Ok(t.unsqueeze(0)?),
             r if r >= 3 && t.dim(0)? > 1 => Err(Error::tensor(
                 &self.path,
@@ -725,98 +737,5 @@ pub fn coarseness(d: DType) -> u8 {
         DType::F16 => 2,
         DType::BF16 => 3,
         _ => 0,
-    }
-}
-
-/// The entries of a zip archive, with where each one's data starts in the file.
-pub struct ZipIndex {
-    files: Vec<ZipEntry>,
-}
-
-struct ZipEntry {
-    name: String,
-    /// Offset of the data in the archive, when known.
-    start: Option<usize>,
-    /// Stored (not compressed).
-    stored: bool,
-    /// Uncompressed size.
-    size: usize,
-    compressed: usize,
-}
-
-impl ZipIndex {
-    pub fn read(bytes: &[u8]) -> std::result::Result<Self, String> {
-        let mut zip = zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| e.to_string())?;
-        let mut files = Vec::with_capacity(zip.len());
-        for i in 0..zip.len() {
-            let f = zip.by_index_raw(i).map_err(|e| e.to_string())?;
-            files.push(ZipEntry {
-                name: f.name().map_err(|e| e.to_string())?.into_owned(),
-                start: f.data_start().and_then(|s| usize::try_from(s).ok()),
-                stored: f.compression() == zip::CompressionMethod::Stored,
-                size: f.size() as usize,
-                compressed: f.compressed_size() as usize,
-            });
-        }
-        Ok(ZipIndex { files })
-    }
-
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.files.iter().map(|f| f.name.as_str())
-    }
-
-    fn find(&self, name: &str) -> std::result::Result<&ZipEntry, String> {
-        self.files
-            .iter()
-            .find(|f| f.name == name)
-            .ok_or_else(|| format!("archive entry {name} is missing"))
-    }
-
-    fn size(&self, name: &str) -> usize {
-        self.find(name).map(|f| f.size).unwrap_or(0)
-    }
-
-    /// Where `len` bytes at `skip` into entry `name` are.
-    pub fn loc(&self, name: &str, skip: usize, len: usize) -> std::result::Result<Loc, String> {
-        let f = self.find(name)?;
-        let end = skip
-            .checked_add(len)
-            .ok_or_else(|| format!("archive entry {name}: impossible size"))?;
-        if end > f.size {
-            return Err(format!(
-                "archive entry {name} holds {} bytes, {} needed (truncated?)",
-                f.size, end
-            ));
-        }
-        Ok(match (f.stored, f.start) {
-            (true, Some(start)) if f.compressed == f.size => {
-                Loc::Range(start + skip, start + skip + len)
-            }
-            _ => Loc::Zip {
-                entry: name.to_string(),
-                skip,
-                len,
-            },
-        })
-    }
-
-    /// The first `len` bytes of entry `name`.
-    fn read_prefix(
-        &self,
-        bytes: &[u8],
-        name: &str,
-        len: usize,
-    ) -> std::result::Result<Vec<u8>, String> {
-        match self.loc(name, 0, len)? {
-            Loc::Range(a, b) => bytes.get(a..b).map(<[u8]>::to_vec).ok_or_else(|| {
-                format!("archive entry {name} lies past the end of the file (truncated?)")
-            }),
-            _ => torch::read_entry(bytes, name, 0, len),
-        }
-    }
-
-    /// The whole of entry `name`.
-    pub fn read_all(&self, bytes: &[u8], name: &str) -> std::result::Result<Vec<u8>, String> {
-        self.read_prefix(bytes, name, self.size(name))
     }
 }

@@ -1,37 +1,29 @@
-//! `torch.save` files (the zip format of torch ≥ 1.6): the pickle is parsed with candle's
-//! unpickler, tensors are located in the archive's `data/N` storages and read straight from the
-//! memory map (torch stores them uncompressed).
+//! `torch.save` files (the zip format of torch ≥ 1.6): the pickle is parsed with hsdiff's own
+//! bounded reader ([`super::pickle`]), tensors are located in the archive's `data/N` storages and
+//! read straight from the memory map (torch stores them uncompressed).
 //!
 //! Accepted top-level objects: a dict (nested dicts, tuples and lists allowed) whose tensor
 //! leaves get dotted names (`hidden_states.3`), or a tuple/list of tensors (the
 //! `output_hidden_states` tuple). A string or dict under the key `hsdiff` is read as the
-//! fingerprint; a list of ints under `input_ids` as the token ids.
-
-use std::io::{BufReader, Cursor, Read};
+//! fingerprint; a list of ints under `input_ids` as the token ids. Anything else (a number, a
+//! string, a custom object) is refused with its name: nothing is skipped silently.
 
 use candle_core::DType;
-use candle_core::pickle::{Object, Stack};
-use serde_json::Value;
+use serde_json::Value as Json;
 
+use super::pickle::{self, Obj, Value};
 use super::{Entry, ZipIndex, npy};
 use crate::capture::dump::METADATA_KEY;
+use crate::limits;
 
 /// Everything read from a `.pt` file's pickle.
 pub struct Parsed {
     pub entries: Vec<Entry>,
-    pub fingerprint: Option<Value>,
+    pub fingerprint: Option<Json>,
     pub input_ids: Option<Vec<i64>>,
 }
 
-pub fn parse(bytes: &[u8]) -> Result<Parsed, String> {
-    let zip = ZipIndex::read(bytes).map_err(|e| {
-        if bytes.first() == Some(&0x80) {
-            "a legacy (pre-1.6, non-zip) torch.save file: re-save it with torch ≥ 1.6 defaults"
-                .to_string()
-        } else {
-            format!("not a torch.save zip archive ({e})")
-        }
-    })?;
+pub fn parse(bytes: &[u8], zip: &ZipIndex) -> Result<Parsed, String> {
     let pkl = zip
         .names()
         .filter(|n| n.ends_with("/data.pkl") || *n == "data.pkl")
@@ -39,12 +31,10 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, String> {
         .map(str::to_string)
         .ok_or("no data.pkl in the archive: not a torch.save file")?;
     let prefix = pkl.strip_suffix("data.pkl").unwrap_or_default().to_string();
-    let pickle = zip.read_all(bytes, &pkl)?;
-    let obj = unpickle(&pickle).map_err(|e| {
-        format!("cannot unpickle {pkl} ({e}); save a dict of tensors or the hidden_states tuple")
-    })?;
+    let pickle = zip.read_all(bytes, &pkl, limits::get().pickle_bytes)?;
+    let obj = pickle::parse(&pickle).map_err(|e| format!("cannot unpickle {pkl}: {e}"))?;
     let mut walk = Walk {
-        zip: &zip,
+        zip,
         prefix: &prefix,
         parsed: Parsed {
             entries: Vec::new(),
@@ -53,7 +43,7 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, String> {
         },
     };
     match obj {
-        Object::Dict(_) | Object::Tuple(_) | Object::List(_) => walk.visit(obj, "", None)?,
+        Value::Dict(_) | Value::Tuple(_) | Value::List(_) => walk.visit(obj, "", None)?,
         other if tensor_call(&other).is_some() => walk.visit(other, "", None)?,
         other => {
             return Err(format!(
@@ -72,9 +62,11 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
+    /// Names the tensors under `obj`. Recursion is bounded: the pickle reader refused anything
+    /// nested deeper than the pickle-depth limit.
     fn visit(
         &mut self,
-        obj: Object,
+        obj: Value,
         name: &str,
         seq: Option<(String, usize, usize)>,
     ) -> Result<(), String> {
@@ -86,17 +78,22 @@ impl Walk<'_> {
             }
         };
         match obj {
-            Object::Dict(items) => {
+            Value::Dict(items) => {
                 for (k, v) in items {
-                    let key = match k {
-                        Object::Unicode(s) => s,
-                        Object::Int(i) => i.to_string(),
-                        Object::Long(i) => i.to_string(),
-                        _ => continue,
+                    let key = match k.value {
+                        Value::Str(s) => s,
+                        Value::Int(i) => i.to_string(),
+                        other => {
+                            return Err(format!(
+                                "`{}` has a key that is {}, not a string or integer",
+                                display(name),
+                                describe(&other)
+                            ));
+                        }
                     };
                     if key == METADATA_KEY && name.is_empty() {
-                        self.parsed.fingerprint = match v {
-                            Object::Unicode(s) => Some(serde_json::from_str(&s).map_err(|e| {
+                        self.parsed.fingerprint = match v.value {
+                            Value::Str(s) => Some(serde_json::from_str(&s).map_err(|e| {
                                 format!("entry `{METADATA_KEY}` is not valid JSON: {e}")
                             })?),
                             other => to_json(other),
@@ -104,30 +101,38 @@ impl Walk<'_> {
                         continue;
                     }
                     if key == "input_ids"
-                        && let Object::List(items) | Object::Tuple(items) = &v
+                        && let Value::List(items) | Value::Tuple(items) = &v.value
                         && let Some(ids) = int_list(items)
                     {
                         self.parsed.input_ids = Some(ids);
                         continue;
                     }
-                    self.visit(v, &join(&key), None)?;
+                    self.visit(v.value, &join(&key), None)?;
                 }
             }
-            Object::Tuple(items) | Object::List(items) => {
+            Value::Tuple(items) | Value::List(items) => {
                 let len = items.len();
                 // A tuple/list of tensors (or Nones) is a sequence: output_hidden_states.
                 let is_seq = items
                     .iter()
-                    .all(|o| matches!(o, Object::None) || tensor_call(o).is_some());
+                    .all(|o| matches!(o.value, Value::None) || tensor_call(&o.value).is_some());
                 for (i, v) in items.into_iter().enumerate() {
+                    if is_seq && v.value == Value::None {
+                        continue; // an uncaptured position of a sequence
+                    }
                     let seq = is_seq.then(|| (name.to_string(), i, len));
-                    self.visit(v, &join(&i.to_string()), seq)?;
+                    self.visit(v.value, &join(&i.to_string()), seq)?;
                 }
             }
             other => {
-                if let Some(entry) = self.tensor(other, name, seq)? {
-                    self.parsed.entries.push(entry);
-                }
+                let entry = self.tensor(&other, name, seq)?.ok_or_else(|| {
+                    format!(
+                        "`{}` holds {}, not a tensor (hsdiff reads dicts, tuples and lists of tensors)",
+                        display(name),
+                        describe(&other)
+                    )
+                })?;
+                self.parsed.entries.push(entry);
             }
         }
         Ok(())
@@ -136,35 +141,33 @@ impl Walk<'_> {
     /// The tensor `obj` describes, if it is one.
     fn tensor(
         &self,
-        obj: Object,
+        obj: &Value,
         name: &str,
         seq: Option<(String, usize, usize)>,
     ) -> Result<Option<Entry>, String> {
-        let Some(args) = tensor_call(&obj) else {
+        let Some(args) = tensor_call(obj) else {
             return Ok(None);
         };
-        let bad = |what: &str| format!("tensor `{name}`: {what}");
-        let Object::Tuple(args) = args else {
+        let bad = |what: &str| format!("tensor `{}`: {what}", display(name));
+        let Value::Tuple(args) = &args.value else {
             return Err(bad("unexpected pickle layout"));
         };
         // _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, hooks, …)
         let [storage, offset, size, stride, ..] = args.as_slice() else {
             return Err(bad("unexpected pickle layout"));
         };
-        let Object::PersistentLoad(storage) = storage else {
+        let Value::Persistent(storage) = &storage.value else {
             return Err(bad("storage is not a persistent id"));
         };
-        let Object::Tuple(storage) = storage.as_ref() else {
+        let Value::Tuple(storage) = &storage.value else {
             return Err(bad("storage is not a persistent id"));
         };
         // ('storage', torch.FloatStorage, key, location, numel)
         let (class, key) = match storage.as_slice() {
-            [
-                _,
-                Object::Class { class_name, .. },
-                Object::Unicode(key),
-                ..,
-            ] => (class_name.as_str(), key.as_str()),
+            [_, class, key, ..] => match (&class.value, &key.value) {
+                (Value::Global { name, .. }, Value::Str(key)) => (name.as_str(), key.as_str()),
+                _ => return Err(bad("unexpected storage record")),
+            },
             _ => return Err(bad("unexpected storage record")),
         };
         let dtype = match class {
@@ -181,20 +184,25 @@ impl Walk<'_> {
         let offset = as_usize(offset).ok_or_else(|| bad("bad storage offset"))?;
         let shape = usize_tuple(size).ok_or_else(|| bad("bad size"))?;
         let stride = usize_tuple(stride).ok_or_else(|| bad("bad stride"))?;
+        if stride.len() != shape.len() {
+            return Err(bad("its stride and size have different lengths"));
+        }
         let numel = npy::checked_bytes(&shape, 1).ok_or_else(|| bad("impossible size"))?;
-        if numel > 1 && stride != contiguous_strides(&shape) {
+        let c_order = contiguous_strides(&shape);
+        let fortran = if numel > 1 && stride != c_order {
             let mut rev_shape = shape.clone();
             rev_shape.reverse();
             let mut f = contiguous_strides(&rev_shape);
             f.reverse();
-            let fortran = stride == f;
-            if !fortran {
+            if stride != f {
                 return Err(bad(&format!(
                     "saved as a non-contiguous view (stride {stride:?}); save `t.contiguous()`"
                 )));
             }
-        }
-        let fortran = numel > 1 && shape.len() > 1 && stride != contiguous_strides(&shape);
+            shape.len() > 1
+        } else {
+            false
+        };
         let entry_name = format!("{}data/{key}", self.prefix);
         let size = dtype.size_in_bytes();
         let (Some(skip), Some(len)) = (offset.checked_mul(size), numel.checked_mul(size)) else {
@@ -213,105 +221,86 @@ impl Walk<'_> {
     }
 }
 
-/// Runs candle's unpickler. It can panic on malformed input (an over-long `LONG1`, …); a panic
-/// is caught, kept off stderr, and turned into an error.
-fn unpickle(bytes: &[u8]) -> Result<Object, String> {
-    let run = || -> Result<Object, String> {
-        let mut stack = Stack::empty();
-        stack
-            .read_loop(&mut BufReader::new(Cursor::new(bytes)))
-            .map_err(|e| short(&e.to_string()))?;
-        stack.finalize().map_err(|e| short(&e.to_string()))
-    };
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let out = std::panic::catch_unwind(run);
-    std::panic::set_hook(hook);
-    out.unwrap_or_else(|_| Err("malformed pickle".to_string()))
+/// A name for messages: the top level has none.
+fn display(name: &str) -> &str {
+    if name.is_empty() { "(top level)" } else { name }
 }
 
 /// The arguments of `_rebuild_tensor_v2` if `obj` rebuilds a tensor (plain, parameter, or
 /// subclass).
-fn tensor_call(obj: &Object) -> Option<&Object> {
-    let Object::Reduce { callable, args } = obj else {
+fn tensor_call(obj: &Value) -> Option<&Obj> {
+    let Value::Reduce { callable, args } = obj else {
         return None;
     };
-    let Object::Class {
-        module_name,
-        class_name,
-    } = callable.as_ref()
-    else {
+    let Value::Global { module, name } = &callable.value else {
         return None;
     };
-    match (module_name.as_str(), class_name.as_str()) {
+    match (module.as_str(), name.as_str()) {
         ("torch._utils", "_rebuild_tensor_v2") => Some(args),
         ("torch._utils", "_rebuild_parameter") | ("torch._tensor", "_rebuild_from_type_v2") => {
-            let Object::Tuple(inner) = args.as_ref() else {
+            let Value::Tuple(inner) = &args.value else {
                 return None;
             };
-            inner.iter().find_map(tensor_call)
+            inner.iter().find_map(|o| tensor_call(&o.value))
         }
         _ => None,
     }
 }
 
-fn as_usize(o: &Object) -> Option<usize> {
-    match o {
-        Object::Int(i) => usize::try_from(*i).ok(),
-        Object::Long(i) => usize::try_from(*i).ok(),
+fn as_usize(o: &Obj) -> Option<usize> {
+    match o.value {
+        Value::Int(i) => usize::try_from(i).ok(),
         _ => None,
     }
 }
 
-fn usize_tuple(o: &Object) -> Option<Vec<usize>> {
-    match o {
-        Object::Tuple(v) => v.iter().map(as_usize).collect(),
+fn usize_tuple(o: &Obj) -> Option<Vec<usize>> {
+    match &o.value {
+        Value::Tuple(v) => v.iter().map(as_usize).collect(),
         _ => None,
     }
 }
 
-fn int_list(items: &[Object]) -> Option<Vec<i64>> {
+fn int_list(items: &[Obj]) -> Option<Vec<i64>> {
     items
         .iter()
-        .map(|o| match o {
-            Object::Int(i) => Some(i64::from(*i)),
-            Object::Long(i) => Some(*i),
+        .map(|o| match o.value {
+            Value::Int(i) => Some(i),
             _ => None,
         })
         .collect()
 }
 
 pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
-    let mut strides = vec![1; shape.len()];
+    let mut strides = vec![1usize; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * shape[i + 1];
+        strides[i] = strides[i + 1].saturating_mul(shape[i + 1]);
     }
     strides
 }
 
 /// A plain pickled value as JSON (dicts, lists, strings, numbers, bools, None); other objects
 /// are left out.
-fn to_json(o: Object) -> Option<Value> {
+fn to_json(o: Value) -> Option<Json> {
     Some(match o {
-        Object::Unicode(s) => Value::String(s),
-        Object::Int(i) => Value::from(i),
-        Object::Long(i) => Value::from(i),
-        Object::Float(f) => Value::from(f),
-        Object::Bool(b) => Value::Bool(b),
-        Object::None => Value::Null,
-        Object::Tuple(v) | Object::List(v) => {
-            Value::Array(v.into_iter().filter_map(to_json).collect())
+        Value::Str(s) => Json::String(s),
+        Value::Int(i) => Json::from(i),
+        Value::Float(f) => Json::from(f),
+        Value::Bool(b) => Json::Bool(b),
+        Value::None => Json::Null,
+        Value::Tuple(v) | Value::List(v) => {
+            Json::Array(v.into_iter().filter_map(|o| to_json(o.value)).collect())
         }
-        Object::Dict(items) => Value::Object(
+        Value::Dict(items) => Json::Object(
             items
                 .into_iter()
                 .filter_map(|(k, v)| {
-                    let k = match k {
-                        Object::Unicode(s) => s,
-                        Object::Int(i) => i.to_string(),
+                    let k = match k.value {
+                        Value::Str(s) => s,
+                        Value::Int(i) => i.to_string(),
                         _ => return None,
                     };
-                    Some((k, to_json(v)?))
+                    Some((k, to_json(v.value)?))
                 })
                 .collect(),
         ),
@@ -319,44 +308,17 @@ fn to_json(o: Object) -> Option<Value> {
     })
 }
 
-fn describe(o: &Object) -> String {
+fn describe(o: &Value) -> String {
     match o {
-        Object::Reduce { callable, .. } | Object::Build { callable, .. } => match callable.as_ref()
-        {
-            Object::Class {
-                module_name,
-                class_name,
-            } => format!("a {module_name}.{class_name}"),
-            Object::Reduce { callable, .. } => describe(&Object::Reduce {
-                callable: callable.clone(),
-                args: Box::new(Object::None),
-            }),
-            _ => "an object".to_string(),
-        },
-        Object::Unicode(_) => "a string".to_string(),
-        Object::Int(_) | Object::Long(_) | Object::Float(_) => "a number".to_string(),
-        _ => "an object".to_string(),
+        Value::Reduce { callable, .. } => describe(&callable.value),
+        Value::Build { obj, .. } => describe(&obj.value),
+        Value::Global { module, name } => format!("a {module}.{name}"),
+        Value::Persistent(_) => "a bare storage".to_string(),
+        Value::Str(_) => "a string".to_string(),
+        Value::Bytes(_) => "a bytes object".to_string(),
+        Value::Int(_) | Value::Float(_) => "a number".to_string(),
+        Value::Bool(_) => "a boolean".to_string(),
+        Value::None => "None".to_string(),
+        Value::List(_) | Value::Tuple(_) | Value::Dict(_) => "a container".to_string(),
     }
-}
-
-/// The first line of an error, at most 160 characters.
-fn short(s: &str) -> String {
-    let line = s.lines().next().unwrap_or_default();
-    if line.chars().count() > 160 {
-        format!("{}…", line.chars().take(160).collect::<String>())
-    } else {
-        line.to_string()
-    }
-}
-
-/// Reads the rest of an entry through the zip decoder (compressed entries).
-pub fn read_entry(bytes: &[u8], entry: &str, skip: usize, len: usize) -> Result<Vec<u8>, String> {
-    let mut zip = zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| e.to_string())?;
-    let mut f = zip.by_name(entry).map_err(|e| format!("{entry}: {e}"))?;
-    std::io::copy(&mut f.by_ref().take(skip as u64), &mut std::io::sink())
-        .map_err(|e| format!("{entry}: {e}"))?;
-    let mut out = vec![0u8; len];
-    f.read_exact(&mut out)
-        .map_err(|e| format!("{entry}: {e} (truncated?)"))?;
-    Ok(out)
 }

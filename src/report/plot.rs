@@ -92,7 +92,7 @@ pub fn write_plot(report: &Report, path: &Path) -> Result<()> {
             .into_bytes(),
         PlotFormat::Png => render_png(report).map_err(|e| Error::file(path, e))?,
     };
-    std::fs::write(path, bytes).map_err(|e| Error::file(path, format!("cannot write: {e}")))
+    crate::output::write_bytes(path, &bytes)
 }
 
 /// The figure as an SVG document.

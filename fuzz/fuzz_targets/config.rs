@@ -1,0 +1,8 @@
+//! config.json: parsing and validation of every field.
+#![no_main]
+
+use std::path::Path;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let _ = hsdiff::config::ModelConfig::from_bytes(data, Path::new("config.json"));
+});
