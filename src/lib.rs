@@ -22,6 +22,7 @@ pub mod input;
 pub mod metrics;
 pub mod model;
 pub mod progress;
+pub mod random_weights;
 pub mod report;
 pub mod run;
 pub mod testdata;

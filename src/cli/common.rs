@@ -33,6 +33,11 @@ pub struct RunArgs {
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu", value_name = "DEVICE")]
     pub device: String,
+
+    /// Generate every weight from SEED with the golden recipe instead of reading safetensors:
+    /// --model then needs only config.json (give --tokens when it has no tokenizer.json).
+    #[arg(long, value_name = "SEED", requires = "model")]
+    pub random_weights: Option<u64>,
 }
 
 /// A model, its input and where to run it: everything a run needs besides the backend.
@@ -49,9 +54,10 @@ impl RunArgs {
     pub fn resolve(&self) -> Result<Session> {
         let dtype = parse_dtype(&self.dtype)?;
         let device = parse_device(&self.device)?;
-        let model = match &self.model {
-            Some(dir) => Model::load(dir)?,
-            None => {
+        let model = match (&self.model, self.random_weights) {
+            (Some(dir), Some(seed)) => Model::load_random(dir, seed)?,
+            (Some(dir), None) => Model::load(dir)?,
+            (None, _) => {
                 eprintln!("hsdiff: no --model given; using the built-in tiny Qwen3.5 model");
                 builtin::model()?
             }
@@ -62,6 +68,16 @@ impl RunArgs {
                 let arg = arg.as_deref().unwrap_or("fizzbuzz");
                 let (text, source) = resolve_prompt(arg)?;
                 let tokenizer = match &self.model {
+                    Some(dir)
+                        if self.random_weights.is_some()
+                            && !dir.join("tokenizer.json").exists() =>
+                    {
+                        return Err(Error::file(
+                            dir.join("tokenizer.json"),
+                            "missing (with --random-weights and only a config.json, give the \
+                             input as token ids with --tokens)",
+                        ));
+                    }
                     Some(dir) => Tokenizer::from_file(&dir.join("tokenizer.json"))?,
                     None => builtin::tokenizer()?,
                 };

@@ -1,23 +1,23 @@
-//! Typed access to one module's tensors: a checkpoint plus a name prefix, the compute dtype and
+//! Typed access to one module's tensors: a weight source plus a name prefix, the compute dtype and
 //! the device, in the spirit of candle's `VarBuilder` — but never default-initialising.
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::checkpoint::Checkpoint;
+use super::WeightSource;
 use crate::error::Result;
 
 #[derive(Clone)]
 pub struct Weights<'a> {
-    ckpt: &'a Checkpoint,
+    src: &'a WeightSource,
     prefix: String,
     dtype: DType,
     device: &'a Device,
 }
 
 impl<'a> Weights<'a> {
-    pub fn new(ckpt: &'a Checkpoint, dtype: DType, device: &'a Device) -> Self {
+    pub fn new(src: &'a WeightSource, dtype: DType, device: &'a Device) -> Self {
         Weights {
-            ckpt,
+            src,
             prefix: String::new(),
             dtype,
             device,
@@ -45,13 +45,20 @@ impl<'a> Weights<'a> {
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        self.ckpt.contains(&self.full_name(name))
+        self.src.contains(&self.full_name(name))
     }
 
     /// `name` with exactly `shape`, in the compute dtype.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
-        self.ckpt
+        self.src
             .get(&self.full_name(name), shape, self.dtype, self.device)
+    }
+
+    /// Rows `rows` (along the first dimension) of `name`, which has exactly `shape`, in the
+    /// compute dtype: only those rows are read or generated.
+    pub fn get_rows(&self, name: &str, shape: &[usize], rows: &[usize]) -> Result<Tensor> {
+        self.src
+            .get_rows(&self.full_name(name), shape, rows, self.dtype, self.device)
     }
 
     pub fn dtype(&self) -> DType {
