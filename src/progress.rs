@@ -79,7 +79,11 @@ impl Progress {
         self.with_state(|s| {
             let elapsed = s.start.elapsed();
             let rate = tokens_per_second(s.tokens, done, self.total, elapsed);
-            let msg = format!("· {rate:.1} tokens/s · peak {}", peak_memory_label());
+            let msg = format!(
+                "· {} tokens/s · peak {}",
+                rate_label(rate),
+                peak_memory_label()
+            );
             if let Some(bar) = &self.bar {
                 bar.set_position(done);
                 bar.set_message(msg);
@@ -108,12 +112,12 @@ impl Progress {
             let wall = s.start.elapsed();
             if wall >= QUIET_FOR {
                 eprintln!(
-                    "hsdiff: {}: {} layers, {} tokens in {} ({:.1} tokens/s), peak memory {}",
+                    "hsdiff: {}: {} layers, {} tokens in {} ({} tokens/s), peak memory {}",
                     self.label,
                     self.total,
                     s.tokens,
                     duration_label(wall),
-                    s.tokens as f64 / wall.as_secs_f64(),
+                    rate_label(s.tokens as f64 / wall.as_secs_f64()),
                     peak_memory_label()
                 );
             }
@@ -136,6 +140,16 @@ fn tokens_per_second(tokens: usize, done: u64, total: u64, elapsed: Duration) ->
         return 0.0;
     }
     tokens as f64 * done as f64 / (total.max(1) as f64 * secs)
+}
+
+/// Three significant digits: slow f64 passes of big models run at a fraction of a token/s.
+fn rate_label(r: f64) -> String {
+    if r >= 100.0 || r == 0.0 {
+        format!("{r:.0}")
+    } else {
+        let decimals = (2 - r.log10().floor() as i32).clamp(0, 6) as usize;
+        format!("{r:.decimals$}")
+    }
 }
 
 fn duration_label(d: Duration) -> String {
@@ -179,6 +193,14 @@ mod tests {
         let r = tokens_per_second(16, 16, 64, Duration::from_secs(2));
         assert!((r - 2.0).abs() < 1e-12);
         assert_eq!(tokens_per_second(16, 0, 64, Duration::from_secs(2)), 0.0);
+    }
+
+    #[test]
+    fn rates_keep_three_significant_digits() {
+        assert_eq!(rate_label(1234.4), "1234");
+        assert_eq!(rate_label(12.345), "12.3");
+        assert_eq!(rate_label(0.02654), "0.0265");
+        assert_eq!(rate_label(0.0), "0");
     }
 
     #[test]

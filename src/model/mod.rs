@@ -5,6 +5,7 @@
 //! layer's weights in the compute dtype plus activations, whatever the size of the model.
 
 mod attention;
+mod cache;
 mod gdn;
 mod layer;
 mod linear;
@@ -26,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::random_weights::RandomWeights;
 
+pub use cache::WeightCache;
 pub use gdn::GdnCaptures;
 pub use layer::DecoderLayer;
 pub use source::WeightSource;
@@ -51,6 +53,8 @@ pub struct Model {
     pub config: ModelConfig,
     pub weights: WeightSource,
     pub source: ModelSource,
+    /// Weights kept across passes ([`Model::keep_weights`]); empty unless asked.
+    pub cache: WeightCache,
 }
 
 /// How to run one forward pass.
@@ -74,6 +78,7 @@ impl Model {
             config,
             weights: WeightSource::Checkpoint(checkpoint),
             source: ModelSource::Dir(dir.to_path_buf()),
+            cache: WeightCache::default(),
         })
     }
 
@@ -87,6 +92,7 @@ impl Model {
             config,
             weights,
             source: ModelSource::Dir(dir.to_path_buf()),
+            cache: WeightCache::default(),
         })
     }
 
@@ -99,9 +105,17 @@ impl Model {
         !self.weights.contains("lm_head.weight")
     }
 
+    /// Keep the weights read in `dtype` on `device` for later passes of this run (A, B and the
+    /// floor run of a live run share them) when the whole model in `dtype` fits in half of the
+    /// memory available now (CPU only). Returns whether they will be kept.
+    pub fn keep_weights(&self, dtype: DType, device: &Device) -> bool {
+        let bytes = self.weights.element_count() * dtype.size_in_bytes() as u64;
+        self.cache.keep(dtype, device, bytes)
+    }
+
     /// The model's tensors under the text model's root (`model.` or `model.language_model.`).
     fn view<'a>(&'a self, dtype: DType, device: &'a Device) -> Weights<'a> {
-        Weights::new(&self.weights, dtype, device).root(self.layout().root())
+        Weights::new(&self.weights, &self.cache, dtype, device).root(self.layout().root())
     }
 
     /// Checks token ids against the vocabulary.
@@ -178,7 +192,7 @@ impl Model {
         let head = if self.tied_embeddings() {
             w.clone()
         } else {
-            Weights::new(&self.weights, dtype, device)
+            Weights::new(&self.weights, &self.cache, dtype, device)
         };
         let head_name = if self.tied_embeddings() {
             "embed_tokens.weight"

@@ -30,6 +30,20 @@ impl WeightSource {
         }
     }
 
+    /// Elements of every tensor (of a checkpoint: every tensor in its files, vision tower
+    /// included), for memory estimates.
+    pub fn element_count(&self) -> u64 {
+        let count = |shape: &[usize]| shape.iter().product::<usize>() as u64;
+        match self {
+            WeightSource::Checkpoint(c) => c
+                .raw_tensors()
+                .filter_map(|(_, raw)| raw.ok())
+                .map(|(info, _)| count(&info.shape))
+                .sum(),
+            WeightSource::Random(r) => r.tensors().values().map(|s| count(s)).sum(),
+        }
+    }
+
     pub fn contains(&self, name: &str) -> bool {
         match self {
             WeightSource::Checkpoint(c) => c.contains(name),

@@ -4,20 +4,28 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::WeightSource;
+use super::cache::WeightCache;
 use crate::error::Result;
 
 #[derive(Clone)]
 pub struct Weights<'a> {
     src: &'a WeightSource,
+    cache: &'a WeightCache,
     prefix: String,
     dtype: DType,
     device: &'a Device,
 }
 
 impl<'a> Weights<'a> {
-    pub fn new(src: &'a WeightSource, dtype: DType, device: &'a Device) -> Self {
+    pub fn new(
+        src: &'a WeightSource,
+        cache: &'a WeightCache,
+        dtype: DType,
+        device: &'a Device,
+    ) -> Self {
         Weights {
             src,
+            cache,
             prefix: String::new(),
             dtype,
             device,
@@ -50,15 +58,28 @@ impl<'a> Weights<'a> {
 
     /// `name` with exactly `shape`, in the compute dtype.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
-        self.src
-            .get(&self.full_name(name), shape, self.dtype, self.device)
+        let full = self.full_name(name);
+        self.cache.get_or_load(&full, self.dtype, || {
+            self.src.get(&full, shape, self.dtype, self.device)
+        })
     }
 
     /// Rows `rows` (along the first dimension) of `name`, which has exactly `shape`, in the
-    /// compute dtype: only those rows are read or generated.
+    /// compute dtype: only those rows are read or generated. A contiguous range of rows (an lm_head block, one expert) may be kept across passes.
     pub fn get_rows(&self, name: &str, shape: &[usize], rows: &[usize]) -> Result<Tensor> {
-        self.src
-            .get_rows(&self.full_name(name), shape, rows, self.dtype, self.device)
+        let full = self.full_name(name);
+        let load = || {
+            self.src
+                .get_rows(&full, shape, rows, self.dtype, self.device)
+        };
+        let contiguous = rows.windows(2).all(|w| w[1] == w[0] + 1);
+        match (rows.first(), rows.last()) {
+            (Some(&a), Some(&b)) if contiguous => {
+                self.cache
+                    .get_or_load(&format!("{full}[{a}..={b}]"), self.dtype, load)
+            }
+            _ => load(),
+        }
     }
 
     pub fn dtype(&self) -> DType {
