@@ -154,3 +154,26 @@ fn dump_runs_from_a_folder_holding_only_config_json() {
     assert_eq!(logits.dims(), &[1, 8, 384]);
     assert!(all_finite(&logits));
 }
+
+#[test]
+fn kept_weights_give_bit_identical_passes() {
+    // A live run keeps the session dtype's weights across its passes (MoE experts and lm_head
+    // blocks included): the second and third pass must equal a pass that read everything afresh.
+    let dir = golden_model_dir("qwen3_next_moe_tiny");
+    let fresh = Model::load_random(&dir, 5).unwrap();
+    let kept = Model::load_random(&dir, 5).unwrap();
+    assert!(kept.keep_weights(DType::F32, &candle_core::Device::Cpu));
+    let ids = random_ids(0xcafe, fresh.config.vocab_size, 40);
+    let backend = Reference;
+    let want = run_model(&fresh, &ids, DType::F32, &backend, false);
+    for pass in 0..3 {
+        let got = run_model(&kept, &ids, DType::F32, &backend, false);
+        for (tensor, t) in want.iter() {
+            assert_eq!(
+                raw_bits(t),
+                raw_bits(got.get(tensor).unwrap()),
+                "pass {pass}: {tensor}"
+            );
+        }
+    }
+}
