@@ -7,7 +7,7 @@ use crate::checkpoint::{Checkpoint, SafetensorsFile};
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::input::Tokenizer;
-use crate::model::{Model, ModelSource};
+use crate::model::{Model, ModelSource, WeightCache, WeightSource};
 
 const CONFIG: &[u8] = include_bytes!("../golden/qwen3_5_tiny/config.json");
 const WEIGHTS: &[u8] = include_bytes!("../golden/qwen3_5_tiny/model.safetensors");
@@ -22,8 +22,9 @@ pub fn model() -> Result<Model> {
     let checkpoint = Checkpoint::from_files(NAME.into(), vec![file])?;
     Ok(Model {
         config,
-        checkpoint,
+        weights: WeightSource::Checkpoint(checkpoint),
         source: ModelSource::Builtin,
+        cache: WeightCache::default(),
     })
 }
 

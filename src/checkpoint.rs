@@ -410,6 +410,27 @@ impl Checkpoint {
         dtype: DType,
         device: &Device,
     ) -> Result<Tensor> {
+        let file = self.locate(name, shape)?;
+        let t = file.load(name)?;
+        if !matches!(
+            t.dtype(),
+            DType::BF16 | DType::F16 | DType::F32 | DType::F64
+        ) {
+            return Err(Error::tensor(
+                file.path(),
+                name,
+                format!(
+                    "dtype {} is not a float type",
+                    crate::device::dtype_label(t.dtype())
+                ),
+            ));
+        }
+        let t = t.to_dtype(dtype)?.to_device(device)?;
+        Ok(t)
+    }
+
+    /// The file holding `name`, which must have exactly `shape`.
+    fn locate(&self, name: &str, shape: &[usize]) -> Result<&SafetensorsFile> {
         let Some(&i) = self.index.get(name) else {
             if let Some(shard) = self.declared.get(name) {
                 return Err(Error::tensor(
@@ -435,22 +456,50 @@ impl Checkpoint {
                 format!("shape {:?}, expected {:?}", info.shape, shape),
             ));
         }
-        let t = file.load(name)?;
-        if !matches!(
-            t.dtype(),
-            DType::BF16 | DType::F16 | DType::F32 | DType::F64
-        ) {
-            return Err(Error::tensor(
-                file.path(),
-                name,
-                format!(
-                    "dtype {} is not a float type",
-                    crate::device::dtype_label(t.dtype())
-                ),
-            ));
+        Ok(file)
+    }
+
+    /// Rows `rows` (indices along the first dimension) of `name`, which must have exactly
+    /// `shape`, converted to `dtype` on `device`. Only those rows' bytes are read from the map,
+    /// so an embedding lookup or one block of the lm_head never materialises the whole matrix.
+    pub fn get_rows(
+        &self,
+        name: &str,
+        shape: &[usize],
+        rows: &[usize],
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Tensor> {
+        let file = self.locate(name, shape)?;
+        let (info, data) = file.raw(name)?;
+        let stored = candle_dtype(info.dtype)
+            .filter(|d| d.is_float())
+            .ok_or_else(|| {
+                Error::tensor(
+                    file.path(),
+                    name,
+                    format!("dtype {:?} is not a float type", info.dtype),
+                )
+            })?;
+        let n_rows = shape.first().copied().unwrap_or(1);
+        let row_bytes = shape.iter().skip(1).product::<usize>() * stored.size_in_bytes();
+        let mut bytes = Vec::with_capacity(rows.len() * row_bytes);
+        for &r in rows {
+            let row = data
+                .get(r * row_bytes..(r + 1) * row_bytes)
+                .filter(|_| r < n_rows)
+                .ok_or_else(|| {
+                    Error::tensor(file.path(), name, format!("row {r} of {n_rows} requested"))
+                })?;
+            bytes.extend_from_slice(row);
         }
-        let t = t.to_dtype(dtype)?.to_device(device)?;
-        Ok(t)
+        let mut out_shape = shape.to_vec();
+        if let Some(first) = out_shape.first_mut() {
+            *first = rows.len();
+        }
+        let t = Tensor::from_raw_buffer(&bytes, stored, &out_shape, &Device::Cpu)
+            .map_err(|e| Error::tensor(file.path(), name, e.to_string()))?;
+        Ok(t.to_dtype(dtype)?.to_device(device)?)
     }
 
     /// Every tensor's header entry and raw bytes, in name order across shards (for digests).

@@ -26,6 +26,7 @@ pub mod output;
 pub mod paths;
 pub mod planner;
 pub mod progress;
+pub mod random_weights;
 pub mod report;
 pub mod run;
 pub mod testdata;

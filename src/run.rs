@@ -10,7 +10,7 @@ use crate::device::{device_label, dtype_label};
 use crate::error::Result;
 use crate::fingerprint::{
     DUMP_FORMAT, Fingerprint, MachineInfo, git_commit, now_rfc3339, sha256_hex, token_ids_sha256,
-    tool_version, weights_digest,
+    tool_version,
 };
 use crate::model::RunOptions;
 use crate::model::{Model, ModelSource};
@@ -70,7 +70,7 @@ pub fn fill_model(fp: &mut Fingerprint, model: &Model) {
     fp.model = Some(model.source.to_string());
     fp.key_layout = Some(format!("{}layers.*", model.layout().root()));
     fp.config_sha256 = Some(model.config.sha256.clone());
-    fp.weights_digest = weights_digest(&model.checkpoint).ok();
+    fp.weights_digest = model.weights.digest().ok();
     fp.tokenizer_sha256 = match &model.source {
         ModelSource::Builtin => Some(sha256_hex(BUILTIN_TOKENIZER)),
         ModelSource::Dir(dir) => std::fs::read(dir.join("tokenizer.json"))

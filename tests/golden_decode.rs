@@ -18,7 +18,7 @@ use hsdiff::capture::{Captures, names};
 use hsdiff::metrics::diff_stats;
 use hsdiff::model::{DecodePlan, Model, RunOptions};
 use hsdiff::progress::Progress;
-use hsdiff::verdict::{Verdict, classify, thresholds};
+use hsdiff::verdict::{Judged, Verdict, classify, thresholds};
 
 /// Same bound and reasoning as the f64 prefill parity (tests/golden_parity.rs): a faithful f64
 /// pass lands around 1e-14, anything computed in f32 at ≥ 1e-7.
@@ -162,7 +162,13 @@ fn f32_and_bf16_decode_lie_within_the_rounding_floor() {
                     )
                     .expect("floor stats")
                     .rel_l2;
-                    let verdict = classify(&stats, Some(floor), thresholds(dtype));
+                    let judged = Judged {
+                        rel_l2: stats.rel_l2,
+                        floor: Some(floor),
+                        non_finite: stats.non_finite_disagree + stats.non_finite_both > 0,
+                        depth: 0,
+                    };
+                    let verdict = classify(judged, thresholds(dtype));
                     if decoded == names::DECODE_LOGITS {
                         eprintln!(
                             "{model_name:<20} {:<10} {dtype:?} decode.logits vs truth {:.2e}, floor {floor:.2e}",

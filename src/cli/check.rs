@@ -18,7 +18,7 @@ use crate::checkpoint::SafetensorsFile;
 use crate::compare::{TensorSource, plan_rows};
 use crate::device::{parse_device, parse_dtype};
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, weights_digest};
+use crate::fingerprint::Fingerprint;
 use crate::model::Model;
 use crate::planner::{self, SideRun};
 use crate::report::{
@@ -449,7 +449,7 @@ fn note_model_differences(path: &Path, fp: &Fingerprint, model: &Model) {
         );
     }
     if let Some(want) = &fp.weights_digest
-        && let Ok(here) = weights_digest(&model.checkpoint)
+        && let Ok(here) = model.weights.digest()
         && want != &here
     {
         eprintln!(

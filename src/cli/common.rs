@@ -33,6 +33,11 @@ pub struct RunArgs {
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu", value_name = "DEVICE")]
     pub device: String,
+
+    /// Generate every weight from SEED with the golden recipe instead of reading safetensors:
+    /// --model then needs only config.json (give --tokens when it has no tokenizer.json).
+    #[arg(long, value_name = "SEED", requires = "model")]
+    pub random_weights: Option<u64>,
 }
 
 /// A model, its input and where to run it: everything a run needs besides the backend.
@@ -67,9 +72,10 @@ impl RunArgs {
                 Given::Prompt(text, source)
             }
         };
-        let model = match &self.model {
-            Some(dir) => Model::load(dir)?,
-            None => {
+        let model = match (&self.model, self.random_weights) {
+            (Some(dir), Some(seed)) => Model::load_random(dir, seed)?,
+            (Some(dir), None) => Model::load(dir)?,
+            (None, _) => {
                 eprintln!("hsdiff: no --model given; using the built-in tiny Qwen3.5 model");
                 builtin::model()?
             }
@@ -78,6 +84,16 @@ impl RunArgs {
             Given::Ids(ids) => (ids, None),
             Given::Prompt(text, source) => {
                 let tokenizer = match &self.model {
+                    Some(dir)
+                        if self.random_weights.is_some()
+                            && !dir.join("tokenizer.json").exists() =>
+                    {
+                        return Err(Error::file(
+                            dir.join("tokenizer.json"),
+                            "missing (with --random-weights and only a config.json, give the \
+                             input as token ids with --tokens)",
+                        ));
+                    }
                     Some(dir) => Tokenizer::from_file(&dir.join("tokenizer.json"))?,
                     None => builtin::tokenizer()?,
                 };
@@ -166,11 +182,7 @@ pub fn find_model(
     weights_digest: Option<&str>,
     beside: Option<&Path>,
 ) -> Result<Option<(Model, String)>> {
-    let builtin_digest = || {
-        builtin::model()
-            .ok()
-            .and_then(|m| crate::fingerprint::weights_digest(&m.checkpoint).ok())
-    };
+    let builtin_digest = || builtin::model().ok().and_then(|m| m.weights.digest().ok());
     if let Some(want) = weights_digest
         && builtin_digest().as_deref() == Some(want)
     {

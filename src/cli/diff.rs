@@ -128,6 +128,8 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
     // Output targets are checked before the (long) runs.
     args.report.check_targets(&args.run.input_paths())?;
     let session = args.run.resolve()?;
+    // A, B and the floor run read the same weights in the same dtype: convert them once.
+    session.model.keep_weights(session.dtype, &session.device);
     let a = backend_by_name(a_name, &session.device)?;
     let b = backend_by_name(b_name, &session.device)?;
     let layers = args

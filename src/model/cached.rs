@@ -37,14 +37,15 @@ impl Model {
         let cfg = &self.config;
         let (dtype, device) = (opts.dtype, &opts.device);
         let (b, t) = check_call(self, ids, layout, opts, cache)?;
-        let w = self.weights(dtype, device);
+        let w = self.view(dtype, device);
+        progress.begin(b * t);
         let flat: Vec<u32> = ids.concat();
         let mut caps = Captures::new(flat.clone());
 
-        let embed_w = w.get("embed_tokens.weight", &[cfg.vocab_size, cfg.hidden_size])?;
-        let ids_t = Tensor::from_vec(flat, b * t, device)?;
-        let mut x = embed_w
-            .index_select(&ids_t, 0)?
+        let vocab_shape = [cfg.vocab_size, cfg.hidden_size];
+        let rows: Vec<usize> = flat.iter().map(|&id| id as usize).collect();
+        let mut x = w
+            .get_rows("embed_tokens.weight", &vocab_shape, &rows)?
             .reshape((b, t, cfg.hidden_size))?;
 
         let positions = positions(cache.seen, t, layout.doc_starts.as_deref());
@@ -64,23 +65,24 @@ impl Model {
             real: real.as_ref(),
         };
         for i in 0..cfg.num_hidden_layers {
-            progress.step(&format!("layer {i}/{}", cfg.num_hidden_layers));
             let layer = super::DecoderLayer::new(cfg, i, &w.pp("layers").pp(i))?;
             let (out, _) =
                 layer.forward_cached(&x, &call, opts.backend, &mut cache.layers[i], false)?;
             caps.push(names::layer(i), out.clone());
             x = out;
+            progress.layer_done(i as u64 + 1);
         }
         let norm = norm::RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, &w.pp("norm"))?;
         let normed = norm.forward(&x)?;
         caps.push(names::FINAL_NORM, normed.clone());
-        let head = if self.tied_embeddings() {
-            embed_w
+        let (head, head_name) = if self.tied_embeddings() {
+            (w.clone(), "embed_tokens.weight")
         } else {
-            super::Weights::new(&self.checkpoint, dtype, device)
-                .get("lm_head.weight", &[cfg.vocab_size, cfg.hidden_size])?
+            let top = super::Weights::new(&self.weights, &self.cache, dtype, device);
+            (top, "lm_head.weight")
         };
-        caps.push(names::LOGITS, normed.broadcast_matmul(&head.t()?)?);
+        let logits = super::blocked_logits(&normed, &head, head_name, &vocab_shape)?;
+        caps.push(names::LOGITS, logits);
         cache.seen += t;
         progress.finish();
         Ok(caps)

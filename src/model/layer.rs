@@ -18,16 +18,16 @@ enum Mixer {
     Full(Attention),
 }
 
-enum FeedForward {
+enum FeedForward<'a> {
     Dense(Mlp),
-    Sparse(SparseMoe),
+    Sparse(SparseMoe<'a>),
 }
 
-pub struct DecoderLayer {
+pub struct DecoderLayer<'a> {
     input_layernorm: RmsNorm,
     mixer: Mixer,
     post_attention_layernorm: RmsNorm,
-    ffn: FeedForward,
+    ffn: FeedForward<'a>,
 }
 
 /// What a layer can report besides its output.
@@ -37,9 +37,10 @@ pub struct LayerCaptures {
     pub router: Option<RouterChoice>,
 }
 
-impl DecoderLayer {
-    /// `w` is rooted at the layer (`…layers.{index}.`).
-    pub fn new(cfg: &ModelConfig, index: usize, w: &Weights) -> Result<Self> {
+impl<'a> DecoderLayer<'a> {
+    /// `w` is rooted at the layer (`…layers.{index}.`); MoE experts are read from it later, in
+    /// `forward`, when tokens are routed to them.
+    pub fn new(cfg: &ModelConfig, index: usize, w: &Weights<'a>) -> Result<Self> {
         let h = cfg.hidden_size;
         let mixer = match cfg.layer_types[index] {
             LayerType::LinearAttention => {

@@ -40,10 +40,11 @@ impl Mlp {
 
 /// Router: softmax over all experts at the accumulation precision, top-k, renormalised (when
 /// configured), weights rounded to the compute dtype; experts summed in ascending expert order;
-/// plus σ(shared_expert_gate(x)) · shared_expert(x).
-pub struct SparseMoe {
+/// plus σ(shared_expert_gate(x)) · shared_expert(x). An expert's weights are read only when a
+/// token is routed to it, and dropped once its tokens are done.
+pub struct SparseMoe<'a> {
     router: Linear,
-    experts: Vec<Mlp>,
+    experts: Experts<'a>,
     shared_expert: Mlp,
     shared_expert_gate: Linear,
     top_k: usize,
@@ -59,31 +60,53 @@ pub struct RouterChoice {
     pub margins: Vec<f64>,
 }
 
-impl SparseMoe {
-    pub fn new(cfg: &ModelConfig, moe: &MoeConfig, w: &Weights) -> Result<Self> {
-        let h = cfg.hidden_size;
-        let (e, i) = (moe.num_experts, moe.moe_intermediate_size);
-        let experts = if w.contains("experts.gate_up_proj") {
-            // transformers 5 fused form: gate_up_proj [E, 2I, H] (gate rows first), down_proj [E, H, I].
-            let gate_up = w.get("experts.gate_up_proj", &[e, 2 * i, h])?;
-            let down = w.get("experts.down_proj", &[e, h, i])?;
-            (0..e)
-                .map(|x| {
-                    let gu = gate_up.get(x)?;
-                    Ok(Mlp::from_parts(
-                        gu.narrow(0, 0, i)?,
-                        gu.narrow(0, i, i)?,
-                        down.get(x)?,
-                    ))
-                })
-                .collect::<Result<Vec<_>>>()?
+/// Where the routed experts' weights are, read one expert at a time.
+struct Experts<'a> {
+    /// Rooted at the block (`…mlp.`).
+    w: Weights<'a>,
+    count: usize,
+    hidden: usize,
+    intermediate: usize,
+    /// transformers 5 fused form: `experts.gate_up_proj` [E, 2I, H] (gate rows first) and
+    /// `experts.down_proj` [E, H, I]; otherwise one `experts.{x}.*_proj` per expert.
+    fused: bool,
+}
+
+impl Experts<'_> {
+    fn load(&self, x: usize) -> Result<Mlp> {
+        let (e, h, i) = (self.count, self.hidden, self.intermediate);
+        if self.fused {
+            let gu = self
+                .w
+                .get_rows("experts.gate_up_proj", &[e, 2 * i, h], &[x])?
+                .squeeze(0)?;
+            let down = self
+                .w
+                .get_rows("experts.down_proj", &[e, h, i], &[x])?
+                .squeeze(0)?;
+            Ok(Mlp::from_parts(
+                gu.narrow(0, 0, i)?,
+                gu.narrow(0, i, i)?,
+                down,
+            ))
         } else {
-            (0..e)
-                .map(|x| Mlp::new(&w.pp("experts").pp(x), h, i))
-                .collect::<Result<Vec<_>>>()?
+            Mlp::new(&self.w.pp("experts").pp(x), h, i)
+        }
+    }
+}
+
+impl<'a> SparseMoe<'a> {
+    pub fn new(cfg: &ModelConfig, moe: &MoeConfig, w: &Weights<'a>) -> Result<Self> {
+        let h = cfg.hidden_size;
+        let experts = Experts {
+            w: w.clone(),
+            count: moe.num_experts,
+            hidden: h,
+            intermediate: moe.moe_intermediate_size,
+            fused: w.contains("experts.gate_up_proj"),
         };
         Ok(SparseMoe {
-            router: Linear::new(&w.pp("gate"), e, h, false)?,
+            router: Linear::new(&w.pp("gate"), moe.num_experts, h, false)?,
             experts,
             shared_expert: Mlp::new(
                 &w.pp("shared_expert"),
@@ -112,7 +135,7 @@ impl SparseMoe {
         };
         // per expert: (token rows, routing weights)
         let mut routed: Vec<(Vec<u32>, Vec<f64>)> =
-            vec![(Vec::new(), Vec::new()); self.experts.len()];
+            vec![(Vec::new(), Vec::new()); self.experts.count];
         for (token, p) in probs.iter().enumerate() {
             let mut order: Vec<usize> = (0..p.len()).collect();
             // Highest probability first; equal probabilities keep the lower expert index first.
@@ -136,10 +159,11 @@ impl SparseMoe {
         }
 
         let mut out = flat.zeros_like()?;
-        for (expert, (rows, weights)) in self.experts.iter().zip(routed) {
+        for (e, (rows, weights)) in routed.into_iter().enumerate() {
             if rows.is_empty() {
                 continue;
             }
+            let expert = self.experts.load(e)?;
             let n = rows.len();
             let idx = Tensor::from_vec(rows, n, x.device())?;
             let y = expert.forward(&flat.index_select(&idx, 0)?)?;

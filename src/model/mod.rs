@@ -1,6 +1,8 @@
 //! The hybrid model: embedding, decoder layers (Gated DeltaNet or gated full attention, dense
-//! MLP or MoE), final norm, lm_head. Weights are read from the checkpoint one layer at a time as
-//! the forward pass reaches them, so peak memory is about one layer plus activations.
+//! MLP or MoE), final norm, lm_head. Weights are read (or generated) one layer at a time as the
+//! forward pass reaches them, MoE experts only when a token is routed to them, the embedding only
+//! for the rows the prompt uses and the lm_head in blocks of rows, so peak memory is about one
+//! layer's weights in the compute dtype plus activations, whatever the size of the model.
 
 mod attention;
 mod cache;
@@ -12,6 +14,8 @@ mod linear;
 mod mlp;
 mod norm;
 mod rope;
+mod source;
+mod weight_cache;
 mod weights;
 
 use std::path::{Path, PathBuf};
@@ -24,12 +28,15 @@ use crate::checkpoint::{Checkpoint, KeyLayout};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::progress::Progress;
+use crate::random_weights::RandomWeights;
 
 pub use cache::{LayerCache, ModelCache};
 pub use cached::TokenLayout;
 pub use decode::{DecodePlan, push_states};
 pub use gdn::GdnCaptures;
 pub use layer::DecoderLayer;
+pub use source::WeightSource;
+pub use weight_cache::WeightCache;
 pub use weights::Weights;
 
 /// Where a model came from, for messages and fingerprints.
@@ -50,8 +57,10 @@ impl std::fmt::Display for ModelSource {
 
 pub struct Model {
     pub config: ModelConfig,
-    pub checkpoint: Checkpoint,
+    pub weights: WeightSource,
     pub source: ModelSource,
+    /// Weights kept across passes ([`Model::keep_weights`]); empty unless asked.
+    pub cache: WeightCache,
 }
 
 /// How to run one forward pass.
@@ -68,34 +77,51 @@ pub struct RunOptions<'a> {
 
 impl Model {
     pub fn load(dir: &Path) -> Result<Self> {
-        if !dir.is_dir() {
-            let msg = if dir.exists() {
-                "not a folder (--model takes a checkpoint folder)"
-            } else {
-                "no such model folder"
-            };
-            return Err(Error::file(dir, msg));
-        }
+        check_model_dir(dir)?;
         let config = ModelConfig::from_file(&dir.join("config.json"))?;
         let checkpoint = Checkpoint::open(dir)?;
         Ok(Model {
             config,
-            checkpoint,
+            weights: WeightSource::Checkpoint(checkpoint),
             source: ModelSource::Dir(dir.to_path_buf()),
+            cache: WeightCache::default(),
+        })
+    }
+
+    /// A model of `dir`'s config.json whose weights are generated from `seed`
+    /// (`--random-weights`); any safetensors files in `dir` are not read.
+    pub fn load_random(dir: &Path, seed: u64) -> Result<Self> {
+        check_model_dir(dir)?;
+        let config = ModelConfig::from_file(&dir.join("config.json"))?;
+        let weights = WeightSource::Random(RandomWeights::new(&config, seed)?);
+        Ok(Model {
+            config,
+            weights,
+            source: ModelSource::Dir(dir.to_path_buf()),
+            cache: WeightCache::default(),
         })
     }
 
     pub fn layout(&self) -> &KeyLayout {
-        self.checkpoint.layout()
+        self.weights.layout()
     }
 
     /// Whether the logits use the embedding matrix (no `lm_head.weight` in the checkpoint).
     pub fn tied_embeddings(&self) -> bool {
-        !self.checkpoint.contains("lm_head.weight")
+        !self.weights.contains("lm_head.weight")
     }
 
-    fn weights<'a>(&'a self, dtype: DType, device: &'a Device) -> Weights<'a> {
-        Weights::new(&self.checkpoint, dtype, device).root(self.layout().root())
+    /// Keep the weights read in `dtype` on `device` for later passes of this run (A, B and the
+    /// floor run of a live run share them) when the whole model in `dtype` fits in half of the
+    /// memory available now (CPU only). Returns whether they will be kept.
+    pub fn keep_weights(&self, dtype: DType, device: &Device) -> bool {
+        let bytes = self.weights.element_count() * dtype.size_in_bytes() as u64;
+        self.cache.keep(dtype, device, bytes)
+    }
+
+    /// The model's tensors under the text model's root (`model.` or `model.language_model.`).
+    fn view<'a>(&'a self, dtype: DType, device: &'a Device) -> Weights<'a> {
+        Weights::new(&self.weights, &self.cache, dtype, device).root(self.layout().root())
     }
 
     /// Checks token ids against the vocabulary.
@@ -118,18 +144,20 @@ impl Model {
         self.check_tokens(ids)?;
         let cfg = &self.config;
         let (dtype, device) = (opts.dtype, &opts.device);
-        let w = self.weights(dtype, device);
+        let w = self.view(dtype, device);
         let t = ids.len();
+        progress.begin(t);
         let mut caps = Captures::new(ids.to_vec());
 
-        let embed_w = w.get("embed_tokens.weight", &[cfg.vocab_size, cfg.hidden_size])?;
-        let ids_t = Tensor::from_vec(ids.to_vec(), t, device)?;
-        let mut x = embed_w.index_select(&ids_t, 0)?.unsqueeze(0)?;
+        let vocab_shape = [cfg.vocab_size, cfg.hidden_size];
+        let rows: Vec<usize> = ids.iter().map(|&id| id as usize).collect();
+        let mut x = w
+            .get_rows("embed_tokens.weight", &vocab_shape, &rows)?
+            .unsqueeze(0)?;
         caps.push(names::EMBED, x.clone());
 
         let rope = rope::Rope::new(cfg.rope_theta, cfg.rotary_dim(), t, dtype, device)?;
         for i in 0..cfg.num_hidden_layers {
-            progress.step(&format!("layer {i}/{}", cfg.num_hidden_layers));
             if let Some(feed) = opts.feed {
                 x = fed_input(feed, i)?.to_dtype(dtype)?.to_device(device)?;
             }
@@ -156,6 +184,7 @@ impl Model {
             }
             caps.push(names::layer(i), out.clone());
             x = out;
+            progress.layer_done(i as u64 + 1);
         }
         if let Some(feed) = opts.feed {
             x = fed_input(feed, cfg.num_hidden_layers)?
@@ -167,16 +196,57 @@ impl Model {
         caps.push(names::FINAL_NORM, normed.clone());
 
         let head = if self.tied_embeddings() {
-            embed_w
+            w.clone()
         } else {
-            Weights::new(&self.checkpoint, dtype, device)
-                .get("lm_head.weight", &[cfg.vocab_size, cfg.hidden_size])?
+            Weights::new(&self.weights, &self.cache, dtype, device)
         };
-        let logits = normed.broadcast_matmul(&head.t()?)?;
+        let head_name = if self.tied_embeddings() {
+            "embed_tokens.weight"
+        } else {
+            "lm_head.weight"
+        };
+        let logits = blocked_logits(&normed, &head, head_name, &vocab_shape)?;
         caps.push(names::LOGITS, logits);
         progress.finish();
         Ok(caps)
     }
+}
+
+/// Bytes of one block of lm_head rows in the compute dtype: the vocabulary is applied block by
+/// block so that the whole `[vocab, hidden]` matrix (10 GB in f64 at vocab 248320, hidden 5120)
+/// is never in memory at once.
+const LM_HEAD_BLOCK_BYTES: usize = 128 << 20;
+
+/// `normed · headᵀ` over the vocabulary, `head` read `LM_HEAD_BLOCK_BYTES` of rows at a time.
+fn blocked_logits(
+    normed: &Tensor,
+    head: &Weights,
+    name: &str,
+    shape: &[usize; 2],
+) -> Result<Tensor> {
+    let [vocab, hidden] = *shape;
+    let row_bytes = hidden * normed.dtype().size_in_bytes();
+    let block = (LM_HEAD_BLOCK_BYTES / row_bytes.max(1)).clamp(1, vocab.max(1));
+    let mut parts = Vec::with_capacity(vocab.div_ceil(block));
+    for start in (0..vocab).step_by(block) {
+        let rows: Vec<usize> = (start..(start + block).min(vocab)).collect();
+        let w = head.get_rows(name, shape, &rows)?;
+        parts.push(normed.broadcast_matmul(&w.t()?)?);
+    }
+    Ok(Tensor::cat(&parts, normed.rank() - 1)?)
+}
+
+/// `dir` must be an existing folder.
+fn check_model_dir(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let msg = if dir.exists() {
+        "not a folder (--model takes a checkpoint folder)"
+    } else {
+        "no such model folder"
+    };
+    Err(Error::file(dir, msg))
 }
 
 /// The input of layer `i` in a fed (isolate-mode) run: the embedding for layer 0, else the

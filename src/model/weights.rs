@@ -1,23 +1,31 @@
-//! Typed access to one module's tensors: a checkpoint plus a name prefix, the compute dtype and
+//! Typed access to one module's tensors: a weight source plus a name prefix, the compute dtype and
 //! the device, in the spirit of candle's `VarBuilder` — but never default-initialising.
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::checkpoint::Checkpoint;
+use super::WeightSource;
+use super::weight_cache::WeightCache;
 use crate::error::Result;
 
 #[derive(Clone)]
 pub struct Weights<'a> {
-    ckpt: &'a Checkpoint,
+    src: &'a WeightSource,
+    cache: &'a WeightCache,
     prefix: String,
     dtype: DType,
     device: &'a Device,
 }
 
 impl<'a> Weights<'a> {
-    pub fn new(ckpt: &'a Checkpoint, dtype: DType, device: &'a Device) -> Self {
+    pub fn new(
+        src: &'a WeightSource,
+        cache: &'a WeightCache,
+        dtype: DType,
+        device: &'a Device,
+    ) -> Self {
         Weights {
-            ckpt,
+            src,
+            cache,
             prefix: String::new(),
             dtype,
             device,
@@ -45,13 +53,33 @@ impl<'a> Weights<'a> {
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        self.ckpt.contains(&self.full_name(name))
+        self.src.contains(&self.full_name(name))
     }
 
     /// `name` with exactly `shape`, in the compute dtype.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
-        self.ckpt
-            .get(&self.full_name(name), shape, self.dtype, self.device)
+        let full = self.full_name(name);
+        self.cache.get_or_load(&full, self.dtype, || {
+            self.src.get(&full, shape, self.dtype, self.device)
+        })
+    }
+
+    /// Rows `rows` (along the first dimension) of `name`, which has exactly `shape`, in the
+    /// compute dtype: only those rows are read or generated. A contiguous range of rows (an lm_head block, one expert) may be kept across passes.
+    pub fn get_rows(&self, name: &str, shape: &[usize], rows: &[usize]) -> Result<Tensor> {
+        let full = self.full_name(name);
+        let load = || {
+            self.src
+                .get_rows(&full, shape, rows, self.dtype, self.device)
+        };
+        let contiguous = rows.windows(2).all(|w| w[1] == w[0] + 1);
+        match (rows.first(), rows.last()) {
+            (Some(&a), Some(&b)) if contiguous => {
+                self.cache
+                    .get_or_load(&format!("{full}[{a}..={b}]"), self.dtype, load)
+            }
+            _ => load(),
+        }
     }
 
     pub fn dtype(&self) -> DType {

@@ -20,7 +20,7 @@ use crate::device::dtype_label;
 use crate::error::{Error, Result};
 use crate::metrics::diff_stats;
 use crate::model::Model;
-use crate::verdict::{K_DRIFT, Verdict, classify, ratio_to_floor, thresholds};
+use crate::verdict::{Judged, K_DRIFT, Verdict, classify, ratio_to_floor, thresholds};
 
 pub use plan::{Cut, PathKind, PathPlan, Skipped, plan_paths};
 pub use run::{Observed, Runner};
@@ -198,7 +198,16 @@ fn compare_rows(
             max_abs: stats.max_abs,
             floor: Some(floor_rel),
             ratio_to_floor: ratio_to_floor(stats.rel_l2, Some(floor_rel)),
-            verdict: classify(&stats, Some(floor_rel), th),
+            verdict: classify(
+                Judged {
+                    rel_l2: stats.rel_l2,
+                    floor: Some(floor_rel),
+                    non_finite: stats.non_finite_disagree + stats.non_finite_both > 0,
+                    // With a floor, depth plays no part in the verdict.
+                    depth: 0,
+                },
+                th,
+            ),
             per_token_rel: stats.per_token_rel,
         });
     }

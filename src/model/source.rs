@@ -1,0 +1,82 @@
+//! Where a model's weights come from: a safetensors checkpoint, or generated from a seed
+//! (`--random-weights`). The forward pass asks both the same way, tensor by tensor.
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::checkpoint::{Checkpoint, KeyLayout};
+use crate::error::Result;
+use crate::fingerprint::weights_digest;
+use crate::random_weights::RandomWeights;
+
+pub enum WeightSource {
+    Checkpoint(Checkpoint),
+    Random(RandomWeights),
+}
+
+impl WeightSource {
+    pub fn layout(&self) -> &KeyLayout {
+        match self {
+            WeightSource::Checkpoint(c) => c.layout(),
+            WeightSource::Random(r) => r.layout(),
+        }
+    }
+
+    /// What the weights are, for fingerprints: the sampled digest of a checkpoint, or the
+    /// generator and seed of random weights (`random-weights-v1:seed=7`).
+    pub fn digest(&self) -> Result<String> {
+        match self {
+            WeightSource::Checkpoint(c) => weights_digest(c),
+            WeightSource::Random(r) => Ok(format!("random-weights-v1:seed={}", r.seed())),
+        }
+    }
+
+    /// Elements of every tensor (of a checkpoint: every tensor in its files, vision tower
+    /// included), for memory estimates.
+    pub fn element_count(&self) -> u64 {
+        let count = |shape: &[usize]| shape.iter().product::<usize>() as u64;
+        match self {
+            WeightSource::Checkpoint(c) => c
+                .raw_tensors()
+                .filter_map(|(_, raw)| raw.ok())
+                .map(|(info, _)| count(&info.shape))
+                .sum(),
+            WeightSource::Random(r) => r.tensors().values().map(|s| count(s)).sum(),
+        }
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        match self {
+            WeightSource::Checkpoint(c) => c.contains(name),
+            WeightSource::Random(r) => r.contains(name),
+        }
+    }
+
+    /// `name` with exactly `shape`, in `dtype` on `device`.
+    pub fn get(
+        &self,
+        name: &str,
+        shape: &[usize],
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Tensor> {
+        match self {
+            WeightSource::Checkpoint(c) => c.get(name, shape, dtype, device),
+            WeightSource::Random(r) => r.get(name, shape, dtype, device),
+        }
+    }
+
+    /// Rows `rows` (along the first dimension) of `name`, which has exactly `shape`.
+    pub fn get_rows(
+        &self,
+        name: &str,
+        shape: &[usize],
+        rows: &[usize],
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Tensor> {
+        match self {
+            WeightSource::Checkpoint(c) => c.get_rows(name, shape, rows, dtype, device),
+            WeightSource::Random(r) => r.get_rows(name, shape, rows, dtype, device),
+        }
+    }
+}

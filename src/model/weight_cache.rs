@@ -1,0 +1,82 @@
+//! Weights kept in memory across the forward passes of one run (A, B and the floor run share the
+//! compute dtype), so that each tensor is read and converted once instead of once per pass —
+//! only where the whole model fits comfortably: a model bigger than memory keeps streaming.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::error::Result;
+
+#[derive(Default)]
+pub struct WeightCache {
+    /// The dtype whose tensors are kept (CPU only); unset: nothing is kept.
+    kept: OnceLock<DType>,
+    tensors: Mutex<HashMap<String, Tensor>>,
+}
+
+impl WeightCache {
+    /// Keep `dtype`'s tensors from now on when `bytes` (the whole model in that dtype) is at most
+    /// half of the memory available now. Returns whether they will be kept.
+    pub fn keep(&self, dtype: DType, device: &Device, bytes: u64) -> bool {
+        let fits = available_memory_bytes().is_some_and(|avail| bytes <= avail / 2);
+        device.is_cpu() && fits && self.kept.set(dtype).is_ok()
+    }
+
+    /// The tensor under `key` in `dtype`: kept from an earlier pass, or made by `load` (and kept
+    /// when `dtype` is the kept one).
+    pub fn get_or_load(
+        &self,
+        key: &str,
+        dtype: DType,
+        load: impl FnOnce() -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        if self.kept.get() != Some(&dtype) {
+            return load();
+        }
+        let lock = || self.tensors.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = lock().get(key) {
+            return Ok(t.clone());
+        }
+        let t = load()?;
+        lock().insert(key.to_string(), t.clone());
+        Ok(t)
+    }
+}
+
+/// `MemAvailable` of /proc/meminfo, in bytes; `None` where there is no procfs.
+fn available_memory_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_tensors_are_loaded_once_and_other_dtypes_every_time() {
+        let cache = WeightCache::default();
+        let t = Tensor::new(&[1.5f32, -2.0], &Device::Cpu).unwrap();
+        let loads = std::cell::Cell::new(0);
+        let load = || {
+            loads.set(loads.get() + 1);
+            Ok(t.clone())
+        };
+        cache.get_or_load("w", DType::F32, load).unwrap();
+        cache.get_or_load("w", DType::F32, load).unwrap();
+        assert_eq!(loads.get(), 2, "nothing is kept before keep()");
+        assert!(cache.keep(DType::F32, &Device::Cpu, 8));
+        cache.get_or_load("w", DType::F32, load).unwrap();
+        let again = cache.get_or_load("w", DType::F32, load).unwrap();
+        assert_eq!(loads.get(), 3);
+        assert_eq!(again.to_vec1::<f32>().unwrap(), vec![1.5, -2.0]);
+        cache.get_or_load("w", DType::F64, load).unwrap();
+        assert_eq!(loads.get(), 4, "another dtype is not kept");
+        assert!(!cache.keep(DType::F64, &Device::Cpu, 8), "one dtype only");
+        assert!(!WeightCache::default().keep(DType::F32, &Device::Cpu, u64::MAX));
+    }
+}
