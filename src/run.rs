@@ -28,8 +28,24 @@ pub fn forward(
     capture_ops: bool,
     feed: Option<&Captures>,
 ) -> Result<Captures> {
+    forward_through(session, backend, dtype, capture_ops, feed, None)
+}
+
+/// [`forward`] that stops after decoder layer `last_layer` (see [`Model::run_through`]).
+///
+/// [`Model::run_through`]: crate::model::Model::run_through
+pub fn forward_through(
+    session: &Session,
+    backend: &dyn LinearAttentionBackend,
+    dtype: DType,
+    capture_ops: bool,
+    feed: Option<&Captures>,
+    last_layer: Option<usize>,
+) -> Result<Captures> {
     let label = format!("{} {}", backend.name(), dtype_label(dtype));
-    let progress = Progress::new(&label, session.model.config.num_hidden_layers as u64);
+    let layers = session.model.config.num_hidden_layers;
+    let total = last_layer.map_or(layers, |l| (l + 1).min(layers));
+    let progress = Progress::new(&label, total as u64);
     let opts = RunOptions {
         dtype,
         device: session.device.clone(),
@@ -37,7 +53,9 @@ pub fn forward(
         capture_ops,
         feed,
     };
-    session.model.run(&session.ids, &opts, &progress)
+    session
+        .model
+        .run_through(&session.ids, &opts, &progress, last_layer)
 }
 
 /// What a run of `backend` in `session` is: this machine, the model, the input.

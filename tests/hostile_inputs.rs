@@ -693,24 +693,6 @@ fn corrupt_and_lying_files_are_refused() {
         ("nested 10^6 deep", deep, vec![], &["--limit pickle-"]),
         ("memo doubling", doubling, vec![], &["pickle-objects"]),
         (
-            "number next to tensors",
-            pk::file(pk::dict(&[
-                ("layers.0", t("0", &[1, 4, 8], &[32, 8, 1])),
-                ("step", pk::int(5)),
-            ])),
-            data0(),
-            &["step", "a number"],
-        ),
-        (
-            "string next to tensors",
-            pk::file(pk::dict(&[
-                ("layers.0", t("0", &[1, 4, 8], &[32, 8, 1])),
-                ("note", pk::str("hi")),
-            ])),
-            data0(),
-            &["note", "a string"],
-        ),
-        (
             "custom object",
             pk::file(pk::dict(&[(
                 "layers.0",
@@ -843,6 +825,24 @@ fn corrupt_and_lying_files_are_refused() {
     for (i, (name, pickle, storages, needles)) in pickle_cases.into_iter().enumerate() {
         let p = write(d, &format!("pickle{i}.pt"), &torch_file(&pickle, &storages));
         cases.push(compare_bad(name, &p, needles));
+    }
+    // Scalar metadata next to the tensors is not refused, and not skipped silently: it is left out
+    // and listed (the report's notes and stderr carry the list).
+    let metadata = pk::file(pk::dict(&[
+        ("layers.0", t("0", &[1, 4, 8], &[32, 8, 1])),
+        ("step", pk::int(5)),
+        ("note", pk::str("hi")),
+    ]));
+    let p = write(d, "metadata.pt", &torch_file(&metadata, &data0()));
+    let src = hsdiff::formats::FileSource::open(&p, None).expect("metadata dict opens");
+    assert_eq!(src.names(), vec!["layers.0".to_string()]);
+    let listed = src.conventions.join(" | ");
+    for needle in [
+        "not tensors, left out",
+        "`step` (a number)",
+        "`note` (a string)",
+    ] {
+        assert!(listed.contains(needle), "`{needle}` not in {listed:?}");
     }
     let no_pkl = zip(&[("archive/other", b"x")]);
     cases.push(compare_bad(

@@ -24,7 +24,7 @@ use crate::formats::{FileSource, coarseness, naming};
 use crate::model::Model;
 use crate::planner::{self, SideRun};
 use crate::report::{Comparison, Side, TokenIds, build_report};
-use crate::run::forward;
+use crate::run::forward_through;
 use crate::verdict::thresholds;
 
 #[derive(Args, Debug, Clone)]
@@ -174,10 +174,28 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
             })
         }
         Err(why) => {
-            eprintln!("hsdiff: uncalibrated: {why}");
+            // The headline says so; a stderr line here would precede any later input error.
             notes.push(format!("uncalibrated: {why}"));
             None
         }
+    };
+    let layers = args
+        .report
+        .layers
+        .as_deref()
+        .map(parse_layer_list)
+        .transpose()?;
+    // With --layers the truth and floor runs stop after the last layer that can be paired (the
+    // layers asked for, plus the ±2 of shift detection and any --shift): a deep model's
+    // calibration costs only the layers reported.
+    let num_layers = session.as_ref().map(|s| s.model.config.num_hidden_layers);
+    let last_layer = match (&layers, num_layers) {
+        (Some(list), Some(n)) => list
+            .iter()
+            .max()
+            .map(|&l| l + 2 + args.shift.unsigned_abs() as usize)
+            .filter(|&l| l + 1 < n),
+        _ => None,
     };
     let calibration = match &session {
         Some(session) => {
@@ -198,7 +216,14 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
             );
             let reference = backend_by_name("reference", &session.device)?;
             Some(planner::execute(plan, |d| {
-                forward(session, reference.as_ref(), d, capture_ops, None)
+                forward_through(
+                    session,
+                    reference.as_ref(),
+                    d,
+                    capture_ops,
+                    None,
+                    last_layer,
+                )
             })?)
         }
         None => None,
@@ -272,12 +297,6 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
     }
     b.shift_layers(args.shift);
 
-    let layers = args
-        .report
-        .layers
-        .as_deref()
-        .map(parse_layer_list)
-        .transpose()?;
     let b_names = b.names();
     let common: Vec<String> = a
         .names()
@@ -296,6 +315,13 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         .as_ref()
         .map(|s| s.model.config.layer_types.as_slice());
     let mut rows = plan_rows(&common, layer_types, layers.as_deref());
+    if let Some(last) = last_layer {
+        rows.retain(|r| !matches!(r.kind, Kind::FinalNorm | Kind::Logits));
+        notes.push(format!(
+            "--layers: the truth and floor ran through layer {last} only, so final_norm and \
+             logits are not reported"
+        ));
+    }
     for name in extra_rows {
         if !rows.iter().any(|r| r.name == name) && common.contains(&name) {
             rows.push(RowSpec {

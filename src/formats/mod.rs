@@ -338,6 +338,12 @@ impl FileSource {
         }
         src.fingerprint = parsed.fingerprint;
         src.ids_list = parsed.input_ids;
+        if !parsed.left_out.is_empty() {
+            src.conventions.push(format!(
+                "not tensors, left out: {}",
+                parsed.left_out.join(", ")
+            ));
+        }
         Ok(src)
     }
 
@@ -398,7 +404,7 @@ impl FileSource {
             .collect();
         let a = naming::assign(&named);
         self.names = a.names;
-        self.conventions = a.conventions;
+        self.conventions.extend(a.conventions);
         self.index_keyed = a.index_keyed;
         self.sequence_len = a.sequence_len;
     }

@@ -5,8 +5,10 @@
 //! Accepted top-level objects: a dict (nested dicts, tuples and lists allowed) whose tensor
 //! leaves get dotted names (`hidden_states.3`), or a tuple/list of tensors (the
 //! `output_hidden_states` tuple). A string or dict under the key `hsdiff` is read as the
-//! fingerprint; a list of ints under `input_ids` as the token ids. Anything else (a number, a
-//! string, a custom object) is refused with its name: nothing is skipped silently.
+//! fingerprint; a list of ints under `input_ids` as the token ids. A number, string, boolean or
+//! None stored under a dict key (`{"prompt": "…", "step": 5}`) is metadata: it is left out and
+//! listed in `left_out`, which the report states. Anything else (a custom object, bytes) is
+//! refused with its name: nothing is skipped silently.
 
 use candle_core::DType;
 use serde_json::Value as Json;
@@ -21,6 +23,8 @@ pub struct Parsed {
     pub entries: Vec<Entry>,
     pub fingerprint: Option<Json>,
     pub input_ids: Option<Vec<i64>>,
+    /// Scalar dict entries that are not tensors (`prompt (a string)`), left out of the comparison.
+    pub left_out: Vec<String>,
 }
 
 pub fn parse(bytes: &[u8], zip: &ZipIndex) -> Result<Parsed, String> {
@@ -40,6 +44,7 @@ pub fn parse(bytes: &[u8], zip: &ZipIndex) -> Result<Parsed, String> {
             entries: Vec::new(),
             fingerprint: None,
             input_ids: None,
+            left_out: Vec::new(),
         },
     };
     match obj {
@@ -105,6 +110,20 @@ impl Walk<'_> {
                         && let Some(ids) = int_list(items)
                     {
                         self.parsed.input_ids = Some(ids);
+                        continue;
+                    }
+                    if matches!(
+                        v.value,
+                        Value::Str(_)
+                            | Value::Int(_)
+                            | Value::Float(_)
+                            | Value::Bool(_)
+                            | Value::None
+                    ) {
+                        let what = describe(&v.value);
+                        self.parsed
+                            .left_out
+                            .push(format!("`{}` ({what})", join(&key)));
                         continue;
                     }
                     self.visit(v.value, &join(&key), None)?;

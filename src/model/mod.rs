@@ -141,6 +141,19 @@ impl Model {
     /// Runs the prefill forward pass over `ids` (batch 1), capturing `embed`, every
     /// `layers.{i}`, `final_norm` and `logits` (and per-op values when asked).
     pub fn run(&self, ids: &[u32], opts: &RunOptions, progress: &Progress) -> Result<Captures> {
+        self.run_through(ids, opts, progress, None)
+    }
+
+    /// [`Model::run`] that stops after decoder layer `last_layer` when one is given and it is
+    /// not the last: no `final_norm` or `logits` then. A calibration run for a few early layers
+    /// of a deep model (`compare --layers 1,3`) costs those layers only.
+    pub fn run_through(
+        &self,
+        ids: &[u32],
+        opts: &RunOptions,
+        progress: &Progress,
+        last_layer: Option<usize>,
+    ) -> Result<Captures> {
         self.check_tokens(ids)?;
         let cfg = &self.config;
         let (dtype, device) = (opts.dtype, &opts.device);
@@ -185,6 +198,10 @@ impl Model {
             caps.push(names::layer(i), out.clone());
             x = out;
             progress.layer_done(i as u64 + 1);
+            if last_layer.is_some_and(|last| i == last && last + 1 < cfg.num_hidden_layers) {
+                progress.finish();
+                return Ok(caps);
+            }
         }
         if let Some(feed) = opts.feed {
             x = fed_input(feed, cfg.num_hidden_layers)?

@@ -196,9 +196,13 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         });
     }
 
-    let logits = match (c.a.tensor(names::LOGITS)?, c.b.tensor(names::LOGITS)?) {
-        (Some(a), Some(b)) => Some(logit_stats(&a, &b, tie_margin.unwrap_or(0.0))?),
-        _ => None,
+    // The logits line belongs to the logits row: not reported when that row was left out.
+    let logits = match tie_margin {
+        Some(margin) => match (c.a.tensor(names::LOGITS)?, c.b.tensor(names::LOGITS)?) {
+            (Some(a), Some(b)) => Some(logit_stats(&a, &b, margin)?),
+            _ => None,
+        },
+        None => None,
     };
     let routers = router_rows(c)?;
     let layer_rels: Vec<(usize, f64)> = tensors
