@@ -58,25 +58,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kept_tensors_are_loaded_once_and_other_dtypes_every_time() {
+    fn kept_tensors_are_loaded_once_and_other_dtypes_every_time() -> Result<()> {
         let cache = WeightCache::default();
-        let t = Tensor::new(&[1.5f32, -2.0], &Device::Cpu).unwrap();
+        let t = Tensor::new(&[1.5f32, -2.0], &Device::Cpu)?;
         let loads = std::cell::Cell::new(0);
         let load = || {
             loads.set(loads.get() + 1);
             Ok(t.clone())
         };
-        cache.get_or_load("w", DType::F32, load).unwrap();
-        cache.get_or_load("w", DType::F32, load).unwrap();
+        cache.get_or_load("w", DType::F32, load)?;
+        cache.get_or_load("w", DType::F32, load)?;
         assert_eq!(loads.get(), 2, "nothing is kept before keep()");
         assert!(cache.keep(DType::F32, &Device::Cpu, 8));
-        cache.get_or_load("w", DType::F32, load).unwrap();
-        let again = cache.get_or_load("w", DType::F32, load).unwrap();
+        cache.get_or_load("w", DType::F32, load)?;
+        let again = cache.get_or_load("w", DType::F32, load)?;
         assert_eq!(loads.get(), 3);
-        assert_eq!(again.to_vec1::<f32>().unwrap(), vec![1.5, -2.0]);
-        cache.get_or_load("w", DType::F64, load).unwrap();
+        assert_eq!(again.to_vec1::<f32>()?, vec![1.5, -2.0]);
+        cache.get_or_load("w", DType::F64, load)?;
         assert_eq!(loads.get(), 4, "another dtype is not kept");
         assert!(!cache.keep(DType::F64, &Device::Cpu, 8), "one dtype only");
         assert!(!WeightCache::default().keep(DType::F32, &Device::Cpu, u64::MAX));
+        Ok(())
     }
 }
