@@ -31,8 +31,9 @@ pub mod cuda;
 use candle_core::{DType, Device, Tensor, WithDType};
 
 use super::{
-    GdnInputs, GdnOutputs, GdnState, LinearAttentionBackend, accumulation_dtype, check_conv_shapes,
-    check_delta_rule_shapes, check_norm_shapes, compose_forward_cached, next_conv_state,
+    GdnDims, GdnInputs, GdnOutputs, GdnState, LinearAttentionBackend, accumulation_dtype,
+    check_conv_shapes, check_delta_rule_shapes, check_norm_shapes, compose_forward_cached,
+    next_conv_state,
 };
 use crate::error::{Error, Result};
 use cpu::{Accum, Element, KernelError};
@@ -124,15 +125,7 @@ impl LinearAttentionBackend for Fused {
             return cuda::gated_delta_rule(q, k, v, g, beta, initial_state, false);
         }
         require_cpu(q)?;
-        let dims = cpu::GdnDims {
-            batch: d.batch,
-            seq: d.seq,
-            k_heads: d.num_key_heads,
-            v_heads: d.num_value_heads,
-            k_dim: d.key_head_dim,
-            v_dim: d.value_head_dim,
-            conv_kernel: 0,
-        };
+        let dims = kernel_dims(&d);
         dispatch_dtype!(
             q.dtype(),
             "CPU kernels",
@@ -172,15 +165,7 @@ impl LinearAttentionBackend for Fused {
             return cuda_forward(self, inputs, capture_ops);
         }
         require_cpu(inputs.mixed_qkv)?;
-        let dims = cpu::GdnDims {
-            batch: d.batch,
-            seq: d.seq,
-            k_heads: d.num_key_heads,
-            v_heads: d.num_value_heads,
-            k_dim: d.key_head_dim,
-            v_dim: d.value_head_dim,
-            conv_kernel: d.conv_kernel,
-        };
+        let dims = kernel_dims(&d);
         let (core, _state, conv) = dispatch_dtype!(
             inputs.mixed_qkv.dtype(),
             "CPU kernels",
@@ -204,15 +189,7 @@ impl LinearAttentionBackend for Fused {
             return compose_forward_cached(self, inputs, state, capture_ops);
         }
         check_conv_shapes(NAME, inputs.mixed_qkv, inputs.conv_weight)?;
-        let dims = cpu::GdnDims {
-            batch: d.batch,
-            seq: d.seq,
-            k_heads: d.num_key_heads,
-            v_heads: d.num_value_heads,
-            k_dim: d.key_head_dim,
-            v_dim: d.value_head_dim,
-            conv_kernel: d.conv_kernel,
-        };
+        let dims = kernel_dims(&d);
         let (core, recurrent, conv) = dispatch_dtype!(
             inputs.mixed_qkv.dtype(),
             "CPU kernels",
@@ -370,4 +347,17 @@ fn cuda_forward(fused: &Fused, inputs: &GdnInputs, capture_ops: bool) -> Result<
     )?;
     let out = fused.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
     GdnOutputs::new(out, capture_ops.then_some(conv), core, &d)
+}
+
+/// The CPU kernels' view of a checked call's geometry.
+fn kernel_dims(d: &GdnDims) -> cpu::GdnDims {
+    cpu::GdnDims {
+        batch: d.batch,
+        seq: d.seq,
+        k_heads: d.num_key_heads,
+        v_heads: d.num_value_heads,
+        k_dim: d.key_head_dim,
+        v_dim: d.value_head_dim,
+        conv_kernel: d.conv_kernel,
+    }
 }
