@@ -57,9 +57,10 @@ pub fn parse_dtype(arg: &str) -> Result<DType> {
         "f32" | "float32" => Ok(DType::F32),
         "bf16" | "bfloat16" => Ok(DType::BF16),
         "f16" | "float16" => Ok(DType::F16),
-        other => Err(Error::Input(format!(
-            "unknown dtype `{other}` (expected f64, f32, bf16 or f16)"
-        ))),
+        other => Err(Error::argument(
+            "--dtype",
+            format!("unknown dtype `{other}` (expected f64, f32, bf16 or f16)"),
+        )),
     }
 }
 

@@ -21,9 +21,17 @@ pub enum Error {
     #[error("{}: {msg}", path.display())]
     Config { path: PathBuf, msg: String },
 
-    /// The prompt or token ids are unusable.
+    /// A command-line option has an unusable value, or options do not fit together.
+    #[error("{option}: {msg}")]
+    Argument { option: String, msg: String },
+
+    /// The prompt or token ids are unusable for this model or this command.
     #[error("input: {0}")]
-    Input(String),
+    Prompt(String),
+
+    /// A helper process (a bench case, the PyTorch side) could not be started or failed.
+    #[error("{program}: {msg}")]
+    Process { program: String, msg: String },
 
     /// A backend is unknown, unavailable on the requested device, or was handed bad tensors.
     #[error("backend `{backend}`: {msg}")]
@@ -73,6 +81,20 @@ impl Error {
     pub fn config(path: impl AsRef<Path>, msg: impl Into<String>) -> Self {
         Error::Config {
             path: path.as_ref().to_path_buf(),
+            msg: msg.into(),
+        }
+    }
+
+    pub fn argument(option: impl Into<String>, msg: impl Into<String>) -> Self {
+        Error::Argument {
+            option: option.into(),
+            msg: msg.into(),
+        }
+    }
+
+    pub fn device(device: impl Into<String>, msg: impl Into<String>) -> Self {
+        Error::Device {
+            device: device.into(),
             msg: msg.into(),
         }
     }

@@ -144,7 +144,7 @@ pub fn resolve_prompt(arg: &str) -> Result<(String, PromptSource)> {
         (arg.to_string(), PromptSource::Text)
     };
     if text.len() > cap {
-        return Err(Error::Input(limits::exceeded(
+        return Err(Error::Prompt(limits::exceeded(
             "the prompt's length in bytes",
             text.len(),
             "prompt-bytes",
@@ -154,7 +154,7 @@ pub fn resolve_prompt(arg: &str) -> Result<(String, PromptSource)> {
     if text.is_empty() {
         return Err(match &source {
             PromptSource::File(path) => Error::file(path, "the prompt file is empty"),
-            _ => Error::Input("the prompt is empty".to_string()),
+            _ => Error::Prompt("the prompt is empty".to_string()),
         });
     }
     Ok((text, source))
@@ -168,14 +168,15 @@ pub fn parse_token_list(arg: &str) -> Result<Vec<u32>> {
         .filter(|s| !s.is_empty())
         .map(|s| {
             s.parse::<u32>().map_err(|_| {
-                Error::Input(format!(
-                    "`{s}` in --tokens is not a non-negative integer token id"
-                ))
+                Error::argument(
+                    "--tokens",
+                    format!("`{s}` is not a non-negative integer token id"),
+                )
             })
         })
         .collect::<Result<_>>()?;
     if ids.is_empty() {
-        return Err(Error::Input("--tokens lists no token ids".to_string()));
+        return Err(Error::argument("--tokens", "lists no token ids"));
     }
     check_length(ids.len())?;
     Ok(ids)
@@ -185,7 +186,7 @@ pub fn parse_token_list(arg: &str) -> Result<Vec<u32>> {
 pub fn check_length(t: usize) -> Result<()> {
     let cap = limits::get().tokens;
     if t > cap {
-        return Err(Error::Input(limits::exceeded(
+        return Err(Error::Prompt(limits::exceeded(
             "the sequence length (tokens)",
             t,
             "tokens",

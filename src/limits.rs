@@ -74,18 +74,19 @@ impl Limits {
     pub fn from_args(args: &[String]) -> Result<Self> {
         let mut l = Limits::default();
         for arg in args {
-            let (name, value) = arg
-                .split_once('=')
-                .ok_or_else(|| Error::Input(format!("--limit `{arg}`: expected NAME=VALUE")))?;
+            let (name, value) = arg.split_once('=').ok_or_else(|| {
+                Error::argument("--limit", format!("`{arg}`: expected NAME=VALUE"))
+            })?;
             let value: usize = value
                 .trim()
                 .parse()
                 .ok()
                 .filter(|&v| v > 0)
                 .ok_or_else(|| {
-                    Error::Input(format!(
-                        "--limit {name}: `{value}` is not a positive integer"
-                    ))
+                    Error::argument(
+                        format!("--limit {name}"),
+                        format!("`{value}` is not a positive integer"),
+                    )
                 })?;
             let slot = match name.trim() {
                 "tokens" => &mut l.tokens,
@@ -98,10 +99,10 @@ impl Limits {
                 "pickle-objects" => &mut l.pickle_objects,
                 other => {
                     let known: Vec<&str> = NAMES.iter().map(|(n, _)| *n).collect();
-                    return Err(Error::Input(format!(
-                        "--limit: unknown limit `{other}` (known: {})",
-                        known.join(", ")
-                    )));
+                    return Err(Error::argument(
+                        "--limit",
+                        format!("unknown limit `{other}` (known: {})", known.join(", ")),
+                    ));
                 }
             };
             *slot = value;

@@ -176,7 +176,7 @@ mod tests {
         assert_eq!(std::fs::read(&target).expect("reads"), b"first");
         let failed = write_with(&target, |tmp| {
             std::fs::write(tmp, b"half").expect("partial");
-            Err(Error::Input("disk full".into()))
+            Err(Error::file("/tmp/hsdiff-output-test", "disk full"))
         });
         assert!(failed.is_err());
         assert_eq!(std::fs::read(&target).expect("reads"), b"first");

@@ -189,10 +189,13 @@ impl RandomWeights {
             .iter()
             .find(|(n, s)| recipe_for(n, s, cfg.hidden_size).is_none())
         {
-            return Err(Error::Input(format!(
-                "--random-weights: the golden weight recipe has no rule for `{name}` \
-                 (docs/golden.md); this config cannot be generated"
-            )));
+            return Err(Error::argument(
+                "--random-weights",
+                format!(
+                    "the golden weight recipe has no rule for `{name}` \
+                     (docs/golden.md); this config cannot be generated"
+                ),
+            ));
         }
         Ok(RandomWeights {
             seed,
@@ -324,9 +327,10 @@ fn make_tensor(
         DType::BF16 => Tensor::from_vec(stream.values(span, bf16::from_f64), shape, device)?,
         DType::F16 => Tensor::from_vec(stream.values(span, f16::from_f64), shape, device)?,
         other => {
-            return Err(Error::Input(format!(
-                "--random-weights: cannot generate weights in {other:?}"
-            )));
+            return Err(Error::argument(
+                "--random-weights",
+                format!("cannot generate weights in {other:?}"),
+            ));
         }
     })
 }

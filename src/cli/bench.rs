@@ -259,14 +259,18 @@ fn run_core(args: &CoreArgs) -> Result<i32> {
         || args.head_dim == 0
         || !args.value_heads.is_multiple_of(args.key_heads.max(1))
     {
-        return Err(Error::Input(format!(
-            "{} value heads is not a positive multiple of {} key heads (head dim {})",
-            args.value_heads, args.key_heads, args.head_dim
-        )));
+        return Err(Error::argument(
+            "--value-heads",
+            format!(
+                "{} value heads is not a positive multiple of {} key heads (head dim {})",
+                args.value_heads, args.key_heads, args.head_dim
+            ),
+        ));
     }
     if args.lengths.contains(&0) {
-        return Err(Error::Input(
-            "sequence lengths must be positive".to_string(),
+        return Err(Error::argument(
+            "--lengths",
+            "sequence lengths must be positive",
         ));
     }
     plan.print_header(&format!(
@@ -382,7 +386,7 @@ fn run_forward(args: &ForwardArgs) -> Result<i32> {
     let model = Model::load(&args.model)?;
     let cfg = &model.config;
     if args.seq == 0 {
-        return Err(Error::Input("--seq must be positive".to_string()));
+        return Err(Error::argument("--seq", "must be positive"));
     }
     let linear = cfg
         .layer_types
@@ -484,13 +488,13 @@ impl<'a> Plan<'a> {
             .map(|d| parse_dtype(d))
             .collect::<Result<Vec<_>>>()?;
         let threads = match common.threads {
-            Some(0) => return Err(Error::Input("--threads must be positive".to_string())),
+            Some(0) => return Err(Error::argument("--threads", "must be positive")),
             Some(n) => n,
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
         let repeats = common.repeats.unwrap_or(default_repeats);
         if repeats == 0 {
-            return Err(Error::Input("--repeats must be positive".to_string()));
+            return Err(Error::argument("--repeats", "must be positive"));
         }
         if let Some(python) = &common.torch
             && !common.torch_script.is_file()
@@ -503,8 +507,10 @@ impl<'a> Plan<'a> {
                 ),
             ));
         }
-        let exe = std::env::current_exe()
-            .map_err(|e| Error::Input(format!("cannot find the hsdiff executable: {e}")))?;
+        let exe = std::env::current_exe().map_err(|e| Error::Process {
+            program: "hsdiff".into(),
+            msg: format!("cannot find its own executable for the bench cases: {e}"),
+        })?;
         let (work, remove_work) = match &common.work_dir {
             Some(dir) => (dir.clone(), false),
             None => (
@@ -717,7 +723,7 @@ impl<'a> Plan<'a> {
                 "rows": rows,
             });
             let text = serde_json::to_string_pretty(&doc)
-                .map_err(|e| Error::Input(format!("cannot serialise the results: {e}")))?;
+                .map_err(|e| Error::Internal(format!("cannot serialise the results: {e}")))?;
             std::fs::write(path, text + "\n")
                 .map_err(|e| Error::file(path, format!("cannot write: {e}")))?;
         }
@@ -901,7 +907,7 @@ fn machine_summary() -> String {
 
 fn run_case(args: &CaseArgs) -> Result<i32> {
     if args.repeats == 0 {
-        return Err(Error::Input("--repeats must be positive".to_string()));
+        return Err(Error::argument("--repeats", "must be positive"));
     }
     let cpu = Device::Cpu;
     let backend = backend_by_name(&args.backend, &cpu)?;
@@ -937,7 +943,7 @@ fn run_case(args: &CaseArgs) -> Result<i32> {
         }
         "forward" => {
             let dir = args.model.as_ref().ok_or_else(|| {
-                Error::Input("bench case --kind forward needs --model".to_string())
+                Error::argument("--model", "bench case --kind forward needs --model")
             })?;
             let dtype = parse_dtype(&args.dtype)?;
             let model = Model::load(dir)?;
@@ -975,9 +981,10 @@ fn run_case(args: &CaseArgs) -> Result<i32> {
             (times, rss_before, "logits", last)
         }
         other => {
-            return Err(Error::Input(format!(
-                "unknown case kind `{other}` (core, forward)"
-            )));
+            return Err(Error::argument(
+                "--kind",
+                format!("unknown case kind `{other}` (core, forward)"),
+            ));
         }
     };
     if let Some(out) = out {
@@ -994,7 +1001,7 @@ fn run_case(args: &CaseArgs) -> Result<i32> {
         threads: Some(candle_core::utils::get_num_threads()),
     };
     let json = serde_json::to_string(&m)
-        .map_err(|e| Error::Input(format!("cannot serialise the result: {e}")))?;
+        .map_err(|e| Error::Internal(format!("cannot serialise the result: {e}")))?;
     println!("{RESULT_TAG}{json}");
     Ok(0)
 }

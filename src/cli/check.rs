@@ -230,7 +230,7 @@ pub fn run(args: &CheckArgs) -> Result<i32> {
         .map(|b| backend_by_name(b, &device))
         .collect::<Result<_>>()?;
     if backends.is_empty() {
-        return Err(Error::Input("--backend names no backend".to_string()));
+        return Err(Error::argument("--backend", "names no backend"));
     }
     let dtype_override = args.dtype.as_deref().map(parse_dtype).transpose()?;
 
@@ -256,8 +256,9 @@ pub fn run(args: &CheckArgs) -> Result<i32> {
         }
         None => {
             if args.report.plot.is_some() {
-                return Err(Error::Input(
-                    "--plot draws one report: use it with --golden FILE".to_string(),
+                return Err(Error::argument(
+                    "--plot",
+                    "draws one report: use it with --golden FILE",
                 ));
             }
             let mut outcomes = Vec::new();
@@ -509,7 +510,7 @@ fn render_set(outcomes: &[Outcome], args: &ReportArgs) -> Result<i32> {
                 "checks": checks,
             });
             let mut s = serde_json::to_string_pretty(&doc)
-                .map_err(|e| Error::Input(format!("cannot encode the report: {e}")))?;
+                .map_err(|e| Error::Internal(format!("cannot encode the report: {e}")))?;
             s.push('\n');
             s
         }

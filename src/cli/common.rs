@@ -106,7 +106,7 @@ impl RunArgs {
             }
         };
         if ids.is_empty() {
-            return Err(Error::Input(
+            return Err(Error::Prompt(
                 "the prompt tokenised to zero tokens".to_string(),
             ));
         }
@@ -150,9 +150,10 @@ fn shell_quote(s: &str) -> String {
 /// layer that is not there would leave an empty report that reads as agreement.
 pub fn check_layer_list(layers: &[usize], count: usize, what: &str) -> Result<()> {
     match layers.iter().find(|&&l| l >= count) {
-        Some(bad) => Err(Error::Input(format!(
-            "--layers names layer {bad}, but {what} has {count} layers"
-        ))),
+        Some(bad) => Err(Error::argument(
+            "--layers",
+            format!("names layer {bad}, but {what} has {count} layers"),
+        )),
         None => Ok(()),
     }
 }
@@ -166,9 +167,10 @@ pub fn parse_layer_list(arg: &str) -> Result<Vec<usize>> {
         .ok()
         .filter(|v| !v.is_empty())
         .ok_or_else(|| {
-            Error::Input(format!(
-                "--layers expects comma-separated layer indices, got `{arg}`"
-            ))
+            Error::argument(
+                "--layers",
+                format!("expects comma-separated layer indices, got `{arg}`"),
+            )
         })
 }
 

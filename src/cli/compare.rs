@@ -85,7 +85,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
     for m in &args.map {
         let (x, y) = m
             .split_once('=')
-            .ok_or_else(|| Error::Input(format!("--map expects A_NAME=B_NAME, got `{m}`")))?;
+            .ok_or_else(|| Error::argument("--map", format!("expects A_NAME=B_NAME, got `{m}`")))?;
         let target = if naming::is_ours(x) {
             x
         } else if naming::is_ours(y) {
@@ -289,11 +289,13 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         .max()
         .map_or(0, |l| l + 1);
     if args.shift.unsigned_abs() as usize > b_layers {
-        return Err(Error::Input(format!(
-            "--shift {}: {} holds {b_layers} layers, so no layer would be paired",
-            args.shift,
-            args.b.display()
-        )));
+        return Err(Error::argument(
+            format!("--shift {}", args.shift),
+            format!(
+                "{} holds {b_layers} layers, so no layer would be paired",
+                args.b.display()
+            ),
+        ));
     }
     b.shift_layers(args.shift);
 

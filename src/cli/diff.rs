@@ -121,8 +121,9 @@ pub struct DiffArgs {
 
 pub fn run(args: &DiffArgs) -> Result<i32> {
     let (Some(a_name), Some(b_name)) = (&args.a, &args.b) else {
-        return Err(Error::Input(
-            "name both backends: hsdiff --a BACKEND --b BACKEND (see `hsdiff backends`)".into(),
+        return Err(Error::argument(
+            "--a/--b",
+            "name both backends: hsdiff --a BACKEND --b BACKEND (see `hsdiff backends`)",
         ));
     };
     // Output targets are checked before the (long) runs.
@@ -143,10 +144,13 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
         .flatten()
         .find(|&&l| l >= session.model.config.num_hidden_layers)
     {
-        return Err(Error::Input(format!(
-            "--layers names layer {bad}, but the model has {} layers",
-            session.model.config.num_hidden_layers
-        )));
+        return Err(Error::argument(
+            "--layers",
+            format!(
+                "names layer {bad}, but the model has {} layers",
+                session.model.config.num_hidden_layers
+            ),
+        ));
     }
 
     let caps_a = forward(&session, a.as_ref(), session.dtype, args.ops, None)?;

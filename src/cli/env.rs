@@ -72,7 +72,7 @@ pub fn env_fingerprint(args: &EnvArgs) -> Result<Fingerprint> {
         }
     }
     let backends = serde_json::to_value(backends)
-        .map_err(|e| Error::Input(format!("cannot encode the backend list: {e}")))?;
+        .map_err(|e| Error::Internal(format!("cannot encode the backend list: {e}")))?;
     fp.extra.insert("backends".to_string(), backends);
     fp.extra
         .insert("build_features".to_string(), json!(build_features()));
@@ -83,7 +83,7 @@ pub fn run(args: &EnvArgs) -> Result<i32> {
     let fp = env_fingerprint(args)?;
     if args.json {
         let text = serde_json::to_string_pretty(&fp)
-            .map_err(|e| Error::Input(format!("cannot encode the fingerprint: {e}")))?;
+            .map_err(|e| Error::Internal(format!("cannot encode the fingerprint: {e}")))?;
         println!("{text}");
     } else {
         print!("{}", human(&fp));

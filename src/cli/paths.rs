@@ -46,8 +46,9 @@ pub struct PathsArgs {
 pub fn run(args: &PathsArgs) -> Result<i32> {
     let kinds = PathKind::parse_list(&args.paths)?;
     if args.format == Format::Markdown {
-        return Err(Error::Input(
-            "hsdiff paths writes --format table or json".into(),
+        return Err(Error::argument(
+            "--format",
+            "hsdiff paths writes --format table or json",
         ));
     }
     let session = args.run.resolve()?;
@@ -58,7 +59,7 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
             .iter()
             .map(|s| format!("{}: {}", s.path, s.reason))
             .collect();
-        return Err(Error::Input(format!(
+        return Err(Error::Prompt(format!(
             "no path can run on this input ({})",
             why.join("; ")
         )));

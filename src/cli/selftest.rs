@@ -127,7 +127,7 @@ impl Table {
 pub fn run(args: &SelftestArgs) -> Result<i32> {
     let device = parse_device(&args.device)?;
     if args.bench && !device.is_cuda() {
-        return Err(Error::Input("--bench needs --device cuda".into()));
+        return Err(Error::argument("--bench", "needs --device cuda"));
     }
     println!(
         "hsdiff selftest on {} — fused backend: {}",
@@ -429,7 +429,7 @@ fn run_gdn<S: Element + WithDType>(device: &Device, case: &GdnCase) -> Result<Gd
         Ok((o, f, host(&conv)?, same))
     }
     #[cfg(not(feature = "cuda"))]
-    Err(Error::Input("CUDA is not in this build".into()))
+    Err(Error::device("cuda", "CUDA is not in this build"))
 }
 
 fn run_conv<S: Element + WithDType>(
@@ -457,7 +457,7 @@ fn run_conv<S: Element + WithDType>(
         host(&crate::backends::fused::cuda::conv1d_silu(&xt, &wt, true)?)
     }
     #[cfg(not(feature = "cuda"))]
-    Err(Error::Input("CUDA is not in this build".into()))
+    Err(Error::device("cuda", "CUDA is not in this build"))
 }
 
 fn run_norm<S: Element + WithDType>(
@@ -491,7 +491,7 @@ fn run_norm<S: Element + WithDType>(
         )?)
     }
     #[cfg(not(feature = "cuda"))]
-    Err(Error::Input("CUDA is not in this build".into()))
+    Err(Error::device("cuda", "CUDA is not in this build"))
 }
 
 // --- 2. golden parity ----------------------------------------------------------------------
@@ -500,7 +500,7 @@ fn run_norm<S: Element + WithDType>(
 fn golden_checks(device: &Device, golden: &Path, table: &mut Table) -> Result<()> {
     let dir = golden.join("qwen3_5_tiny");
     let mut prompts: Vec<String> = std::fs::read_dir(&dir)
-        .map_err(|e| Error::Input(format!("cannot list {}: {e}", dir.display())))?
+        .map_err(|e| Error::file(&dir, format!("cannot list: {e}")))?
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             e.file_name()
@@ -511,17 +511,18 @@ fn golden_checks(device: &Device, golden: &Path, table: &mut Table) -> Result<()
         .collect();
     prompts.sort();
     if prompts.is_empty() {
-        return Err(Error::Input(format!(
-            "no *.f64.safetensors in {}",
-            dir.display()
-        )));
+        return Err(Error::file(&dir, "holds no *.f64.safetensors"));
     }
     let model = builtin::model()?;
     for prompt in &prompts {
         let dump = Dump::open(&dir.join(format!("{prompt}.f64.safetensors")))?;
-        let ids = dump
-            .input_ids()?
-            .ok_or_else(|| Error::Input(format!("{prompt}: no input_ids")))?;
+        let ids = dump.input_ids()?.ok_or_else(|| {
+            Error::tensor(
+                dir.join(format!("{prompt}.f64.safetensors")),
+                "input_ids",
+                "missing",
+            )
+        })?;
         let mut truth = Vec::new();
         for name in dump.names() {
             let t = dump.tensor(&name)?;
@@ -564,7 +565,7 @@ fn golden_run(
     for (name, want) in truth {
         let got = caps
             .get(name)
-            .ok_or_else(|| Error::Input(format!("no capture `{name}`")))?;
+            .ok_or_else(|| Error::Internal(format!("the run captured no `{name}`")))?;
         let e = rel_l2(&host(got)?, want);
         if e.is_nan() || e > worst {
             worst = e;
@@ -601,7 +602,7 @@ fn library_diff(device: &str) -> Result<(i32, PathBuf)> {
         "--out",
         &report_arg,
     ])
-    .map_err(|e| Error::Input(format!("diff arguments: {e}")))?;
+    .map_err(|e| Error::Internal(format!("selftest's diff arguments: {e}")))?;
     Ok((super::diff::run(&cli.diff)?, report))
 }
 
@@ -687,7 +688,7 @@ mod bench {
         table: &mut Table,
     ) -> Result<()> {
         let Device::Cuda(dev) = device else {
-            return Err(Error::Input("bench needs a CUDA device".into()));
+            return Err(Error::device("cuda", "the CUDA bench needs a CUDA device"));
         };
         let bw = cuda::copy_bandwidth_gbs(dev, 1 << 30, 10)?;
         println!("device-to-device copy bandwidth: {bw:.0} GB/s (1 GiB copies, median of 10)");
@@ -867,7 +868,7 @@ mod bench {
                         .flat_map(|v| v.to_le_bytes())
                         .collect(),
                 ),
-                other => return Err(Error::Input(format!("cannot write {other:?}"))),
+                other => return Err(Error::Internal(format!("cannot write {other:?}"))),
             };
             let path = d.join(format!("{name}.{ext}"));
             std::fs::File::create(&path)

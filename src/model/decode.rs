@@ -25,7 +25,7 @@ pub struct DecodePlan {
 impl DecodePlan {
     pub fn check(&self, tokens: usize) -> Result<()> {
         if self.steps == 0 || self.from + self.steps > tokens {
-            return Err(Error::Input(format!(
+            return Err(Error::Prompt(format!(
                 "--decode-from {} --decode-steps {} needs at least {} tokens and one step; the input has {tokens}",
                 self.from,
                 self.steps,

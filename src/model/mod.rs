@@ -127,11 +127,13 @@ impl Model {
     /// Checks token ids against the vocabulary.
     pub fn check_tokens(&self, ids: &[u32]) -> Result<()> {
         if ids.is_empty() {
-            return Err(Error::Input("no tokens to run (empty prompt?)".to_string()));
+            return Err(Error::Prompt(
+                "no tokens to run (empty prompt?)".to_string(),
+            ));
         }
         let v = self.config.vocab_size;
         if let Some((pos, id)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= v) {
-            return Err(Error::Input(format!(
+            return Err(Error::Prompt(format!(
                 "token id {id} at position {pos} is out of range for vocab_size {v}"
             )));
         }

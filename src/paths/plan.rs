@@ -51,17 +51,17 @@ impl PathKind {
                 .find(|k| k.as_str() == name)
                 .ok_or_else(|| {
                     let known: Vec<&str> = PathKind::ALL.iter().map(|k| k.as_str()).collect();
-                    Error::Input(format!(
-                        "--paths: unknown path `{name}` (known: {})",
-                        known.join(", ")
-                    ))
+                    Error::argument(
+                        "--paths",
+                        format!("unknown path `{name}` (known: {})", known.join(", ")),
+                    )
                 })?;
             if !out.contains(&kind) {
                 out.push(kind);
             }
         }
         if out.is_empty() {
-            return Err(Error::Input("--paths names no path".into()));
+            return Err(Error::argument("--paths", "names no path"));
         }
         Ok(out)
     }
