@@ -3,6 +3,7 @@
 //! that is [`crate::verdict`]'s job.
 
 pub mod logits;
+pub mod stats;
 
 use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
