@@ -282,17 +282,7 @@ fn read_trimmed(path: &str) -> Option<String> {
 }
 
 fn cpu_model() -> Option<String> {
-    let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    let field = |key: &str| {
-        text.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            (k.trim() == key && !v.trim().is_empty()).then(|| v.trim().to_string())
-        })
-    };
-    // x86: "model name"; some ARM kernels: "Model" or "Hardware".
-    field("model name")
-        .or_else(|| field("Model"))
-        .or_else(|| field("Hardware"))
+    crate::sysinfo::CpuInfo::read()?.model
 }
 
 fn hostname() -> Option<String> {

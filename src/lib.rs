@@ -7,6 +7,7 @@
 
 pub mod alignment;
 pub mod backends;
+pub mod bench;
 pub mod builtin;
 pub mod capture;
 pub mod checkpoint;
@@ -29,5 +30,6 @@ pub mod progress;
 pub mod random_weights;
 pub mod report;
 pub mod run;
+pub mod sysinfo;
 pub mod testdata;
 pub mod verdict;

@@ -1,0 +1,175 @@
+//! One measured case in this process (`hsdiff bench case`, what the parent runs in a child so
+//! that the peak RSS is the case's own): read the inputs, time `warmup + repeats` calls, write
+//! the last output for the agreement check, and report a [`Measurement`].
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+
+use super::protocol::Measurement;
+use crate::backends::{LinearAttentionBackend, backend_by_name};
+use crate::capture::names;
+use crate::checkpoint::SafetensorsFile;
+use crate::error::{Error, Result};
+use crate::model::{Model, RunOptions};
+use crate::progress::Progress;
+use crate::sysinfo::own_status_kib;
+
+/// What a case measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaseKind {
+    /// The gated delta rule on q, k, v, g, beta; output `out`.
+    Core,
+    /// The whole prefill forward pass on `input_ids`; output `logits`.
+    Forward,
+}
+
+impl CaseKind {
+    pub fn parse(kind: &str) -> Result<Self> {
+        match kind {
+            "core" => Ok(CaseKind::Core),
+            "forward" => Ok(CaseKind::Forward),
+            other => Err(Error::argument(
+                "--kind",
+                format!("unknown case kind `{other}` (core, forward)"),
+            )),
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            CaseKind::Core => "core",
+            CaseKind::Forward => "forward",
+        }
+    }
+}
+
+/// One case as the parent asks for it.
+#[derive(Debug, Clone)]
+pub struct CaseRequest {
+    pub kind: CaseKind,
+    pub backend: String,
+    /// The inputs file (core: q, k, v, g, beta; forward: input_ids).
+    pub inputs: PathBuf,
+    /// Where the output goes (core: `out`; forward: `logits`).
+    pub out: PathBuf,
+    /// Forward only: the checkpoint folder.
+    pub model: Option<PathBuf>,
+    /// Forward only: the compute dtype.
+    pub dtype: DType,
+    pub repeats: usize,
+    pub warmup: usize,
+}
+
+/// Times the timed calls of `call` after the warm-up ones; returns the times and the last result.
+fn time_calls<T>(
+    warmup: usize,
+    repeats: usize,
+    mut call: impl FnMut() -> Result<T>,
+) -> Result<(Vec<f64>, Option<T>)> {
+    let mut times = Vec::with_capacity(repeats);
+    let mut last = None;
+    for i in 0..warmup + repeats {
+        let start = Instant::now();
+        let out = call()?;
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        if i >= warmup {
+            times.push(ms);
+        }
+        last = Some(out);
+    }
+    Ok((times, last))
+}
+
+/// Runs the case and writes its output; the measurement is what the parent reads back.
+pub fn run_case(req: &CaseRequest) -> Result<Measurement> {
+    if req.repeats == 0 {
+        return Err(Error::argument("--repeats", "must be positive"));
+    }
+    let cpu = Device::Cpu;
+    let backend = backend_by_name(&req.backend, &cpu)?;
+    let implementation = backend.implementation(&cpu);
+    let (times_ms, rss_before_kib, output, out) = match req.kind {
+        CaseKind::Core => {
+            let [q, k, v, g, beta] = load_core_inputs(req)?;
+            let rss_before = own_status_kib("VmRSS");
+            let (times, last) = time_calls(req.warmup, req.repeats, || {
+                Ok(backend.gated_delta_rule(&q, &k, &v, &g, &beta, None)?.0)
+            })?;
+            (times, rss_before, "out", last)
+        }
+        CaseKind::Forward => {
+            let dir = req.model.as_ref().ok_or_else(|| {
+                Error::argument("--model", "bench case --kind forward needs --model")
+            })?;
+            let model = Model::load(dir)?;
+            let ids = load_input_ids(req)?;
+            let rss_before = own_status_kib("VmRSS");
+            let (times, last) = time_calls(req.warmup, req.repeats, || {
+                run_forward(&model, &ids, req.dtype, backend.as_ref())
+            })?;
+            (times, rss_before, "logits", last.flatten())
+        }
+    };
+    if let Some(out) = out {
+        let map = HashMap::from([(output.to_string(), out)]);
+        crate::output::write_with(&req.out, |tmp| {
+            candle_core::safetensors::save(&map, tmp)
+                .map_err(|e| Error::file(&req.out, format!("cannot write output: {e}")))
+        })?;
+    }
+    Ok(Measurement {
+        name: req.backend.clone(),
+        implementation,
+        times_ms,
+        rss_before_kib,
+        peak_rss_kib: own_status_kib("VmHWM"),
+        output: output.to_string(),
+        threads: Some(candle_core::utils::get_num_threads()),
+    })
+}
+
+/// q, k, v, g, beta; the file is unmapped before the RSS is read.
+fn load_core_inputs(req: &CaseRequest) -> Result<[Tensor; 5]> {
+    let file = SafetensorsFile::open(&req.inputs)?;
+    Ok([
+        file.load("q")?,
+        file.load("k")?,
+        file.load("v")?,
+        file.load("g")?,
+        file.load("beta")?,
+    ])
+}
+
+fn load_input_ids(req: &CaseRequest) -> Result<Vec<u32>> {
+    let file = SafetensorsFile::open(&req.inputs)?;
+    let ids = file.load(names::INPUT_IDS)?;
+    let bad = |msg: String| Error::tensor(&req.inputs, names::INPUT_IDS, msg);
+    if ids.dtype() != DType::I64 {
+        return Err(bad(format!("must be int64, not {:?}", ids.dtype())));
+    }
+    ids.flatten_all()?
+        .to_vec1::<i64>()?
+        .into_iter()
+        .map(|i| u32::try_from(i).map_err(|_| bad(format!("id {i} out of u32 range"))))
+        .collect()
+}
+
+fn run_forward(
+    model: &Model,
+    ids: &[u32],
+    dtype: DType,
+    backend: &dyn LinearAttentionBackend,
+) -> Result<Option<Tensor>> {
+    let opts = RunOptions {
+        dtype,
+        device: Device::Cpu,
+        backend,
+        capture_ops: false,
+        feed: None,
+    };
+    let caps = model.run(ids, &opts, &Progress::hidden())?;
+    Ok(caps.get(names::LOGITS).cloned())
+}

@@ -1,0 +1,179 @@
+//! The bench results as a table (Unicode or Markdown) and as a JSON document.
+
+use comfy_table::presets::{ASCII_MARKDOWN, UTF8_FULL_CONDENSED};
+use comfy_table::{CellAlignment, Table};
+
+use super::plan::Plan;
+use super::results::{BenchRow, CaseOutcome, TORCH_REFERENCES};
+use crate::error::{Error, Result};
+
+const HEADER: [&str; 10] = [
+    "T",
+    "dtype",
+    "implementation",
+    "ms/call (median)",
+    "min–max ms",
+    "tokens/s",
+    "× transformers",
+    "peak RSS MiB",
+    "Δ RSS MiB",
+    "rel L2 vs transformers",
+];
+
+/// Columns holding numbers, aligned right.
+const NUMERIC_COLUMNS: [usize; 8] = [0, 3, 4, 5, 6, 7, 8, 9];
+
+/// The results table.
+pub fn table(rows: &[BenchRow], markdown: bool) -> String {
+    let mut table = Table::new();
+    table.load_preset(if markdown {
+        ASCII_MARKDOWN
+    } else {
+        UTF8_FULL_CONDENSED
+    });
+    table.set_header(HEADER.to_vec());
+    for r in rows {
+        table.add_row(cells(r));
+    }
+    for i in NUMERIC_COLUMNS {
+        if let Some(col) = table.column_mut(i) {
+            col.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    table.to_string()
+}
+
+fn cells(r: &BenchRow) -> Vec<String> {
+    let mut cells = vec![r.seq.to_string(), r.dtype.clone()];
+    let dash = || "—".to_string();
+    let mib = |kib: u64| format!("{:.0}", kib as f64 / 1024.0);
+    match &r.outcome {
+        CaseOutcome::Measured {
+            m,
+            median_ms,
+            min_ms,
+            max_ms,
+            tokens_per_s,
+            speedup_vs_torch,
+            rel_l2_vs_torch,
+        } => {
+            cells.push(m.implementation.clone());
+            cells.push(fmt_ms(*median_ms));
+            cells.push(format!("{}–{}", fmt_ms(*min_ms), fmt_ms(*max_ms)));
+            cells.push(format!("{tokens_per_s:.0}"));
+            cells.push(speedup_vs_torch.map_or_else(dash, |s| format!("{s:.2}×")));
+            cells.push(m.peak_rss_kib.map_or_else(dash, mib));
+            cells.push(match (m.peak_rss_kib, m.rss_before_kib) {
+                (Some(p), Some(b)) => mib(p.saturating_sub(b)),
+                _ => dash(),
+            });
+            cells.push(if TORCH_REFERENCES.contains(&m.name.as_str()) {
+                "(reference)".to_string()
+            } else {
+                rel_l2_vs_torch.map_or_else(dash, |x| format!("{x:.2e}"))
+            });
+        }
+        CaseOutcome::Skipped { why } => {
+            cells.push(format!("{}: skipped ({why})", r.name));
+            cells.extend(std::iter::repeat_n(String::new(), 7));
+        }
+        CaseOutcome::Failed { why } => {
+            cells.push(format!("{}: FAILED: {why}", r.name));
+            cells.extend(std::iter::repeat_n(String::new(), 7));
+        }
+    }
+    cells
+}
+
+/// Milliseconds with about three significant digits.
+fn fmt_ms(ms: f64) -> String {
+    if ms < 1.0 {
+        format!("{ms:.3}")
+    } else if ms < 10.0 {
+        format!("{ms:.2}")
+    } else {
+        format!("{ms:.1}")
+    }
+}
+
+/// Every measurement with the run's settings, as `--json` writes it.
+pub fn json(
+    rows: &[BenchRow],
+    kind: &str,
+    plan: &Plan,
+    machine: &str,
+    load_after: &str,
+) -> Result<Vec<u8>> {
+    let doc = serde_json::json!({
+        "kind": kind,
+        "machine": machine,
+        "threads": plan.threads,
+        "repeats": plan.repeats,
+        "warmup": plan.warmup,
+        "seed": plan.seed,
+        "load_after": load_after,
+        "rows": rows,
+    });
+    let text = serde_json::to_string_pretty(&doc)
+        .map_err(|e| Error::Internal(format!("cannot serialise the results: {e}")))?;
+    Ok((text + "\n").into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::protocol::Measurement;
+
+    #[test]
+    fn milliseconds_keep_about_three_digits() {
+        assert_eq!(fmt_ms(0.05822), "0.058");
+        assert_eq!(fmt_ms(8.5513), "8.55");
+        assert_eq!(fmt_ms(16.663), "16.7");
+    }
+
+    #[test]
+    fn rows_fill_every_column() {
+        let m = Measurement {
+            name: "chunked".into(),
+            implementation: "chunked/cpu-candle".into(),
+            times_ms: vec![16.663, 0.4396],
+            rss_before_kib: Some(7384),
+            peak_rss_kib: Some(9444),
+            output: "out".into(),
+            threads: Some(2),
+        };
+        let rows = [
+            BenchRow {
+                seq: 8,
+                dtype: "f32".into(),
+                name: "chunked".into(),
+                outcome: CaseOutcome::measured(m, 8, Some(17.102), Some(3.1e-7)),
+            },
+            BenchRow {
+                seq: 8,
+                dtype: "f32".into(),
+                name: "fused".into(),
+                outcome: CaseOutcome::skipped_by_option(),
+            },
+        ];
+        assert_eq!(
+            cells(&rows[0]),
+            [
+                "8",
+                "f32",
+                "chunked/cpu-candle",
+                "8.55",
+                "0.440–16.7",
+                "936",
+                "2.00×",
+                "9",
+                "2",
+                "3.10e-7"
+            ]
+        );
+        assert_eq!(cells(&rows[1])[2], "fused: skipped (--skip)");
+        let text = table(&rows, true);
+        assert_eq!(text.lines().count(), 4, "{text}");
+        assert!(text.starts_with("| T | dtype | implementation"), "{text}");
+    }
+}
