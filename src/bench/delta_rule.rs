@@ -73,18 +73,16 @@ impl CoreGeometry {
                     seq: t,
                     dtype,
                     tag: &tag,
+                    inputs: &inputs,
                 };
+                let recurrent =
+                    self.torch_recurrent && !plan.skips.skips("torch_recurrent", t, dtype);
                 rows.extend(bench.run_group(
                     &group,
-                    |name, out| {
-                        let mut cmd = bench.case_command("core", name);
-                        cmd.arg("--inputs").arg(&inputs).arg("--out").arg(out);
-                        cmd
-                    },
-                    |out| {
+                    |name| bench.case_command("core", name),
+                    || {
                         let mut cmd = bench.torch_command("core")?;
-                        cmd.arg("--inputs").arg(&inputs).arg("--out").arg(out);
-                        if self.torch_recurrent && !plan.skips.skips("torch_recurrent", t, dtype) {
+                        if recurrent {
                             cmd.arg("--recurrent");
                         }
                         Some(cmd)

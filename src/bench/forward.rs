@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use candle_core::{Device, Tensor};
 
@@ -81,23 +82,18 @@ impl ForwardBench {
                 seq: self.seq,
                 dtype,
                 tag: &tag,
+                inputs: &ids_path,
+            };
+            // Both sides read the same checkpoint at the same compute dtype.
+            let with_model = |mut cmd: Command| {
+                cmd.arg("--model").arg(&self.model);
+                cmd.args(["--dtype", dtype_label(dtype)]);
+                cmd
             };
             rows.extend(bench.run_group(
                 &group,
-                |name, out| {
-                    let mut cmd = bench.case_command("forward", name);
-                    cmd.args(["--dtype", dtype_label(dtype)]);
-                    cmd.arg("--model").arg(&self.model);
-                    cmd.arg("--inputs").arg(&ids_path).arg("--out").arg(out);
-                    cmd
-                },
-                |out| {
-                    let mut cmd = bench.torch_command("forward")?;
-                    cmd.arg("--model").arg(&self.model);
-                    cmd.args(["--dtype", dtype_label(dtype)]);
-                    cmd.arg("--inputs").arg(&ids_path).arg("--out").arg(out);
-                    Some(cmd)
-                },
+                |name| with_model(bench.case_command("forward", name)),
+                || bench.torch_command("forward").map(with_model),
             ));
         }
         bench.discard_inputs(&ids_path);

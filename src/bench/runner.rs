@@ -33,6 +33,8 @@ pub struct CaseGroup<'a> {
     pub dtype: DType,
     /// Names the group's files and progress lines, e.g. `core-t512-bf16`.
     pub tag: &'a str,
+    /// The inputs file every case of the group reads.
+    pub inputs: &'a Path,
 }
 
 impl Bench {
@@ -118,13 +120,13 @@ impl Bench {
     }
 
     /// Runs transformers (when asked) then every backend on one inputs file, and compares each
-    /// output with transformers'. `backend_cmd` is a backend's case command for an output
-    /// path, `torch_cmd` transformers' (`None`: not run).
+    /// output with transformers'. `backend_cmd` is a backend's case command, `torch_cmd`
+    /// transformers' (`None`: not run); both get `--inputs` and `--out` here.
     pub fn run_group(
         &self,
         group: &CaseGroup,
-        backend_cmd: impl Fn(&str, &Path) -> Command,
-        torch_cmd: impl Fn(&Path) -> Option<Command>,
+        backend_cmd: impl Fn(&str) -> Command,
+        torch_cmd: impl Fn() -> Option<Command>,
     ) -> Vec<BenchRow> {
         let (seq, dtype, tag) = (group.seq, group.dtype, group.tag);
         let p = &self.plan;
@@ -140,8 +142,10 @@ impl Bench {
         if p.torch.is_some() {
             if p.skips.skips("torch", seq, dtype) {
                 rows.push(row("torch", CaseOutcome::skipped_by_option()));
-            } else if let Some(mut cmd) = torch_cmd(&torch_out) {
+            } else if let Some(mut cmd) = torch_cmd() {
                 eprintln!("hsdiff bench: {tag}: transformers …");
+                cmd.arg("--inputs").arg(group.inputs);
+                cmd.arg("--out").arg(&torch_out);
                 cmd.args(["--threads", &p.threads.to_string()]);
                 cmd.args(["--repeats", &p.repeats.to_string()]);
                 cmd.args(["--warmup", &p.warmup.to_string()]);
@@ -179,7 +183,8 @@ impl Bench {
             }
             eprintln!("hsdiff bench: {tag}: {name} …");
             let out = self.work.join(format!("{tag}.{name}.safetensors"));
-            let mut cmd = backend_cmd(name, &out);
+            let mut cmd = backend_cmd(name);
+            cmd.arg("--inputs").arg(group.inputs).arg("--out").arg(&out);
             cmd.args(["--repeats", &p.repeats.to_string()]);
             cmd.args(["--warmup", &p.warmup.to_string()]);
             cmd.env("RAYON_NUM_THREADS", p.threads.to_string());

@@ -57,8 +57,9 @@ struct CommonArgs {
     #[arg(long)]
     threads: Option<usize>,
 
-    /// Skip cases: NAME[@QUALIFIER…] where NAME is a backend or `torch` and each qualifier a
-    /// sequence length or a dtype, e.g. `reference@8192`, `torch@bf16`, `chunked`. Repeatable.
+    /// Skip cases: NAME[@QUALIFIER…] where NAME is a backend, `torch` or `torch_recurrent` and
+    /// each qualifier a sequence length or a dtype, e.g. `reference@8192`, `torch@bf16`,
+    /// `chunked`. Repeatable.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
 
