@@ -170,10 +170,7 @@ fn duration_label(d: Duration) -> String {
 /// Peak resident memory of this process so far, in bytes (`VmHWM` of /proc/self/status; `None`
 /// where there is no procfs).
 pub fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+    crate::sysinfo::own_status_kib("VmHWM").map(|kib| kib * 1024)
 }
 
 fn peak_memory_label() -> String {
