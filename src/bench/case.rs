@@ -38,6 +38,7 @@ impl CaseKind {
         }
     }
 
+    /// What `--kind` says for this kind (the parent writes it, [`Self::parse`] reads it).
     pub fn label(self) -> &'static str {
         match self {
             CaseKind::Core => "core",
@@ -172,4 +173,23 @@ fn run_forward(
     };
     let caps = model.run(ids, &opts, &Progress::hidden())?;
     Ok(caps.get(names::LOGITS).cloned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn case_kinds_read_back_what_the_parent_writes() {
+        for kind in [CaseKind::Core, CaseKind::Forward] {
+            assert_eq!(CaseKind::parse(kind.label()).expect("known"), kind);
+        }
+        match CaseKind::parse("decode") {
+            Err(Error::Argument { option, msg }) => {
+                assert_eq!(option, "--kind");
+                assert!(msg.contains("`decode`"), "{msg}");
+            }
+            other => panic!("not refused as an argument: {other:?}"),
+        }
+    }
 }

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 
+use super::case::CaseKind;
 use super::results::BenchRow;
 use super::runner::{Bench, CaseGroup, save_inputs};
 use crate::backends::accumulation_dtype;
@@ -79,7 +80,7 @@ impl CoreGeometry {
                     self.torch_recurrent && !plan.skips.skips("torch_recurrent", t, dtype);
                 rows.extend(bench.run_group(
                     &group,
-                    |name| bench.case_command("core", name),
+                    |name| bench.case_command(CaseKind::Core, name),
                     || {
                         let mut cmd = bench.torch_command("core")?;
                         if recurrent {

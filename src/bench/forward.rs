@@ -8,6 +8,7 @@ use std::process::Command;
 
 use candle_core::{Device, Tensor};
 
+use super::case::CaseKind;
 use super::results::BenchRow;
 use super::runner::{Bench, CaseGroup, save_inputs};
 use crate::capture::names;
@@ -92,7 +93,7 @@ impl ForwardBench {
             };
             rows.extend(bench.run_group(
                 &group,
-                |name| with_model(bench.case_command("forward", name)),
+                |name| with_model(bench.case_command(CaseKind::Forward, name)),
                 || bench.torch_command("forward").map(with_model),
             ));
         }

@@ -8,6 +8,7 @@ use std::process::Command;
 
 use candle_core::{DType, Tensor};
 
+use super::case::CaseKind;
 use super::plan::Plan;
 use super::protocol::{Measurement, spawn};
 use super::results::{BenchRow, CaseOutcome, TORCH_REFERENCES};
@@ -65,9 +66,16 @@ impl Bench {
     }
 
     /// `hsdiff bench case --kind KIND --backend NAME`, the rest of its arguments to add.
-    pub fn case_command(&self, kind: &str, backend: &str) -> Command {
+    pub fn case_command(&self, kind: CaseKind, backend: &str) -> Command {
         let mut cmd = Command::new(&self.exe);
-        cmd.args(["bench", "case", "--kind", kind, "--backend", backend]);
+        cmd.args([
+            "bench",
+            "case",
+            "--kind",
+            kind.label(),
+            "--backend",
+            backend,
+        ]);
         cmd
     }
 
