@@ -4,30 +4,29 @@
 //! bytes are) and renamed to hsdiff's names ([`naming`]); a tensor is only read when the
 //! comparison asks for it, so memory stays near one tensor pair whatever the file size.
 //!
-//! docs/file-formats.md describes the formats and name conventions for users.
+//! docs/file-formats.md describes the formats and name conventions for users. This file tells
+//! the formats apart and holds what they share; each format indexes its entries in its own
+//! module (`safetensors_entries`, `npy`, `torch`), and `read` reads them.
 
 pub mod naming;
 pub mod npy;
 pub mod pickle;
+mod read;
+mod safetensors_entries;
 mod torch;
 mod zipdir;
 
 pub use zipdir::ZipIndex;
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::DType;
 use memmap2::Mmap;
 use serde_json::Value;
 
-use crate::capture::dump::METADATA_KEY;
 use crate::capture::names;
 use crate::error::{Error, Result};
-
-/// Alignment of the ranges released from the map (see [`FileSource::release`]).
-const RELEASE_ALIGN: usize = 64 << 10;
 
 /// What kind of file a side is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,162 +190,6 @@ impl FileSource {
         }
     }
 
-    fn safetensors(path: &Path, map: Mmap) -> Result<Self> {
-        let (header_len, meta) = crate::checkpoint::read_metadata(path, &map)?;
-        let fingerprint = match meta.metadata().as_ref().and_then(|m| m.get(METADATA_KEY)) {
-            Some(json) => Some(serde_json::from_str::<Value>(json).map_err(|e| {
-                bad(
-                    path,
-                    format!("metadata `{METADATA_KEY}` is not valid JSON: {e}"),
-                )
-            })?),
-            None => None,
-        };
-        let base = 8 + header_len;
-        let mut entries = Vec::new();
-        let mut infos: Vec<(String, &safetensors::tensor::TensorInfo)> =
-            meta.tensors().into_iter().collect();
-        infos.sort_by(|x, y| x.0.cmp(&y.0));
-        for (name, info) in infos {
-            use safetensors::Dtype as S;
-            let dtype = match info.dtype {
-                S::F64 => DType::F64,
-                S::F32 => DType::F32,
-                S::BF16 => DType::BF16,
-                S::F16 => DType::F16,
-                S::I64 => DType::I64,
-                S::I32 => DType::I32,
-                S::I16 => DType::I16,
-                S::U32 => DType::U32,
-                S::U8 | S::BOOL => DType::U8,
-                other => {
-                    return Err(Error::tensor(
-                        path,
-                        &name,
-                        format!("unsupported dtype {other}"),
-                    ));
-                }
-            };
-            let (start, end) = (base + info.data_offsets.0, base + info.data_offsets.1);
-            if end > map.len() || start > end {
-                return Err(Error::tensor(
-                    path,
-                    &name,
-                    "data lies past the end of the file (truncated?)",
-                ));
-            }
-            entries.push(Entry {
-                raw: name.clone(),
-                dtype: Some(dtype),
-                bits16: None,
-                shape: info.shape.clone(),
-                fortran: false,
-                loc: Loc::Range(start, end),
-                seq: None,
-            });
-        }
-        let format = if fingerprint.is_some() {
-            FileFormat::HsdiffDump
-        } else {
-            FileFormat::Safetensors
-        };
-        let mut src = Self::empty(path, format, map);
-        src.entries = entries;
-        src.fingerprint = fingerprint;
-        Ok(src)
-    }
-
-    fn npy(path: &Path, map: Mmap) -> Result<Self> {
-        let h = npy::parse_header(&map).map_err(|e| bad(path, e))?;
-        let end = h
-            .data_len()
-            .and_then(|n| n.checked_add(h.data_offset))
-            .ok_or_else(|| bad(path, format!("impossible shape {:?}", h.shape)))?;
-        if end > map.len() {
-            return Err(bad(
-                path,
-                format!(
-                    "truncated: the array needs {end} bytes, the file has {}",
-                    map.len()
-                ),
-            ));
-        }
-        let entry = Entry {
-            raw: stem(path),
-            dtype: h.dtype,
-            bits16: h.bits16,
-            shape: h.shape.clone(),
-            fortran: h.fortran_order && h.shape.len() > 1,
-            loc: Loc::Range(h.data_offset, end),
-            seq: None,
-        };
-        let mut src = Self::empty(path, FileFormat::Npy, map);
-        src.entries.push(entry);
-        Ok(src)
-    }
-
-    fn npz(path: &Path, map: Mmap, zip: ZipIndex) -> Result<Self> {
-        let mut entries = Vec::new();
-        for name in zip.names() {
-            let Some(stem) = name.strip_suffix(".npy") else {
-                continue;
-            };
-            // The header: at most a few KiB at the start of the entry.
-            let head_len = zip.size(name).min(64 << 10);
-            let head = zip
-                .extract(&map, name, 0, head_len)
-                .map_err(|e| Error::tensor(path, stem, e))?;
-            let h = npy::parse_header(&head).map_err(|e| Error::tensor(path, stem, e))?;
-            let len = h.data_len().ok_or_else(|| {
-                Error::tensor(path, stem, format!("impossible shape {:?}", h.shape))
-            })?;
-            let loc = zip
-                .loc(name, h.data_offset, len)
-                .map_err(|e| Error::tensor(path, stem, e))?;
-            entries.push(Entry {
-                raw: stem.to_string(),
-                dtype: h.dtype,
-                bits16: h.bits16,
-                shape: h.shape.clone(),
-                fortran: h.fortran_order && h.shape.len() > 1,
-                loc,
-                seq: None,
-            });
-        }
-        if entries.is_empty() {
-            return Err(bad(
-                path,
-                "a zip archive holding neither data.pkl (torch.save) nor .npy arrays (np.savez)",
-            ));
-        }
-        let mut src = Self::empty(path, FileFormat::Npz, map);
-        src.entries = entries;
-        src.zip = Some(zip);
-        Ok(src)
-    }
-
-    fn torch(path: &Path, map: Mmap, zip: ZipIndex) -> Result<Self> {
-        let parsed = torch::parse(&map, &zip).map_err(|e| bad(path, e))?;
-        let mut src = Self::empty(path, FileFormat::Torch, map);
-        src.entries = parsed.entries;
-        src.zip = Some(zip);
-        // A bare tensor is named after the file, as a .npy is.
-        for e in &mut src.entries {
-            if e.raw.is_empty() {
-                e.raw = stem(path);
-            }
-        }
-        src.fingerprint = parsed.fingerprint;
-        src.ids_list = parsed.input_ids;
-        if !parsed.left_out.is_empty() {
-            src.conventions.push(format!(
-                "not tensors, left out: {}",
-                parsed.left_out.join(", ")
-            ));
-        }
-        Ok(src)
-    }
-
     /// A stacked `output_hidden_states` array (`torch.stack(hs)`: `[N, 1, T, D]`; or `[N, T, D]`
     /// alone in a `.npy`) becomes N entries of one sequence.
     fn split_stacked(&mut self) {
@@ -475,211 +318,6 @@ impl FileSource {
         }
     }
 
-    /// Reads one entry as stored.
-    fn load(&self, idx: usize) -> Result<Tensor> {
-        self.load_entry(&self.entries[idx])
-    }
-
-    fn load_entry(&self, e: &Entry) -> Result<Tensor> {
-        let err = |msg: String| Error::tensor(&self.path, &e.raw, msg);
-        let dtype = match (e.dtype, e.bits16) {
-            (Some(d), _) => d,
-            (None, Some(npy::Bits16::Void)) => DType::BF16,
-            (None, Some(npy::Bits16::Integer)) if self.dtype_hint == Some(DType::BF16) => {
-                DType::BF16
-            }
-            (None, _) => {
-                return Err(err(
-                    "a 16-bit integer array: if it holds bfloat16 bits (t.view(torch.int16)), pass --dtype-hint bf16; or save it as float32 (exact for bf16)".into(),
-                ));
-            }
-        };
-        let bytes: Cow<[u8]> =
-            match &e.loc {
-                Loc::Range(a, b) => Cow::Borrowed(self.map.get(*a..*b).ok_or_else(|| {
-                    err("data lies past the end of the file (truncated?)".into())
-                })?),
-                Loc::Zip { entry, skip, len } => {
-                    let zip = self
-                        .zip
-                        .as_ref()
-                        .ok_or_else(|| err("a compressed entry outside a zip archive".into()))?;
-                    Cow::Owned(zip.extract(&self.map, entry, *skip, *len).map_err(err)?)
-                }
-            };
-        let expect = npy::checked_bytes(&e.shape, dtype.size_in_bytes());
-        if Some(bytes.len()) != expect {
-            return Err(err(format!(
-                "holds {} bytes, its shape {:?} needs {} (truncated?)",
-                bytes.len(),
-                e.shape,
-                expect.map_or("more".to_string(), |n| n.to_string())
-            )));
-        }
-        let t = if e.fortran {
-            let mut rev = e.shape.clone();
-            rev.reverse();
-            let t = Tensor::from_raw_buffer(&bytes, dtype, &rev, &Device::Cpu)?;
-            let dims: Vec<usize> = (0..rev.len()).rev().collect();
-            t.permute(dims)?.contiguous()?
-        } else {
-            Tensor::from_raw_buffer(&bytes, dtype, &e.shape, &Device::Cpu)
-                .map_err(|x| err(x.to_string()))?
-        };
-        drop(bytes);
-        if let Loc::Range(a, b) = e.loc {
-            self.release(a, b);
-        }
-        Ok(t)
-    }
-
-    /// Drops the pages of `[a, b)` from this process's mapping once they have been copied into
-    /// a tensor, so that resident memory stays near one tensor pair however large the file
-    /// (the kernel keeps them in its page cache; a later read faults them back in).
-    fn release(&self, a: usize, b: usize) {
-        // madvise wants a page-aligned start; 64 KiB is a multiple of every page size in use.
-        let start = a & !(RELEASE_ALIGN - 1);
-        if b <= start || b > self.map.len() {
-            return;
-        }
-        // SAFETY: MADV_DONTNEED on a read-only, file-backed mapping only drops page-table
-        // entries: later reads see the file's bytes again. No reference into the range is alive
-        // (the tensor holds a copy).
-        let _ = unsafe {
-            self.map
-                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, b - start)
-        };
-    }
-
-    /// The first `n` token rows of the tensor hsdiff calls `name`, reading only their bytes.
-    pub fn get_head(&self, name: &str, n: usize) -> Result<Option<Tensor>> {
-        let Some(&idx) = self.names.get(name) else {
-            return Ok(None);
-        };
-        let e = &self.entries[idx];
-        // Token axis: 1 for [1, T, …], 0 for [T, D]; only C-order single sequences.
-        let axis = match e.shape.len() {
-            2 => 0,
-            r if r >= 3 && e.shape[0] == 1 => 1,
-            _ => return self.get(name),
-        };
-        if e.fortran || e.shape[axis] <= n {
-            return self.get(name);
-        }
-        let elem = match (e.dtype, e.bits16) {
-            (Some(d), _) => d.size_in_bytes(),
-            (None, _) => 2,
-        };
-        let Some(len) =
-            npy::checked_bytes(&e.shape[axis + 1..], elem).and_then(|r| r.checked_mul(n))
-        else {
-            return self.get(name);
-        };
-        let mut head = e.clone();
-        head.shape[axis] = n;
-        head.loc = e.loc.part(0, len);
-        let t = self.load_entry(&head)?;
-        self.normalise(idx, name, t).map(Some)
-    }
-
-    /// The tensor hsdiff calls `name`, as stored, with a missing batch dimension added
-    /// (`[T, D]` → `[1, T, D]`).
-    pub fn get(&self, name: &str) -> Result<Option<Tensor>> {
-        let Some(&idx) = self.names.get(name) else {
-            return Ok(None);
-        };
-        let t = self.load(idx)?;
-        self.normalise(idx, name, t).map(Some)
-    }
-
-    /// Checks a loaded capture and gives it a batch dimension.
-    fn normalise(&self, idx: usize, name: &str, t: Tensor) -> Result<Tensor> {
-        if name == names::INPUT_IDS || name.starts_with("router.") {
-            return Ok(t);
-        }
-        if !matches!(
-            t.dtype(),
-            DType::F64 | DType::F32 | DType::BF16 | DType::F16
-        ) {
-            return Err(Error::tensor(
-                &self.path,
-                &self.entries[idx].raw,
-                format!(
-                    "holds {} values, not floating point",
-                    crate::device::dtype_label(t.dtype())
-                ),
-            ));
-        }
-        match t.rank() {
-            0 | 1 => Err(Error::tensor(
-                &self.path,
-                &self.entries[idx].raw,
-                format!(
-                    "has shape {:?}: a hidden state is [1, T, D] or [T, D]",
-                    t.dims()
-                ),
-            )),
-            2 => Ok(t.unsqueeze(0)?),
-            r if r >= 3 && t.dim(0)? > 1 => Err(Error::tensor(
-                &self.path,
-                &self.entries[idx].raw,
-                format!(
-                    "batch of {} sequences {:?}: hsdiff compares one (save `t[0:1]`)",
-                    t.dim(0)?,
-                    t.dims()
-                ),
-            )),
-            _ => Ok(t),
-        }
-    }
-
-    /// Shape of the tensor hsdiff calls `name`, normalised as by [`FileSource::get`].
-    pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
-        let e = &self.entries[*self.names.get(name)?];
-        Some(if e.shape.len() == 2 {
-            [&[1], e.shape.as_slice()].concat()
-        } else {
-            e.shape.clone()
-        })
-    }
-
-    /// The token ids the file carries, if any (`input_ids`, `[1, T]` or `[T]`, integers).
-    pub fn input_ids(&self) -> Result<Option<Vec<u32>>> {
-        let raw_ids: Vec<i64> = if let Some(&idx) = self.names.get(names::INPUT_IDS) {
-            let t = self.load(idx)?;
-            let bad = |msg: &str| Error::tensor(&self.path, &self.entries[idx].raw, msg);
-            if !matches!(
-                t.dtype(),
-                DType::I64 | DType::I32 | DType::I16 | DType::U32 | DType::U8
-            ) {
-                return Err(bad("must be integer token ids"));
-            }
-            let t = match t.rank() {
-                1 => t,
-                2 if t.dim(0)? == 1 => t.squeeze(0)?,
-                _ => return Err(bad("must be token ids of one sequence, [1, T] or [T]")),
-            };
-            t.to_dtype(DType::I64)?.to_vec1()?
-        } else if let Some(ids) = &self.ids_list {
-            ids.clone()
-        } else {
-            return Ok(None);
-        };
-        raw_ids
-            .into_iter()
-            .map(|x| {
-                u32::try_from(x).map_err(|_| {
-                    Error::tensor(
-                        &self.path,
-                        names::INPUT_IDS,
-                        format!("token id {x} out of range"),
-                    )
-                })
-            })
-            .collect::<Result<Vec<u32>>>()
-            .map(Some)
-    }
-
     /// The compute dtype: as recorded in the fingerprint, else `--dtype-hint`, else the coarsest
     /// floating-point dtype stored.
     pub fn compute_dtype(&self) -> Option<DType> {
@@ -702,18 +340,6 @@ impl FileSource {
                 )
                 .max_by_key(|d| coarseness(*d))
         })
-    }
-}
-
-impl crate::compare::TensorSource for FileSource {
-    fn tensor(&self, name: &str) -> Result<Option<Tensor>> {
-        self.get(name)
-    }
-    fn names(&self) -> Vec<String> {
-        FileSource::names(self)
-    }
-    fn tensor_head(&self, name: &str, n: usize) -> Result<Option<Tensor>> {
-        self.get_head(name, n)
     }
 }
 
