@@ -15,6 +15,16 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 use crate::safetensors_file::{SafetensorsFile, candle_dtype};
 
+/// A tensor the forward pass asks a weight source for: its name, the exact shape it must have,
+/// and the dtype and device it is wanted in.
+#[derive(Debug, Clone, Copy)]
+pub struct TensorRequest<'a> {
+    pub name: &'a str,
+    pub shape: &'a [usize],
+    pub dtype: DType,
+    pub device: &'a Device,
+}
+
 /// Where the text model's tensors live inside the checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyLayout {
@@ -169,13 +179,8 @@ impl Checkpoint {
     }
 
     /// Loads `name`, checks its shape, and converts it to `dtype` on `device`.
-    pub fn get(
-        &self,
-        name: &str,
-        shape: &[usize],
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Tensor> {
+    pub fn get(&self, want: &TensorRequest) -> Result<Tensor> {
+        let (name, shape, dtype, device) = (want.name, want.shape, want.dtype, want.device);
         let file = self.locate(name, shape)?;
         let t = file.load(name)?;
         if !matches!(
@@ -228,14 +233,8 @@ impl Checkpoint {
     /// Rows `rows` (indices along the first dimension) of `name`, which must have exactly
     /// `shape`, converted to `dtype` on `device`. Only those rows' bytes are read from the map,
     /// so an embedding lookup or one block of the lm_head never materialises the whole matrix.
-    pub fn get_rows(
-        &self,
-        name: &str,
-        shape: &[usize],
-        rows: &[usize],
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Tensor> {
+    pub fn get_rows(&self, want: &TensorRequest, rows: &[usize]) -> Result<Tensor> {
+        let (name, shape, dtype, device) = (want.name, want.shape, want.dtype, want.device);
         let file = self.locate(name, shape)?;
         let (info, data) = file.raw(name)?;
         let stored = candle_dtype(info.dtype)

@@ -159,51 +159,6 @@ fn parse_descr(descr: &str) -> Result<(Option<DType>, Option<Bits16>), String> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn header(dict: &str) -> Vec<u8> {
-        let mut h = MAGIC.to_vec();
-        h.extend([1, 0]);
-        let mut text = dict.to_string();
-        while !(10 + text.len() + 1).is_multiple_of(64) {
-            text.push(' ');
-        }
-        text.push('\n');
-        h.extend((text.len() as u16).to_le_bytes());
-        h.extend(text.as_bytes());
-        h
-    }
-
-    #[test]
-    fn parses_v1() {
-        let h = header("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 3, 4), }");
-        let p = parse_header(&h).expect("parses");
-        assert_eq!(p.dtype, Some(DType::F32));
-        assert_eq!(p.shape, vec![1, 3, 4]);
-        assert!(p.data_offset.is_multiple_of(64));
-        assert_eq!(p.data_offset, h.len());
-        assert!(!p.fortran_order);
-    }
-
-    #[test]
-    fn scalar_and_bits() {
-        let h = header("{'descr': '<u2', 'fortran_order': True, 'shape': (), }");
-        let p = parse_header(&h).expect("parses");
-        assert_eq!(p.bits16, Some(Bits16::Integer));
-        assert!(p.shape.is_empty());
-        assert!(p.fortran_order);
-    }
-
-    #[test]
-    fn rejects_garbage() {
-        assert!(parse_header(b"hello world, not npy").is_err());
-        let h = header("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }");
-        assert!(parse_header(&h).is_err());
-    }
-}
-
 impl FileSource {
     pub(super) fn npy(path: &Path, map: Mmap) -> error::Result<Self> {
         let h = parse_header(&map).map_err(|e| bad(path, e))?;
@@ -272,5 +227,50 @@ impl FileSource {
         src.entries = entries;
         src.zip = Some(zip);
         Ok(src)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(dict: &str) -> Vec<u8> {
+        let mut h = MAGIC.to_vec();
+        h.extend([1, 0]);
+        let mut text = dict.to_string();
+        while !(10 + text.len() + 1).is_multiple_of(64) {
+            text.push(' ');
+        }
+        text.push('\n');
+        h.extend((text.len() as u16).to_le_bytes());
+        h.extend(text.as_bytes());
+        h
+    }
+
+    #[test]
+    fn parses_v1() {
+        let h = header("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 3, 4), }");
+        let p = parse_header(&h).expect("parses");
+        assert_eq!(p.dtype, Some(DType::F32));
+        assert_eq!(p.shape, vec![1, 3, 4]);
+        assert!(p.data_offset.is_multiple_of(64));
+        assert_eq!(p.data_offset, h.len());
+        assert!(!p.fortran_order);
+    }
+
+    #[test]
+    fn scalar_and_bits() {
+        let h = header("{'descr': '<u2', 'fortran_order': True, 'shape': (), }");
+        let p = parse_header(&h).expect("parses");
+        assert_eq!(p.bits16, Some(Bits16::Integer));
+        assert!(p.shape.is_empty());
+        assert!(p.fortran_order);
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        assert!(parse_header(b"hello world, not npy").is_err());
+        let h = header("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }");
+        assert!(parse_header(&h).is_err());
     }
 }

@@ -132,7 +132,7 @@ impl FileSource {
 
     /// Checks a loaded capture and gives it a batch dimension.
     fn normalise(&self, idx: usize, name: &str, t: Tensor) -> Result<Tensor> {
-        if name == names::INPUT_IDS || name.starts_with("router.") {
+        if name == names::INPUT_IDS || names::parse_router(name).is_some() {
             return Ok(t);
         }
         if !matches!(
