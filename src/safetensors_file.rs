@@ -35,7 +35,7 @@ impl std::ops::Deref for Bytes {
 pub struct SafetensorsFile {
     path: PathBuf,
     bytes: Bytes,
-    header: Header,
+    header: SafetensorsHeader,
 }
 
 impl SafetensorsFile {
@@ -52,7 +52,7 @@ impl SafetensorsFile {
     }
 
     fn parse(path: PathBuf, bytes: Bytes) -> Result<Self> {
-        let header = Header::parse(&path, &bytes)?;
+        let header = SafetensorsHeader::parse(&path, &bytes)?;
         Ok(SafetensorsFile {
             path,
             bytes,
@@ -132,7 +132,7 @@ impl SafetensorsFile {
 const MAX_HEADER: usize = 100 << 20;
 
 /// A parsed safetensors header: its length and what it lists.
-pub struct Header {
+pub struct SafetensorsHeader {
     /// Bytes of the JSON header (the data starts 8 bytes later).
     len: usize,
     metadata: Metadata,
@@ -146,11 +146,11 @@ pub struct StoredTensor {
     pub range: Range<usize>,
 }
 
-impl Header {
+impl SafetensorsHeader {
     /// Parses the header at the start of `bytes` (the whole file).
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<Self> {
         let (len, metadata) = read_metadata(path, bytes)?;
-        Ok(Header { len, metadata })
+        Ok(SafetensorsHeader { len, metadata })
     }
 
     /// The free-form string map of the header (`__metadata__`).

@@ -10,11 +10,11 @@ use serde_json::Value;
 use super::{Entry, FileFormat, FileSource, Loc, bad};
 use crate::capture::dump::METADATA_KEY;
 use crate::error::Result;
-use crate::safetensors_file::Header;
+use crate::safetensors_file::SafetensorsHeader;
 
 impl FileSource {
     pub(super) fn safetensors(path: &Path, map: Mmap) -> Result<Self> {
-        let header = Header::parse(path, &map)?;
+        let header = SafetensorsHeader::parse(path, &map)?;
         let fingerprint = match header.user_metadata().and_then(|m| m.get(METADATA_KEY)) {
             Some(json) => Some(serde_json::from_str::<Value>(json).map_err(|e| {
                 bad(
