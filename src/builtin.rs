@@ -3,11 +3,12 @@
 
 use std::path::Path;
 
-use crate::checkpoint::{Checkpoint, SafetensorsFile};
+use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::input::Tokenizer;
 use crate::model::{Model, ModelSource, WeightCache, WeightSource};
+use crate::safetensors_file::SafetensorsFile;
 
 const CONFIG: &[u8] = include_bytes!("../golden/qwen3_5_tiny/config.json");
 const WEIGHTS: &[u8] = include_bytes!("../golden/qwen3_5_tiny/model.safetensors");

@@ -1,252 +1,28 @@
-//! Safetensors checkpoints: one file or shards, memory-mapped, read tensor by tensor.
+//! Safetensors checkpoints: one file or shards, memory-mapped, read tensor by tensor (each file
+//! through [`crate::safetensors_file`]).
 //!
 //! Nothing is materialised until the forward pass asks for it, and every request states the
 //! shape it expects: a missing tensor or a wrong shape is an error naming the tensor and file,
 //! never a default-initialised weight.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
-use memmap2::Mmap;
-use safetensors::tensor::{Metadata, TensorInfo};
-use safetensors::{Dtype as StDtype, SafeTensors};
+use safetensors::tensor::TensorInfo;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::safetensors_file::{SafetensorsFile, candle_dtype};
 
-/// The bytes of one safetensors file: a memory map, or a blob compiled into the binary.
-enum Bytes {
-    Mapped(Mmap),
-    Static(&'static [u8]),
-}
-
-impl std::ops::Deref for Bytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Bytes::Mapped(m) => m,
-            Bytes::Static(s) => s,
-        }
-    }
-}
-
-/// One parsed safetensors file.
-pub struct SafetensorsFile {
-    path: PathBuf,
-    bytes: Bytes,
-    header_len: usize,
-    metadata: Metadata,
-}
-
-impl SafetensorsFile {
-    pub fn open(path: &Path) -> Result<Self> {
-        let file = crate::input::open_regular(path)?;
-        // SAFETY: the map is read-only; a file truncated underneath us is the user's own race.
-        let mmap = unsafe { Mmap::map(&file) }.map_err(|e| Error::file(path, e.to_string()))?;
-        Self::parse(path.to_path_buf(), Bytes::Mapped(mmap))
-    }
-
-    /// A file compiled into the binary; `name` stands in for its path in messages.
-    pub fn from_static(name: &str, bytes: &'static [u8]) -> Result<Self> {
-        Self::parse(PathBuf::from(name), Bytes::Static(bytes))
-    }
-
-    fn parse(path: PathBuf, bytes: Bytes) -> Result<Self> {
-        let (header_len, metadata) = read_metadata(&path, &bytes)?;
-        Ok(SafetensorsFile {
-            path,
-            bytes,
-            header_len,
-            metadata,
-        })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.metadata.tensors().into_keys().collect();
-        names.sort();
-        names
-    }
-
-    pub fn contains(&self, name: &str) -> bool {
-        self.metadata.info(name).is_some()
-    }
-
-    pub fn info(&self, name: &str) -> Option<&TensorInfo> {
-        self.metadata.info(name)
-    }
-
-    /// The free-form string map of the header (`__metadata__`).
-    pub fn user_metadata(&self) -> Option<&HashMap<String, String>> {
-        self.metadata.metadata().as_ref()
-    }
-
-    /// Raw little-endian bytes of one tensor.
-    pub fn raw(&self, name: &str) -> Result<(&TensorInfo, &[u8])> {
-        let info = self
-            .info(name)
-            .ok_or_else(|| Error::tensor(&self.path, name, "not in this file"))?;
-        let start = 8 + self.header_len + info.data_offsets.0;
-        let end = 8 + self.header_len + info.data_offsets.1;
-        let data = self.bytes.get(start..end).ok_or_else(|| {
-            Error::tensor(
-                &self.path,
-                name,
-                "data lies past the end of the file (truncated?)",
-            )
-        })?;
-        Ok((info, data))
-    }
-
-    /// Loads a tensor as stored (CPU), converting the safetensors dtype to candle's.
-    pub fn load(&self, name: &str) -> Result<Tensor> {
-        let (info, data) = self.raw(name)?;
-        let dtype = candle_dtype(info.dtype).ok_or_else(|| {
-            Error::tensor(
-                &self.path,
-                name,
-                format!("unsupported dtype {}", info.dtype),
-            )
-        })?;
-        Tensor::from_raw_buffer(data, dtype, &info.shape, &Device::Cpu)
-            .map_err(|e| Error::tensor(&self.path, name, e.to_string()))
-    }
-
-    /// Whether reads of the map will be scattered (no readahead: a sampled digest then reads
-    /// only the pages it samples) or normal. Compiled-in files ignore it.
-    pub fn advise_random(&self, random: bool) {
-        #[cfg(unix)]
-        if let Bytes::Mapped(m) = &self.bytes {
-            let advice = if random {
-                memmap2::Advice::Random
-            } else {
-                memmap2::Advice::Normal
-            };
-            let _ = m.advise(advice);
-        }
-        #[cfg(not(unix))]
-        let _ = random;
-    }
-
-    /// SHA-256 over the whole file, streamed from the map.
-    pub fn sha256(&self) -> String {
-        let mut h = Sha256::new();
-        for chunk in self.bytes.chunks(1 << 20) {
-            h.update(chunk);
-        }
-        format!("{:x}", h.finalize())
-    }
-}
-
-/// Largest safetensors header read (the safetensors crate's own cap).
-const MAX_HEADER: usize = 100 << 20;
-
-/// Parses a safetensors header with every size checked first and every failure in words: the
-/// header length against the file, duplicate tensor names (which the safetensors crate would
-/// report as a bad offset), then the crate's own validation of dtypes, shapes and offsets.
-pub fn read_metadata(path: &Path, bytes: &[u8]) -> Result<(usize, Metadata)> {
-    let bad = |msg: String| Error::file(path, format!("not a valid safetensors file: {msg}"));
-    let head: [u8; 8] = bytes
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| bad("too small to hold a header".into()))?;
-    let n = u64::from_le_bytes(head);
-    let header = usize::try_from(n)
-        .ok()
-        .filter(|&n| n <= MAX_HEADER)
-        .and_then(|n| bytes.get(8..8 + n))
-        .ok_or_else(|| {
-            bad(format!(
-                "its header claims {n} bytes, the file holds {} after the length field (truncated?)",
-                bytes.len().saturating_sub(8)
-            ))
-        })?;
-    if let Err(e) = serde_json::from_slice::<UniqueKeys>(header) {
-        let text = e.to_string();
-        return Err(match text.strip_prefix(DUPLICATE) {
-            Some(rest) => {
-                let name = rest.split(" at line").next().unwrap_or(rest);
-                Error::tensor(path, name, "named twice in the safetensors header")
-            }
-            None => bad(format!("the header is not a JSON object ({text})")),
-        });
-    }
-    SafeTensors::read_metadata(bytes).map_err(|e| bad(describe_st_error(&e)))
-}
-
-const DUPLICATE: &str = "duplicate key ";
-
-/// Deserialises a JSON object's keys only, failing on the first key seen twice.
-struct UniqueKeys;
-
-impl<'de> serde::Deserialize<'de> for UniqueKeys {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = UniqueKeys;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> std::result::Result<UniqueKeys, A::Error> {
-                let mut seen = std::collections::HashSet::new();
-                while let Some(k) = map.next_key::<String>()? {
-                    map.next_value::<serde::de::IgnoredAny>()?;
-                    if !seen.insert(k.clone()) {
-                        return Err(serde::de::Error::custom(format!("{DUPLICATE}{k}")));
-                    }
-                }
-                Ok(UniqueKeys)
-            }
-        }
-        d.deserialize_map(Visit)
-    }
-}
-
-fn describe_st_error(e: &safetensors::SafeTensorError) -> String {
-    use safetensors::SafeTensorError as E;
-    match e {
-        E::MetadataIncompleteBuffer => "shorter than its header says: truncated".to_string(),
-        E::HeaderTooSmall => "too small to hold a header".to_string(),
-        E::HeaderTooLarge => "its header is over 100 MB".to_string(),
-        E::InvalidHeaderLength => "its header length points past the end of the file".to_string(),
-        E::InvalidHeader(_) => "its header is not UTF-8 text".to_string(),
-        E::InvalidHeaderDeserialization(err) | E::JsonError(err) => {
-            format!("its header does not describe tensors ({err})")
-        }
-        E::TensorInvalidInfo => {
-            "a tensor's byte range does not match its shape and dtype".to_string()
-        }
-        E::InvalidOffset(name) => format!(
-            "tensor `{name}` has a byte range that overlaps another tensor, leaves a gap, or runs past the data"
-        ),
-        E::ValidationOverflow => "a tensor's shape is too large to address".to_string(),
-        E::MisalignedSlice => "a tensor's data is not aligned to its dtype".to_string(),
-        E::TensorNotFound(name) => format!("tensor `{name}` is missing"),
-        E::InvalidTensorView(dtype, shape, n) => {
-            format!("a {dtype} tensor of shape {shape:?} cannot hold {n} bytes")
-        }
-        E::IoError(err) => crate::input::io_words(err),
-    }
-}
-
-pub fn candle_dtype(d: StDtype) -> Option<DType> {
-    Some(match d {
-        StDtype::F64 => DType::F64,
-        StDtype::F32 => DType::F32,
-        StDtype::BF16 => DType::BF16,
-        StDtype::F16 => DType::F16,
-        StDtype::I64 => DType::I64,
-        StDtype::U32 => DType::U32,
-        StDtype::U8 => DType::U8,
-        _ => return None,
-    })
+/// A tensor the forward pass asks a weight source for: its name, the exact shape it must have,
+/// and the dtype and device it is wanted in.
+#[derive(Debug, Clone, Copy)]
+pub struct TensorRequest<'a> {
+    pub name: &'a str,
+    pub shape: &'a [usize],
+    pub dtype: DType,
+    pub device: &'a Device,
 }
 
 /// Where the text model's tensors live inside the checkpoint.
@@ -403,13 +179,8 @@ impl Checkpoint {
     }
 
     /// Loads `name`, checks its shape, and converts it to `dtype` on `device`.
-    pub fn get(
-        &self,
-        name: &str,
-        shape: &[usize],
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Tensor> {
+    pub fn get(&self, want: &TensorRequest) -> Result<Tensor> {
+        let (name, shape, dtype, device) = (want.name, want.shape, want.dtype, want.device);
         let file = self.locate(name, shape)?;
         let t = file.load(name)?;
         if !matches!(
@@ -462,14 +233,8 @@ impl Checkpoint {
     /// Rows `rows` (indices along the first dimension) of `name`, which must have exactly
     /// `shape`, converted to `dtype` on `device`. Only those rows' bytes are read from the map,
     /// so an embedding lookup or one block of the lm_head never materialises the whole matrix.
-    pub fn get_rows(
-        &self,
-        name: &str,
-        shape: &[usize],
-        rows: &[usize],
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Tensor> {
+    pub fn get_rows(&self, want: &TensorRequest, rows: &[usize]) -> Result<Tensor> {
+        let (name, shape, dtype, device) = (want.name, want.shape, want.dtype, want.device);
         let file = self.locate(name, shape)?;
         let (info, data) = file.raw(name)?;
         let stored = candle_dtype(info.dtype)

@@ -66,8 +66,9 @@ pub enum Kind {
     Op,
 }
 
+/// A row of the table to come: which tensor is compared, what it is, and its decoder layer.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RowSpec {
+pub struct PlannedRow {
     pub name: String,
     pub kind: Kind,
     pub layer: Option<usize>,
@@ -80,11 +81,11 @@ pub fn plan_rows(
     available: &[String],
     layer_types: Option<&[LayerType]>,
     layers: Option<&[usize]>,
-) -> Vec<RowSpec> {
+) -> Vec<PlannedRow> {
     let has = |n: &str| available.iter().any(|a| a == n);
     let mut rows = Vec::new();
     if has(names::EMBED) {
-        rows.push(RowSpec {
+        rows.push(PlannedRow {
             name: names::EMBED.to_string(),
             kind: Kind::Embed,
             layer: None,
@@ -102,7 +103,7 @@ pub fn plan_rows(
         }
         for n in available {
             if matches!(names::parse_op(n), Some((l, _)) if l == i) {
-                rows.push(RowSpec {
+                rows.push(PlannedRow {
                     name: n.clone(),
                     kind: Kind::Op,
                     layer: Some(i),
@@ -114,7 +115,7 @@ pub fn plan_rows(
             Some(LayerType::FullAttention) => Kind::FullAttention,
             None => Kind::Layer,
         };
-        rows.push(RowSpec {
+        rows.push(PlannedRow {
             name: names::layer(i),
             kind,
             layer: Some(i),
@@ -125,7 +126,7 @@ pub fn plan_rows(
         (names::LOGITS, Kind::Logits),
     ] {
         if has(name) {
-            rows.push(RowSpec {
+            rows.push(PlannedRow {
                 name: name.to_string(),
                 kind,
                 layer: None,

@@ -56,7 +56,17 @@ const HARMLESS: &[&str] = &[
     "model_class",
     "tool",
     "python",
+    // The per-function records of the Python package (`linear_attention_impl.<fn>.*`) explain a
+    // choice without being it: what ran is `actual`, `implementation` and `fast` beside them.
+    "reason",
+    "requested",
+    "environment_implementation",
 ];
+
+/// Sections that say how a run was checked, not how it computed: `strict_f64` (golden f64 dumps:
+/// how float32 requests were rewritten to float64, and the self-check's numbers). What does
+/// change the numbers there is recorded on its own, in `mode` and `dtype`.
+const HARMLESS_SECTIONS: &[&str] = &["strict_f64."];
 
 /// Substrings of keys that can change the numbers (checked before the harmless patterns, so
 /// `fast_path` matters although it ends in `path`).
@@ -98,7 +108,10 @@ const HARMLESS_PATTERNS: &[&str] = &[
 pub fn matters(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
     let last = key.rsplit('.').next().unwrap_or(&key);
-    if HARMLESS.contains(&last) || HARMLESS.contains(&key.as_str()) {
+    if HARMLESS.contains(&last)
+        || HARMLESS.contains(&key.as_str())
+        || HARMLESS_SECTIONS.iter().any(|s| key.starts_with(s))
+    {
         return false;
     }
     if MATTERS.iter().any(|m| key.contains(m)) {
@@ -218,10 +231,13 @@ pub fn diff_values(a: &Value, b: &Value) -> Vec<EnvDiff> {
     let digests = ["weights_digest", "config_sha256"]
         .iter()
         .any(|k| ma.contains_key(*k) && mb.contains_key(*k));
-    // Two files from the same writer record the same keys; one it leaves out is absent on
-    // that machine (`fla` dropped because the package is not installed), which matters.
-    let same_writer =
-        ma.get("source").is_some_and(|s| !s.is_empty()) && ma.get("source") == mb.get("source");
+    // Two files from the same writer at the same version record the same keys; one it leaves
+    // out is absent on that machine (`fla` dropped because the package is not installed), which
+    // matters. An older version of the writer (an old dump) records fewer keys.
+    let same_writer = ma.get("source").is_some_and(|s| !s.is_empty())
+        && ["source", "tool", "tool_version"]
+            .iter()
+            .all(|k| ma.get(*k) == mb.get(*k));
     let mut out: Vec<EnvDiff> = keys
         .into_iter()
         .filter_map(|k| {
@@ -229,18 +245,19 @@ pub fn diff_values(a: &Value, b: &Value) -> Vec<EnvDiff> {
             if x == y {
                 return None;
             }
-            // Otherwise a key one side lacks matters only inside a section both sides record
-            // (`kernels.fla.version` next to `kernels.fla.available`): a package present on
-            // one machine only. A section only one writer records is just a different writer.
-            let in_both = |m: &std::collections::BTreeMap<String, String>| match k.rsplit_once('.')
-            {
-                Some((parent, _)) => {
-                    let p = format!("{parent}.");
-                    m.keys().any(|key| key.starts_with(&p))
-                }
-                None => m.contains_key(k),
-            };
-            let both = same_writer || (in_both(&ma) && in_both(&mb));
+            // Otherwise a key one side lacks matters only inside a section that differs in a
+            // mattering key both sides record (`kernels.fla.version` next to
+            // `kernels.fla.available`): a package present on one machine only. In a section
+            // that agrees on what both record, it is a writer that records more (an old dump
+            // beside a new one); a section only one side records is just a different writer.
+            let recorded_by_both = x.is_some() && y.is_some();
+            let section_differs = k.rsplit_once('.').is_some_and(|(parent, _)| {
+                let p = format!("{parent}.");
+                ma.range(p.clone()..)
+                    .take_while(|(key, _)| key.starts_with(&p))
+                    .any(|(key, v)| mb.get(key).is_some_and(|w| w != v) && matters(key))
+            });
+            let both = same_writer || recorded_by_both || section_differs;
             let m = both && matters(k) && !(k == "model" && digests);
             Some(EnvDiff {
                 key: k.clone(),
@@ -352,5 +369,71 @@ mod tests {
             s.starts_with("environments differ in kernels.fla (true vs false)"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn per_function_explanations_and_strict_f64_checks_are_informational() {
+        for k in [
+            "linear_attention_impl.causal_conv1d_fn.reason",
+            "linear_attention_impl.causal_conv1d_fn.requested",
+            "linear_attention_impl.causal_conv1d_fn.environment_implementation",
+            "strict_f64.method",
+            "strict_f64.rewrites.Tensor.float",
+            "strict_f64.layer0_gdn_vs_numpy_rel_l2",
+        ] {
+            assert!(!matters(k), "{k} should not matter");
+        }
+        for k in [
+            "linear_attention_impl.causal_conv1d_fn.implementation",
+            "linear_attention_impl.causal_conv1d_fn.actual",
+            "linear_attention_impl.causal_conv1d_fn.fast",
+            "mode",
+        ] {
+            assert!(matters(k), "{k} should matter");
+        }
+        // A forced run and an auto run that ended on the same kernel: only the explanation differs.
+        let record = |requested: &str, reason: &str| {
+            json!({"source": "pytorch", "tool": "hsdiff-capture 0.3.0", "linear_attention_impl":
+                {"chunk_gated_delta_rule": {"requested": requested, "actual": "fla", "reason": reason,
+                    "implementation": "fla.ops.gated_delta_rule.chunk_gated_delta_rule", "fast": true}}})
+        };
+        let d = diff_values(
+            &record("auto", "environment's choice"),
+            &record("fla", "asked for fla; already the environment's choice"),
+        );
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert!(d.iter().all(|x| !x.matters), "{d:?}");
+    }
+
+    #[test]
+    fn keys_an_old_dump_does_not_record_do_not_matter() {
+        let old = json!({"source": "pytorch", "tool": "hsdiff-capture 0.2.0", "linear_attention_impl":
+            {"causal_conv1d_fn": {"implementation": "causal_conv1d.causal_conv1d_fn", "calls": 4}}});
+        let new = |implementation: &str| {
+            json!({"source": "pytorch", "tool": "hsdiff-capture 0.3.0", "linear_attention_impl":
+                {"causal_conv1d_fn": {"implementation": implementation, "calls": 4, "actual": "fla",
+                    "fast": true, "package": "causal_conv1d"}}})
+        };
+        let d = diff_values(&old, &new("causal_conv1d.causal_conv1d_fn"));
+        let one_sided: Vec<&EnvDiff> = d.iter().filter(|x| x.a.is_none()).collect();
+        assert_eq!(one_sided.len(), 3, "{d:?}");
+        assert!(d.iter().all(|x| !x.matters), "{d:?}");
+        // The same section with a different implementation: its new keys are part of that change.
+        let d = diff_values(&old, &new("torch_causal_conv1d_fn"));
+        let get = |k: &str| d.iter().find(|x| x.key == k).expect(k);
+        assert!(get("linear_attention_impl.causal_conv1d_fn.implementation").matters);
+        assert!(get("linear_attention_impl.causal_conv1d_fn.fast").matters);
+        // The same version of the writer records the same keys: one it lacks is missing there.
+        let mut same_version = new("causal_conv1d.causal_conv1d_fn");
+        same_version["tool"] = json!("hsdiff-capture 0.2.0");
+        let d = diff_values(&old, &same_version);
+        assert!(
+            get_matters(&d, "linear_attention_impl.causal_conv1d_fn.fast"),
+            "{d:?}"
+        );
+    }
+
+    fn get_matters(d: &[EnvDiff], key: &str) -> bool {
+        d.iter().any(|x| x.key == key && x.matters)
     }
 }

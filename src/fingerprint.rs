@@ -8,10 +8,11 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use candle_core::Device;
+use candle_core::{DType, Device};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::backends::LinearAttentionBackend;
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 
@@ -367,6 +368,25 @@ pub fn machine_fingerprint(device: &Device) -> Fingerprint {
         ..Default::default()
     };
     MachineInfo::collect(device).fill(&mut fp);
+    fp
+}
+
+/// What a run of `backend` at `dtype` on `device` over the token ids `ids` is: this machine and
+/// the run's settings. The model's part is added by [`crate::model::Model::fill_fingerprint`].
+pub fn run_fingerprint(
+    backend: &dyn LinearAttentionBackend,
+    device: &Device,
+    dtype: DType,
+    ids: &[u32],
+    prompt: Option<String>,
+) -> Fingerprint {
+    let mut fp = machine_fingerprint(device);
+    fp.backend = Some(backend.name().to_string());
+    fp.implementation = Some(backend.implementation(device));
+    fp.dtype = Some(crate::device::dtype_label(dtype).to_string());
+    fp.tokens = Some(ids.len());
+    fp.token_ids_sha256 = Some(token_ids_sha256(ids));
+    fp.prompt = prompt;
     fp
 }
 

@@ -30,6 +30,7 @@ pub mod progress;
 pub mod random_weights;
 pub mod report;
 pub mod run;
+pub mod safetensors_file;
 pub mod sysinfo;
 pub mod testdata;
 pub mod verdict;

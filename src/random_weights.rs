@@ -15,7 +15,7 @@ use candle_core::{DType, Device, Tensor};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use crate::checkpoint::KeyLayout;
+use crate::checkpoint::{KeyLayout, TensorRequest};
 use crate::config::{Family, LayerType, ModelConfig};
 use crate::error::{Error, Result};
 
@@ -223,13 +223,8 @@ impl RandomWeights {
     }
 
     /// `name`, which must have exactly `shape`, generated in `dtype` on `device`.
-    pub fn get(
-        &self,
-        name: &str,
-        shape: &[usize],
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Tensor> {
+    pub fn get(&self, want: &TensorRequest) -> Result<Tensor> {
+        let (name, shape, dtype, device) = (want.name, want.shape, want.dtype, want.device);
         let stream = self.generator(name, shape)?;
         make_tensor(
             &stream,
@@ -242,14 +237,8 @@ impl RandomWeights {
 
     /// Rows `rows` (indices along the first dimension) of `name`, which must have exactly
     /// `shape`, generated in `dtype` on `device`.
-    pub fn get_rows(
-        &self,
-        name: &str,
-        shape: &[usize],
-        rows: &[usize],
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Tensor> {
+    pub fn get_rows(&self, want: &TensorRequest, rows: &[usize]) -> Result<Tensor> {
+        let (name, shape, dtype, device) = (want.name, want.shape, want.dtype, want.device);
         let stream = self.generator(name, shape)?;
         let n_rows = shape.first().copied().unwrap_or(1);
         if let Some(r) = rows.iter().find(|&&r| r >= n_rows) {

@@ -19,11 +19,10 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::{DType, Device, Tensor};
-use hsdiff::backends::{
-    GdnInputs, GdnOutputs, LinearAttentionBackend, Reference, backend_by_name, op_names,
-};
+use hsdiff::backends::{GdnInputs, GdnOutputs, LinearAttentionBackend, Reference, backend_by_name};
 use hsdiff::capture::Captures;
 use hsdiff::capture::dump::Dump;
+use hsdiff::capture::names;
 use hsdiff::cli::common::Session;
 use hsdiff::cli::diff::{EnvList, FailOn, Format, ReportArgs, emit};
 use hsdiff::compare::{Kind, TensorSource, plan_rows};
@@ -300,10 +299,8 @@ impl LinearAttentionBackend for Injector {
         let mut out = self.inner.forward(inputs, capture_ops)?;
         if call == self.target {
             let bad = self.corrupt(&out.out)?;
-            for (name, t) in &mut out.ops {
-                if *name == op_names::GATED_NORM_OUT {
-                    *t = bad.clone();
-                }
+            if let Some(ops) = &mut out.ops {
+                ops.gated_norm_out = bad.clone();
             }
             out.out = bad;
         }
@@ -439,7 +436,7 @@ fn with_op_rows_the_first_divergent_is_the_gated_norm_of_the_faulty_layer() {
     let inject = Injector::new(TARGET_CALL, NOISE);
     let r = live_report(&s, &inject, &Reference, false, true);
     assert!(r.tensors.iter().any(|t| t.kind == Kind::Op));
-    let first = format!("layers.{k}.{}", op_names::GATED_NORM_OUT);
+    let first = names::op(k, names::ops::GATED_NORM_OUT);
     assert_eq!(r.first_divergent.as_deref(), Some(first.as_str()));
     // Everything computed before it in that layer agrees.
     for op in ["beta", "g", "conv_out", "q", "k", "v", "core_out"] {

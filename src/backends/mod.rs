@@ -63,8 +63,39 @@ pub struct GdnInputs<'a> {
 pub struct GdnOutputs {
     /// `[B, T, Hv·dv]` in the compute dtype, ready for out_proj.
     pub out: Tensor,
-    /// Per-op captures (name, tensor) in the order they were produced; empty unless requested.
-    pub ops: Vec<(&'static str, Tensor)>,
+    /// The intermediate values, when requested (the model names them: `capture::names::ops`).
+    pub ops: Option<GdnOps>,
+}
+
+/// A backend's intermediate values, captured with `--ops`.
+pub struct GdnOps {
+    /// The causal conv's output `[B, T, conv_dim]` and the q, k, v split from it.
+    pub conv_out: Tensor,
+    pub q: Tensor,
+    pub k: Tensor,
+    pub v: Tensor,
+    /// The gated delta rule's output.
+    pub core_out: Tensor,
+    /// The gated-norm output, as `out`.
+    pub gated_norm_out: Tensor,
+}
+
+impl GdnOps {
+    /// The values of consecutive documents, joined along the sequence.
+    fn cat(parts: &[GdnOps]) -> Result<Self> {
+        let cat = |field: fn(&GdnOps) -> &Tensor| -> Result<Tensor> {
+            let ts: Vec<&Tensor> = parts.iter().map(field).collect();
+            Ok(Tensor::cat(&ts, 1)?)
+        };
+        Ok(GdnOps {
+            conv_out: cat(|o| &o.conv_out)?,
+            q: cat(|o| &o.q)?,
+            k: cat(|o| &o.k)?,
+            v: cat(|o| &o.v)?,
+            core_out: cat(|o| &o.core_out)?,
+            gated_norm_out: cat(|o| &o.gated_norm_out)?,
+        })
+    }
 }
 
 impl GdnOutputs {
@@ -75,29 +106,19 @@ impl GdnOutputs {
         let ops = match conv {
             Some(conv) => {
                 let (q, k, v) = split_qkv(&conv, d)?;
-                vec![
-                    (op_names::CONV_OUT, conv),
-                    (op_names::Q, q),
-                    (op_names::K, k),
-                    (op_names::V, v),
-                    (op_names::CORE_OUT, core),
-                    (op_names::GATED_NORM_OUT, out.clone()),
-                ]
+                Some(GdnOps {
+                    conv_out: conv,
+                    q,
+                    k,
+                    v,
+                    core_out: core,
+                    gated_norm_out: out.clone(),
+                })
             }
-            None => Vec::new(),
+            None => None,
         };
         Ok(GdnOutputs { out, ops })
     }
-}
-
-/// Names of the per-op captures inside a linear-attention layer.
-pub mod op_names {
-    pub const CONV_OUT: &str = "conv_out";
-    pub const Q: &str = "q";
-    pub const K: &str = "k";
-    pub const V: &str = "v";
-    pub const CORE_OUT: &str = "core_out";
-    pub const GATED_NORM_OUT: &str = "gated_norm_out";
 }
 
 /// A linear-attention implementation. Implementations must not fall back silently: an input
@@ -249,22 +270,14 @@ pub fn forward_documents<B: LinearAttentionBackend + ?Sized>(
     let d = inputs.dims;
     let bounds = document_bounds(backend.name(), starts, d.seq)?;
     let mut outs = Vec::with_capacity(bounds.len());
-    let mut ops: Vec<(&'static str, Vec<Tensor>)> = Vec::new();
+    let mut ops = Vec::new();
     for (start, len) in bounds {
         let doc = inputs.narrow(start, len)?;
         let o = backend.forward(&doc.view(inputs), capture_ops)?;
         outs.push(o.out);
-        for (i, (name, t)) in o.ops.into_iter().enumerate() {
-            match ops.get_mut(i) {
-                Some((_, parts)) => parts.push(t),
-                None => ops.push((name, vec![t])),
-            }
-        }
+        ops.extend(o.ops);
     }
-    let ops = ops
-        .into_iter()
-        .map(|(name, parts)| Ok((name, Tensor::cat(&parts, 1)?)))
-        .collect::<Result<Vec<_>>>()?;
+    let ops = (!ops.is_empty()).then(|| GdnOps::cat(&ops)).transpose()?;
     Ok(GdnOutputs {
         out: Tensor::cat(&outs, 1)?,
         ops,

@@ -11,10 +11,10 @@ use candle_core::{DType, Device, Tensor};
 use super::protocol::Measurement;
 use crate::backends::{LinearAttentionBackend, backend_by_name};
 use crate::capture::names;
-use crate::checkpoint::SafetensorsFile;
 use crate::error::{Error, Result};
 use crate::model::{Model, RunOptions};
 use crate::progress::Progress;
+use crate::safetensors_file::SafetensorsFile;
 use crate::sysinfo::own_status_kib;
 
 /// What a case measures.

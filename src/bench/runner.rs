@@ -13,10 +13,10 @@ use super::plan::Plan;
 use super::protocol::{Measurement, spawn};
 use super::results::{BenchRow, CaseOutcome, TORCH_REFERENCES};
 use super::stats::Timings;
-use crate::checkpoint::SafetensorsFile;
 use crate::device::dtype_label;
 use crate::error::{Error, Result};
 use crate::metrics::stats::rel_l2_tensors;
+use crate::safetensors_file::SafetensorsFile;
 use crate::sysinfo::{CpuInfo, load_average, mem_total_kib};
 
 /// A prepared run: the plan, this executable (the cases run `hsdiff bench case`) and the folder

@@ -7,9 +7,9 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 
 use super::{Captures, names};
-use crate::checkpoint::SafetensorsFile;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
+use crate::safetensors_file::SafetensorsFile;
 
 pub const METADATA_KEY: &str = "hsdiff";
 

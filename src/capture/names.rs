@@ -16,24 +16,65 @@ pub fn op(i: usize, op: &str) -> String {
     format!("layers.{i}.{op}")
 }
 
+/// Names of the intermediate values inside a layer ([`op`]): the linear-attention backend's
+/// (in forward order) and the Gated DeltaNet shell's around them.
+pub mod ops {
+    /// The causal conv's output, `[B, T, conv_dim]`, and the q, k, v split from it.
+    pub const CONV_OUT: &str = "conv_out";
+    pub const Q: &str = "q";
+    pub const K: &str = "k";
+    pub const V: &str = "v";
+    /// The gated delta rule's output.
+    pub const CORE_OUT: &str = "core_out";
+    /// The gated RMSNorm's output, ready for the output projection.
+    pub const GATED_NORM_OUT: &str = "gated_norm_out";
+    /// The gates: write strength and decay.
+    pub const BETA: &str = "beta";
+    pub const G: &str = "g";
+    /// The output projection's result.
+    pub const OUT_PROJ: &str = "out_proj";
+}
+
+const ROUTER: &str = "router.";
+const ROUTER_TOPK: &str = "topk_ids";
+const ROUTER_MARGIN: &str = "margin";
+
 /// The experts chosen per token by the router of MoE layer `i`, `[1, T, k]` int64.
 pub fn router_topk(i: usize) -> String {
-    format!("router.{i}.topk_ids")
+    format!("{ROUTER}{i}.{ROUTER_TOPK}")
 }
 
 /// Per token, the router probability gap between the last chosen expert and the best expert
 /// left out in MoE layer `i`, `[1, T]` (accumulation dtype).
 pub fn router_margin(i: usize) -> String {
-    format!("router.{i}.margin")
+    format!("{ROUTER}{i}.{ROUTER_MARGIN}")
+}
+
+/// Parses `router.{i}.{what}` (`what` not empty) into `(i, what)`.
+pub fn parse_router(name: &str) -> Option<(usize, &str)> {
+    let (i, what) = name.strip_prefix(ROUTER)?.split_once('.')?;
+    Some((i.parse().ok()?, what)).filter(|_| !what.is_empty())
+}
+
+/// Parses [`router_topk`] names into the layer.
+pub fn parse_router_topk(name: &str) -> Option<usize> {
+    parse_router(name).and_then(|(i, what)| (what == ROUTER_TOPK).then_some(i))
 }
 
 /// Logits of the decoded positions, `[1, K, V]`: entry 0 from the cached prefill, entry m after
 /// feeding m more tokens one at a time.
 pub const DECODE_LOGITS: &str = "decode.logits";
 
+const DECODE_LAYERS: &str = "decode.layers.";
+
 /// Output of decoder layer `i` at the decoded positions, `[1, K, H]`.
 pub fn decode_layer(i: usize) -> String {
-    format!("decode.layers.{i}")
+    format!("{DECODE_LAYERS}{i}")
+}
+
+/// Parses [`decode_layer`] names into the layer.
+pub fn parse_decode_layer(name: &str) -> Option<usize> {
+    name.strip_prefix(DECODE_LAYERS)?.parse().ok()
 }
 
 /// The conv window of linear-attention layer `i` after the last token, `[1, conv_dim, K]`.
@@ -56,4 +97,31 @@ pub fn parse_op(name: &str) -> Option<(usize, &str)> {
     let rest = name.strip_prefix("layers.")?;
     let (i, op) = rest.split_once('.')?;
     Some((i.parse().ok()?, op))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_parses_back() {
+        for i in [0, 7, 47] {
+            assert_eq!(parse_layer(&layer(i)), Some(i));
+            assert_eq!(parse_op(&op(i, ops::CORE_OUT)), Some((i, ops::CORE_OUT)));
+            assert_eq!(parse_router_topk(&router_topk(i)), Some(i));
+            assert_eq!(parse_router(&router_margin(i)), Some((i, ROUTER_MARGIN)));
+            assert_eq!(parse_router_topk(&router_margin(i)), None);
+            assert_eq!(parse_decode_layer(&decode_layer(i)), Some(i));
+        }
+        for bad in [
+            "router.",
+            "router.x.topk_ids",
+            "router.3.",
+            "router.3",
+            "layers.3",
+        ] {
+            assert_eq!(parse_router(bad), None, "{bad}");
+        }
+        assert_eq!(parse_decode_layer(DECODE_LOGITS), None);
+    }
 }

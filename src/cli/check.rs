@@ -14,7 +14,6 @@ use super::diff::{EnvList, Format, ReportArgs, emit};
 use crate::backends::{LinearAttentionBackend, backend_by_name};
 use crate::builtin;
 use crate::capture::{dump::METADATA_KEY, names};
-use crate::checkpoint::SafetensorsFile;
 use crate::compare::{TensorSource, plan_rows};
 use crate::device::{parse_device, parse_dtype};
 use crate::error::{Error, Result};
@@ -26,6 +25,7 @@ use crate::report::{
     table::Table,
 };
 use crate::run::{fingerprint_for, forward};
+use crate::safetensors_file::SafetensorsFile;
 use crate::verdict::Verdict;
 
 #[derive(Args, Debug)]
@@ -162,7 +162,7 @@ impl Golden {
             .file
             .info(&name)
             .ok_or_else(|| Error::tensor(self.path(), &name, "not in this file"))?;
-        crate::checkpoint::candle_dtype(info.dtype)
+        crate::safetensors_file::candle_dtype(info.dtype)
             .filter(|d| d.is_float())
             .ok_or_else(|| {
                 Error::tensor(

@@ -16,7 +16,7 @@ use super::diff::{ReportArgs, emit};
 use crate::alignment::{self, Alignment};
 use crate::backends::backend_by_name;
 use crate::capture::names;
-use crate::compare::{Kind, RowSpec, TensorSource, plan_rows};
+use crate::compare::{Kind, PlannedRow, TensorSource, plan_rows};
 use crate::device::{dtype_label, parse_dtype};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
@@ -326,7 +326,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
     }
     for name in extra_rows {
         if !rows.iter().any(|r| r.name == name) && common.contains(&name) {
-            rows.push(RowSpec {
+            rows.push(PlannedRow {
                 name,
                 kind: Kind::Op,
                 layer: None,

@@ -13,7 +13,6 @@ use crate::device::parse_device;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, backend_implementations, machine_fingerprint};
 use crate::model::Model;
-use crate::run::fill_model;
 
 #[derive(Args, Debug)]
 pub struct EnvArgs {
@@ -59,7 +58,7 @@ pub fn env_fingerprint(args: &EnvArgs) -> Result<Fingerprint> {
     let mut fp = machine_fingerprint(&device);
     if let Some(dir) = &args.model {
         let model = Model::load(dir)?;
-        fill_model(&mut fp, &model);
+        model.fill_fingerprint(&mut fp);
     }
     // backend → device → implementation
     let mut backends: BTreeMap<String, BTreeMap<String, String>> = available_backends()

@@ -74,10 +74,7 @@ pub fn is_ours(name: &str) -> bool {
         names::INPUT_IDS | names::EMBED | names::FINAL_NORM | names::LOGITS
     ) || names::parse_layer(name).is_some()
         || names::parse_op(name).is_some()
-        || name
-            .strip_prefix("router.")
-            .and_then(|r| r.split_once('.'))
-            .is_some_and(|(i, what)| i.parse::<usize>().is_ok() && !what.is_empty())
+        || names::parse_router(name).is_some()
 }
 
 fn alias(raw: &str) -> Option<String> {

@@ -1,7 +1,14 @@
-//! The `.npy` header (format versions 1–3): dtype, shape and order, parsed from the bytes ahead
-//! of the data, so that the data itself can stay in a memory map.
+//! `.npy` and `.npz` files as entries. The `.npy` header (format versions 1–3): dtype, shape and
+//! order, parsed from the bytes ahead of the data, so that the data itself can stay in a memory
+//! map; an `.npz` is a zip archive of `.npy` arrays, each header read through the inflater.
+
+use std::path::Path;
 
 use candle_core::DType;
+use memmap2::Mmap;
+
+use super::{Entry, FileFormat, FileSource, Loc, ZipIndex, bad, stem};
+use crate::error::{self, Error};
 
 /// What a 16-bit array without a float dtype may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,6 +157,77 @@ fn parse_descr(descr: &str) -> Result<(Option<DType>, Option<Bits16>), String> {
             ));
         }
     })
+}
+
+impl FileSource {
+    pub(super) fn npy(path: &Path, map: Mmap) -> error::Result<Self> {
+        let h = parse_header(&map).map_err(|e| bad(path, e))?;
+        let end = h
+            .data_len()
+            .and_then(|n| n.checked_add(h.data_offset))
+            .ok_or_else(|| bad(path, format!("impossible shape {:?}", h.shape)))?;
+        if end > map.len() {
+            return Err(bad(
+                path,
+                format!(
+                    "truncated: the array needs {end} bytes, the file has {}",
+                    map.len()
+                ),
+            ));
+        }
+        let entry = Entry {
+            raw: stem(path),
+            dtype: h.dtype,
+            bits16: h.bits16,
+            shape: h.shape.clone(),
+            fortran: h.fortran_order && h.shape.len() > 1,
+            loc: Loc::Range(h.data_offset, end),
+            seq: None,
+        };
+        let mut src = Self::empty(path, FileFormat::Npy, map);
+        src.entries.push(entry);
+        Ok(src)
+    }
+
+    pub(super) fn npz(path: &Path, map: Mmap, zip: ZipIndex) -> error::Result<Self> {
+        let mut entries = Vec::new();
+        for name in zip.names() {
+            let Some(stem) = name.strip_suffix(".npy") else {
+                continue;
+            };
+            // The header: at most a few KiB at the start of the entry.
+            let head_len = zip.size(name).min(64 << 10);
+            let head = zip
+                .extract(&map, name, 0, head_len)
+                .map_err(|e| Error::tensor(path, stem, e))?;
+            let h = parse_header(&head).map_err(|e| Error::tensor(path, stem, e))?;
+            let len = h.data_len().ok_or_else(|| {
+                Error::tensor(path, stem, format!("impossible shape {:?}", h.shape))
+            })?;
+            let loc = zip
+                .loc(name, h.data_offset, len)
+                .map_err(|e| Error::tensor(path, stem, e))?;
+            entries.push(Entry {
+                raw: stem.to_string(),
+                dtype: h.dtype,
+                bits16: h.bits16,
+                shape: h.shape.clone(),
+                fortran: h.fortran_order && h.shape.len() > 1,
+                loc,
+                seq: None,
+            });
+        }
+        if entries.is_empty() {
+            return Err(bad(
+                path,
+                "a zip archive holding neither data.pkl (torch.save) nor .npy arrays (np.savez)",
+            ));
+        }
+        let mut src = Self::empty(path, FileFormat::Npz, map);
+        src.entries = entries;
+        src.zip = Some(zip);
+        Ok(src)
+    }
 }
 
 #[cfg(test)]

@@ -10,12 +10,16 @@
 //! listed in `left_out`, which the report states. Anything else (a custom object, bytes) is
 //! refused with its name: nothing is skipped silently.
 
+use std::path::Path;
+
 use candle_core::DType;
+use memmap2::Mmap;
 use serde_json::Value as Json;
 
 use super::pickle::{self, Obj, Value};
-use super::{Entry, ZipIndex, npy};
+use super::{Entry, FileFormat, FileSource, ZipIndex, bad, npy, stem};
 use crate::capture::dump::METADATA_KEY;
+use crate::error;
 use crate::limits;
 
 /// Everything read from a `.pt` file's pickle.
@@ -25,6 +29,30 @@ pub struct Parsed {
     pub input_ids: Option<Vec<i64>>,
     /// Scalar dict entries that are not tensors (`prompt (a string)`), left out of the comparison.
     pub left_out: Vec<String>,
+}
+
+impl FileSource {
+    pub(super) fn torch(path: &Path, map: Mmap, zip: ZipIndex) -> error::Result<Self> {
+        let parsed = parse(&map, &zip).map_err(|e| bad(path, e))?;
+        let mut src = Self::empty(path, FileFormat::Torch, map);
+        src.entries = parsed.entries;
+        src.zip = Some(zip);
+        // A bare tensor is named after the file, as a .npy is.
+        for e in &mut src.entries {
+            if e.raw.is_empty() {
+                e.raw = stem(path);
+            }
+        }
+        src.fingerprint = parsed.fingerprint;
+        src.ids_list = parsed.input_ids;
+        if !parsed.left_out.is_empty() {
+            src.conventions.push(format!(
+                "not tensors, left out: {}",
+                parsed.left_out.join(", ")
+            ));
+        }
+        Ok(src)
+    }
 }
 
 pub fn parse(bytes: &[u8], zip: &ZipIndex) -> Result<Parsed, String> {

@@ -10,8 +10,9 @@ use candle_core::{DType, Tensor};
 use super::Weights;
 use super::linear::Linear;
 use crate::backends::{
-    GdnDims, GdnInputs, GdnOutputs, GdnState, LinearAttentionBackend, accumulation_dtype,
+    GdnDims, GdnInputs, GdnOps, GdnOutputs, GdnState, LinearAttentionBackend, accumulation_dtype,
 };
+use crate::capture::names::ops;
 use crate::config::{Family, LinearAttentionConfig, ModelConfig};
 use crate::error::Result;
 
@@ -34,8 +35,27 @@ pub struct GatedDeltaNet {
 pub struct GdnCaptures {
     pub beta: Tensor,
     pub g: Tensor,
-    pub backend_ops: Vec<(&'static str, Tensor)>,
+    pub backend_ops: Option<GdnOps>,
     pub out_proj: Tensor,
+}
+
+impl GdnCaptures {
+    /// The captures with their op names ([`crate::capture::names::op`]), in forward order.
+    pub fn named(self) -> Vec<(&'static str, Tensor)> {
+        let mut out = vec![(ops::BETA, self.beta), (ops::G, self.g)];
+        if let Some(b) = self.backend_ops {
+            out.extend([
+                (ops::CONV_OUT, b.conv_out),
+                (ops::Q, b.q),
+                (ops::K, b.k),
+                (ops::V, b.v),
+                (ops::CORE_OUT, b.core_out),
+                (ops::GATED_NORM_OUT, b.gated_norm_out),
+            ]);
+        }
+        out.push((ops::OUT_PROJ, self.out_proj));
+        out
+    }
 }
 
 impl GatedDeltaNet {

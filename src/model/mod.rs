@@ -27,6 +27,7 @@ use crate::capture::{Captures, names};
 use crate::checkpoint::{Checkpoint, KeyLayout};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, sha256_hex};
 use crate::progress::Progress;
 use crate::random_weights::RandomWeights;
 
@@ -75,6 +76,9 @@ pub struct RunOptions<'a> {
     pub feed: Option<&'a Captures>,
 }
 
+/// The built-in model's tokenizer, for its digest (the same bytes `builtin` compiles in).
+const BUILTIN_TOKENIZER: &[u8] = include_bytes!("../../golden/qwen3_5_tiny/tokenizer.json");
+
 impl Model {
     pub fn load(dir: &Path) -> Result<Self> {
         check_model_dir(dir)?;
@@ -104,6 +108,22 @@ impl Model {
 
     pub fn layout(&self) -> &KeyLayout {
         self.weights.layout()
+    }
+
+    /// The model's part of a fingerprint: source, key layout and digests. A digest that cannot be
+    /// computed (unreadable tokenizer.json, a tensor past the end of its file) is left out rather
+    /// than failing the run; the run itself reports such files.
+    pub fn fill_fingerprint(&self, fp: &mut Fingerprint) {
+        fp.model = Some(self.source.to_string());
+        fp.key_layout = Some(format!("{}layers.*", self.layout().root()));
+        fp.config_sha256 = Some(self.config.sha256.clone());
+        fp.weights_digest = self.weights.digest().ok();
+        fp.tokenizer_sha256 = match &self.source {
+            ModelSource::Builtin => Some(sha256_hex(BUILTIN_TOKENIZER)),
+            ModelSource::Dir(dir) => std::fs::read(dir.join("tokenizer.json"))
+                .ok()
+                .map(|b| sha256_hex(&b)),
+        };
     }
 
     /// Whether the logits use the embedding matrix (no `lm_head.weight` in the checkpoint).
@@ -179,12 +199,9 @@ impl Model {
             let layer = DecoderLayer::new(cfg, i, &w.pp("layers").pp(i))?;
             let (out, layer_caps) = layer.forward(&x, &rope, opts.backend, opts.capture_ops)?;
             if let Some(gdn) = layer_caps.gdn {
-                caps.push(names::op(i, "beta"), gdn.beta);
-                caps.push(names::op(i, "g"), gdn.g);
-                for (op, t) in gdn.backend_ops {
+                for (op, t) in gdn.named() {
                     caps.push(names::op(i, op), t);
                 }
-                caps.push(names::op(i, "out_proj"), gdn.out_proj);
             }
             if let Some(choice) = layer_caps.router {
                 caps.push(

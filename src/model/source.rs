@@ -1,9 +1,9 @@
 //! Where a model's weights come from: a safetensors checkpoint, or generated from a seed
 //! (`--random-weights`). The forward pass asks both the same way, tensor by tensor.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::Tensor;
 
-use crate::checkpoint::{Checkpoint, KeyLayout};
+use crate::checkpoint::{Checkpoint, KeyLayout, TensorRequest};
 use crate::error::Result;
 use crate::fingerprint::weights_digest;
 use crate::random_weights::RandomWeights;
@@ -51,32 +51,19 @@ impl WeightSource {
         }
     }
 
-    /// `name` with exactly `shape`, in `dtype` on `device`.
-    pub fn get(
-        &self,
-        name: &str,
-        shape: &[usize],
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Tensor> {
+    /// The tensor `want` names, with exactly its shape, in its dtype on its device.
+    pub fn get(&self, want: &TensorRequest) -> Result<Tensor> {
         match self {
-            WeightSource::Checkpoint(c) => c.get(name, shape, dtype, device),
-            WeightSource::Random(r) => r.get(name, shape, dtype, device),
+            WeightSource::Checkpoint(c) => c.get(want),
+            WeightSource::Random(r) => r.get(want),
         }
     }
 
-    /// Rows `rows` (along the first dimension) of `name`, which has exactly `shape`.
-    pub fn get_rows(
-        &self,
-        name: &str,
-        shape: &[usize],
-        rows: &[usize],
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Tensor> {
+    /// Rows `rows` (along the first dimension) of the tensor `want` names.
+    pub fn get_rows(&self, want: &TensorRequest, rows: &[usize]) -> Result<Tensor> {
         match self {
-            WeightSource::Checkpoint(c) => c.get_rows(name, shape, rows, dtype, device),
-            WeightSource::Random(r) => r.get_rows(name, shape, rows, dtype, device),
+            WeightSource::Checkpoint(c) => c.get_rows(want, rows),
+            WeightSource::Random(r) => r.get_rows(want, rows),
         }
     }
 }

@@ -5,6 +5,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::WeightSource;
 use super::weight_cache::WeightCache;
+use crate::checkpoint::TensorRequest;
 use crate::error::Result;
 
 #[derive(Clone)]
@@ -56,11 +57,20 @@ impl<'a> Weights<'a> {
         self.src.contains(&self.full_name(name))
     }
 
+    fn request<'n>(&'n self, full: &'n str, shape: &'n [usize]) -> TensorRequest<'n> {
+        TensorRequest {
+            name: full,
+            shape,
+            dtype: self.dtype,
+            device: self.device,
+        }
+    }
+
     /// `name` with exactly `shape`, in the compute dtype.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
         let full = self.full_name(name);
         self.cache.get_or_load(&full, self.dtype, || {
-            self.src.get(&full, shape, self.dtype, self.device)
+            self.src.get(&self.request(&full, shape))
         })
     }
 
@@ -68,10 +78,7 @@ impl<'a> Weights<'a> {
     /// compute dtype: only those rows are read or generated. A contiguous range of rows (an lm_head block, one expert) may be kept across passes.
     pub fn get_rows(&self, name: &str, shape: &[usize], rows: &[usize]) -> Result<Tensor> {
         let full = self.full_name(name);
-        let load = || {
-            self.src
-                .get_rows(&full, shape, rows, self.dtype, self.device)
-        };
+        let load = || self.src.get_rows(&self.request(&full, shape), rows);
         let contiguous = rows.windows(2).all(|w| w[1] == w[0] + 1);
         match (rows.first(), rows.last()) {
             (Some(&a), Some(&b)) if contiguous => {

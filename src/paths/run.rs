@@ -97,8 +97,8 @@ impl Runner<'_> {
                 for (name, t) in decoded.iter() {
                     if name == names::DECODE_LOGITS {
                         hidden.push(names::LOGITS, t.clone());
-                    } else if let Some(i) = name.strip_prefix("decode.layers.") {
-                        hidden.push(format!("layers.{i}"), t.clone());
+                    } else if let Some(i) = names::parse_decode_layer(name) {
+                        hidden.push(names::layer(i), t.clone());
                     } else {
                         states.push(name, t.clone());
                     }

@@ -10,7 +10,7 @@ use super::{
     Alignment, Inputs, Report, RouterRow, SCHEMA, Side, TensorRow, ThresholdInfo, TokenIds,
 };
 use crate::capture::names;
-use crate::compare::{Kind, RowSpec, TensorSource};
+use crate::compare::{Kind, PlannedRow, TensorSource};
 use crate::device::dtype_label;
 use crate::error::{Error, Result};
 use crate::metrics::logits::logit_stats;
@@ -30,7 +30,7 @@ pub struct Comparison<'a> {
     pub calibration: Option<Calibrated<'a>>,
     /// Uncalibrated because `--no-floor` asked so (rather than for want of a model).
     pub floor_skipped: bool,
-    pub rows: Vec<RowSpec>,
+    pub rows: Vec<PlannedRow>,
     /// The coarsest dtype compared: its bands judge the rows.
     pub dtype: DType,
     pub mode: String,
@@ -77,7 +77,7 @@ fn stats_vs(
 }
 
 /// Decoder layers a row's tensor has passed, and the MoE layers whose routing it has seen.
-fn depth(row: &RowSpec, num_layers: usize) -> (usize, Option<usize>) {
+fn depth(row: &PlannedRow, num_layers: usize) -> (usize, Option<usize>) {
     match (row.kind, row.layer) {
         (Kind::Embed, _) => (0, Some(0)),
         (Kind::Op, Some(l)) => (l, Some(l)),
@@ -305,12 +305,7 @@ fn router_rows(c: &Comparison) -> Result<Vec<RouterRow>> {
     let mut layers: Vec<usize> =
         c.a.names()
             .iter()
-            .filter_map(|n| {
-                n.strip_prefix("router.")?
-                    .strip_suffix(".topk_ids")?
-                    .parse()
-                    .ok()
-            })
+            .filter_map(|n| names::parse_router_topk(n))
             .collect();
     layers.sort_unstable();
     for layer in layers {

@@ -91,12 +91,7 @@ pub fn routing(
     let mut layers: Vec<usize> = truth
         .names()
         .iter()
-        .filter_map(|n| {
-            n.strip_prefix("router.")?
-                .strip_suffix(".topk_ids")?
-                .parse()
-                .ok()
-        })
+        .filter_map(|n| names::parse_router_topk(n))
         .collect();
     layers.sort_unstable();
     let mut found: Vec<LayerFlips> = Vec::new();

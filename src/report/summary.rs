@@ -154,12 +154,13 @@ fn op_path(r: &TensorRow) -> String {
     if r.kind != Kind::Op {
         return String::new();
     }
-    let what = match crate::capture::names::parse_op(&r.name).map(|(_, op)| op) {
-        Some("conv_out" | "q" | "k" | "v") => "conv path",
-        Some("beta" | "g") => "gates",
-        Some("core_out") => "gated delta rule",
-        Some("gated_norm_out") => "gated norm",
-        Some("out_proj") => "output projection",
+    use crate::capture::names::{ops, parse_op};
+    let what = match parse_op(&r.name).map(|(_, op)| op) {
+        Some(ops::CONV_OUT | ops::Q | ops::K | ops::V) => "conv path",
+        Some(ops::BETA | ops::G) => "gates",
+        Some(ops::CORE_OUT) => "gated delta rule",
+        Some(ops::GATED_NORM_OUT) => "gated norm",
+        Some(ops::OUT_PROJ) => "output projection",
         _ => "layer",
     };
     format!(" (in the {what} of layer {})", r.layer.unwrap_or(0))

@@ -1,0 +1,232 @@
+//! Reading the tensors of an opened file: only the bytes a comparison asks for, checked against
+//! their shape, given a batch dimension, and released from the map once copied.
+
+use std::borrow::Cow;
+
+use candle_core::{DType, Device, Tensor};
+
+use super::{Entry, FileSource, Loc, npy};
+use crate::capture::names;
+use crate::error::{Error, Result};
+
+/// Alignment of the ranges released from the map (see [`FileSource::release`]).
+const RELEASE_ALIGN: usize = 64 << 10;
+
+impl FileSource {
+    /// Reads one entry as stored.
+    fn load(&self, idx: usize) -> Result<Tensor> {
+        self.load_entry(&self.entries[idx])
+    }
+
+    fn load_entry(&self, e: &Entry) -> Result<Tensor> {
+        let err = |msg: String| Error::tensor(&self.path, &e.raw, msg);
+        let dtype = match (e.dtype, e.bits16) {
+            (Some(d), _) => d,
+            (None, Some(npy::Bits16::Void)) => DType::BF16,
+            (None, Some(npy::Bits16::Integer)) if self.dtype_hint == Some(DType::BF16) => {
+                DType::BF16
+            }
+            (None, _) => {
+                return Err(err(
+                    "a 16-bit integer array: if it holds bfloat16 bits (t.view(torch.int16)), pass --dtype-hint bf16; or save it as float32 (exact for bf16)".into(),
+                ));
+            }
+        };
+        let bytes: Cow<[u8]> =
+            match &e.loc {
+                Loc::Range(a, b) => Cow::Borrowed(self.map.get(*a..*b).ok_or_else(|| {
+                    err("data lies past the end of the file (truncated?)".into())
+                })?),
+                Loc::Zip { entry, skip, len } => {
+                    let zip = self
+                        .zip
+                        .as_ref()
+                        .ok_or_else(|| err("a compressed entry outside a zip archive".into()))?;
+                    Cow::Owned(zip.extract(&self.map, entry, *skip, *len).map_err(err)?)
+                }
+            };
+        let expect = npy::checked_bytes(&e.shape, dtype.size_in_bytes());
+        if Some(bytes.len()) != expect {
+            return Err(err(format!(
+                "holds {} bytes, its shape {:?} needs {} (truncated?)",
+                bytes.len(),
+                e.shape,
+                expect.map_or("more".to_string(), |n| n.to_string())
+            )));
+        }
+        let t = if e.fortran {
+            let mut rev = e.shape.clone();
+            rev.reverse();
+            let t = Tensor::from_raw_buffer(&bytes, dtype, &rev, &Device::Cpu)?;
+            let dims: Vec<usize> = (0..rev.len()).rev().collect();
+            t.permute(dims)?.contiguous()?
+        } else {
+            Tensor::from_raw_buffer(&bytes, dtype, &e.shape, &Device::Cpu)
+                .map_err(|x| err(x.to_string()))?
+        };
+        drop(bytes);
+        if let Loc::Range(a, b) = e.loc {
+            self.release(a, b);
+        }
+        Ok(t)
+    }
+
+    /// Drops the pages of `[a, b)` from this process's mapping once they have been copied into
+    /// a tensor, so that resident memory stays near one tensor pair however large the file
+    /// (the kernel keeps them in its page cache; a later read faults them back in).
+    fn release(&self, a: usize, b: usize) {
+        // madvise wants a page-aligned start; 64 KiB is a multiple of every page size in use.
+        let start = a & !(RELEASE_ALIGN - 1);
+        if b <= start || b > self.map.len() {
+            return;
+        }
+        // SAFETY: MADV_DONTNEED on a read-only, file-backed mapping only drops page-table
+        // entries: later reads see the file's bytes again. No reference into the range is alive
+        // (the tensor holds a copy).
+        let _ = unsafe {
+            self.map
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, b - start)
+        };
+    }
+
+    /// The first `n` token rows of the tensor hsdiff calls `name`, reading only their bytes.
+    pub fn get_head(&self, name: &str, n: usize) -> Result<Option<Tensor>> {
+        let Some(&idx) = self.names.get(name) else {
+            return Ok(None);
+        };
+        let e = &self.entries[idx];
+        // Token axis: 1 for [1, T, …], 0 for [T, D]; only C-order single sequences.
+        let axis = match e.shape.len() {
+            2 => 0,
+            r if r >= 3 && e.shape[0] == 1 => 1,
+            _ => return self.get(name),
+        };
+        if e.fortran || e.shape[axis] <= n {
+            return self.get(name);
+        }
+        let elem = match (e.dtype, e.bits16) {
+            (Some(d), _) => d.size_in_bytes(),
+            (None, _) => 2,
+        };
+        let Some(len) =
+            npy::checked_bytes(&e.shape[axis + 1..], elem).and_then(|r| r.checked_mul(n))
+        else {
+            return self.get(name);
+        };
+        let mut head = e.clone();
+        head.shape[axis] = n;
+        head.loc = e.loc.part(0, len);
+        let t = self.load_entry(&head)?;
+        self.normalise(idx, name, t).map(Some)
+    }
+
+    /// The tensor hsdiff calls `name`, as stored, with a missing batch dimension added
+    /// (`[T, D]` → `[1, T, D]`).
+    pub fn get(&self, name: &str) -> Result<Option<Tensor>> {
+        let Some(&idx) = self.names.get(name) else {
+            return Ok(None);
+        };
+        let t = self.load(idx)?;
+        self.normalise(idx, name, t).map(Some)
+    }
+
+    /// Checks a loaded capture and gives it a batch dimension.
+    fn normalise(&self, idx: usize, name: &str, t: Tensor) -> Result<Tensor> {
+        if name == names::INPUT_IDS || names::parse_router(name).is_some() {
+            return Ok(t);
+        }
+        if !matches!(
+            t.dtype(),
+            DType::F64 | DType::F32 | DType::BF16 | DType::F16
+        ) {
+            return Err(Error::tensor(
+                &self.path,
+                &self.entries[idx].raw,
+                format!(
+                    "holds {} values, not floating point",
+                    crate::device::dtype_label(t.dtype())
+                ),
+            ));
+        }
+        match t.rank() {
+            0 | 1 => Err(Error::tensor(
+                &self.path,
+                &self.entries[idx].raw,
+                format!(
+                    "has shape {:?}: a hidden state is [1, T, D] or [T, D]",
+                    t.dims()
+                ),
+            )),
+            2 => Ok(t.unsqueeze(0)?),
+            r if r >= 3 && t.dim(0)? > 1 => Err(Error::tensor(
+                &self.path,
+                &self.entries[idx].raw,
+                format!(
+                    "batch of {} sequences {:?}: hsdiff compares one (save `t[0:1]`)",
+                    t.dim(0)?,
+                    t.dims()
+                ),
+            )),
+            _ => Ok(t),
+        }
+    }
+
+    /// Shape of the tensor hsdiff calls `name`, normalised as by [`FileSource::get`].
+    pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        let e = &self.entries[*self.names.get(name)?];
+        Some(if e.shape.len() == 2 {
+            [&[1], e.shape.as_slice()].concat()
+        } else {
+            e.shape.clone()
+        })
+    }
+
+    /// The token ids the file carries, if any (`input_ids`, `[1, T]` or `[T]`, integers).
+    pub fn input_ids(&self) -> Result<Option<Vec<u32>>> {
+        let raw_ids: Vec<i64> = if let Some(&idx) = self.names.get(names::INPUT_IDS) {
+            let t = self.load(idx)?;
+            let bad = |msg: &str| Error::tensor(&self.path, &self.entries[idx].raw, msg);
+            if !matches!(
+                t.dtype(),
+                DType::I64 | DType::I32 | DType::I16 | DType::U32 | DType::U8
+            ) {
+                return Err(bad("must be integer token ids"));
+            }
+            let t = match t.rank() {
+                1 => t,
+                2 if t.dim(0)? == 1 => t.squeeze(0)?,
+                _ => return Err(bad("must be token ids of one sequence, [1, T] or [T]")),
+            };
+            t.to_dtype(DType::I64)?.to_vec1()?
+        } else if let Some(ids) = &self.ids_list {
+            ids.clone()
+        } else {
+            return Ok(None);
+        };
+        raw_ids
+            .into_iter()
+            .map(|x| {
+                u32::try_from(x).map_err(|_| {
+                    Error::tensor(
+                        &self.path,
+                        names::INPUT_IDS,
+                        format!("token id {x} out of range"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<u32>>>()
+            .map(Some)
+    }
+}
+
+impl crate::compare::TensorSource for FileSource {
+    fn tensor(&self, name: &str) -> Result<Option<Tensor>> {
+        self.get(name)
+    }
+    fn names(&self) -> Vec<String> {
+        FileSource::names(self)
+    }
+    fn tensor_head(&self, name: &str, n: usize) -> Result<Option<Tensor>> {
+        self.get_head(name, n)
+    }
+}
