@@ -959,6 +959,7 @@ fn run_case(args: &CaseArgs) -> Result<i32> {
                 backend: backend.as_ref(),
                 capture_ops: false,
                 feed: None,
+                capture_state: false,
             };
             let rss_before = proc_status_kib("VmRSS");
             let mut times = Vec::with_capacity(args.repeats);

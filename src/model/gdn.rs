@@ -11,6 +11,7 @@ use super::Weights;
 use super::linear::Linear;
 use crate::backends::{
     GdnDims, GdnInputs, GdnOutputs, GdnState, LinearAttentionBackend, accumulation_dtype,
+    next_conv_state,
 };
 use crate::config::{Family, LinearAttentionConfig, ModelConfig};
 use crate::error::Result;
@@ -84,16 +85,28 @@ impl GatedDeltaNet {
         })
     }
 
-    /// x: `[B, T, hidden]` (after input_layernorm) → `[B, T, hidden]`, plus op captures when asked.
+    /// x: `[B, T, hidden]` (after input_layernorm) → `[B, T, hidden]`, plus op captures and the
+    /// layer's state after the last token (conv window and recurrent state) when asked. The
+    /// state is what the backend's own delta rule returned in this very call.
     pub fn forward(
         &self,
         x: &Tensor,
         backend: &dyn LinearAttentionBackend,
         capture_ops: bool,
-    ) -> Result<(Tensor, Option<GdnCaptures>)> {
+        capture_state: bool,
+    ) -> Result<(Tensor, Option<GdnCaptures>, Option<GdnState>)> {
         let p = self.prepare(x)?;
         let outputs = backend.forward(&p.inputs(self), capture_ops)?;
-        self.finish(p, outputs, capture_ops)
+        let state = if capture_state {
+            Some(GdnState {
+                conv: next_conv_state(None, &p.mixed_qkv, self.geometry.conv_kernel)?,
+                recurrent: outputs.recurrent.clone(),
+            })
+        } else {
+            None
+        };
+        let (out, caps) = self.finish(p, outputs, capture_ops)?;
+        Ok((out, caps, state))
     }
 
     /// The cached form ([`GdnStep`] says how the tokens relate to the state); returns the state
