@@ -98,8 +98,11 @@ impl GatedDeltaNet {
         let p = self.prepare(x)?;
         let outputs = backend.forward(&p.inputs(self), capture_ops)?;
         let state = if capture_state {
+            // Only the last `conv_kernel` positions reach the window: copy those, not all T.
+            let (k, t) = (self.geometry.conv_kernel, p.mixed_qkv.dim(1)?);
+            let tail = p.mixed_qkv.narrow(1, t.saturating_sub(k), t.min(k))?;
             Some(GdnState {
-                conv: next_conv_state(None, &p.mixed_qkv, self.geometry.conv_kernel)?,
+                conv: next_conv_state(None, &tail, k)?,
                 recurrent: outputs.recurrent.clone(),
             })
         } else {
