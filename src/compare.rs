@@ -64,6 +64,8 @@ pub enum Kind {
     FinalNorm,
     Logits,
     Op,
+    /// A linear-attention layer's state after the last token (`state.layers.{i}.*`).
+    State,
 }
 
 /// A row of the table to come: which tensor is compared, what it is, and its decoder layer.
@@ -74,9 +76,10 @@ pub struct PlannedRow {
     pub layer: Option<usize>,
 }
 
-/// Rows in forward order: `embed`, then per layer its op captures and `layers.{i}`, then
-/// `final_norm`, `logits`. Only names present in `available` are planned; `layers` keeps only
-/// those decoder layers (and their ops).
+/// Rows in forward order: `embed`, then per layer its op captures and `layers.{i}`, then the
+/// final recurrent states (`state.layers.{i}.recurrent`, by layer), then `final_norm`,
+/// `logits`. Only names present in `available` are planned; `layers` keeps only those decoder
+/// layers (and their ops and states). Conv windows are not rows ([`conv_window_note`]).
 pub fn plan_rows(
     available: &[String],
     layer_types: Option<&[LayerType]>,
@@ -121,6 +124,23 @@ pub fn plan_rows(
             layer: Some(i),
         });
     }
+    let mut states: Vec<(usize, &String)> = available
+        .iter()
+        .filter_map(|n| match names::parse_state(n)? {
+            (i, names::STATE_RECURRENT) => Some((i, n)),
+            _ => None,
+        })
+        .filter(|(i, _)| layers.is_none_or(|keep| keep.contains(i)))
+        .collect();
+    states.sort_unstable();
+    states.dedup();
+    for (i, name) in states {
+        rows.push(PlannedRow {
+            name: name.clone(),
+            kind: Kind::State,
+            layer: Some(i),
+        });
+    }
     for (name, kind) in [
         (names::FINAL_NORM, Kind::FinalNorm),
         (names::LOGITS, Kind::Logits),
@@ -134,4 +154,141 @@ pub fn plan_rows(
         }
     }
     rows
+}
+
+/// Whether `name` is a final recurrent state, `state.layers.{i}.recurrent`.
+fn is_recurrent_state(name: &str) -> bool {
+    names::parse_state(name).is_some_and(|(_, kind)| kind == names::STATE_RECURRENT)
+}
+
+/// A report note naming the final recurrent states that only one side holds, which therefore
+/// have no row; None when both sides hold the same ones.
+pub fn one_sided_states(a: &[String], b: &[String]) -> Option<String> {
+    let only = |x: &[String], y: &[String]| -> Vec<String> {
+        x.iter()
+            .filter(|n| is_recurrent_state(n) && !y.contains(n))
+            .cloned()
+            .collect()
+    };
+    let (in_a, in_b) = (only(a, b), only(b, a));
+    let part = |side: &str, other: &str, list: &[String]| -> Option<String> {
+        (!list.is_empty()).then(|| {
+            let shown: Vec<&str> = list.iter().take(4).map(String::as_str).collect();
+            let more = list.len().saturating_sub(shown.len());
+            let more = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            format!(
+                "{} final state{} only in {side} ({}{more}), not compared: {other} holds no such tensor",
+                list.len(),
+                if list.len() == 1 { "" } else { "s" },
+                shown.join(", "),
+            )
+        })
+    };
+    let parts: Vec<String> = [part("A", "B", &in_a), part("B", "A", &in_b)]
+        .into_iter()
+        .flatten()
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// A report note when both sides hold conv windows (`state.layers.{i}.conv`), which get no row:
+/// a window is the layer input's projection at the last `conv_kernel` tokens — already judged
+/// in the `layers.{i}` rows — and too few values to judge against a rounding floor (on the
+/// built-in model at bf16 a benign fused/reference pair read 2.0× the floor there).
+pub fn conv_window_note(a: &[String], b: &[String]) -> Option<String> {
+    let both = a
+        .iter()
+        .filter(|n| {
+            names::parse_state(n).is_some_and(|(_, kind)| kind == names::STATE_CONV)
+                && b.contains(n)
+        })
+        .count();
+    (both > 0).then(|| {
+        format!(
+            "{both} conv window{} (state.layers.{{i}}.conv) not compared: each is the last \
+             conv_kernel tokens' projection, judged in the layers rows",
+            if both == 1 { "" } else { "s" }
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owned(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn state_rows_follow_the_layers_and_precede_final_norm() {
+        let available = owned(&[
+            "logits",
+            "state.layers.2.recurrent",
+            "final_norm",
+            "layers.0",
+            "state.layers.0.recurrent",
+            "state.layers.0.conv",
+            "layers.2",
+            "state.layers.x.recurrent",
+            "state.layers.1.other",
+        ]);
+        let rows = plan_rows(&available, None, None);
+        let got: Vec<(&str, Kind)> = rows.iter().map(|r| (r.name.as_str(), r.kind)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("layers.0", Kind::Layer),
+                ("layers.2", Kind::Layer),
+                ("state.layers.0.recurrent", Kind::State),
+                ("state.layers.2.recurrent", Kind::State),
+                ("final_norm", Kind::FinalNorm),
+                ("logits", Kind::Logits),
+            ]
+        );
+        let kept = plan_rows(&available, None, Some(&[2]));
+        let names: Vec<&str> = kept.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            vec![
+                "layers.2",
+                "state.layers.2.recurrent",
+                "final_norm",
+                "logits"
+            ]
+        );
+    }
+
+    #[test]
+    fn one_sided_states_are_named() {
+        let a = owned(&[
+            "layers.0",
+            "state.layers.0.recurrent",
+            "state.layers.0.conv",
+            "state.layers.1.recurrent",
+        ]);
+        let b = owned(&[
+            "layers.0",
+            "state.layers.0.conv",
+            "state.layers.1.recurrent",
+        ]);
+        assert_eq!(
+            one_sided_states(&a, &b).as_deref(),
+            Some(
+                "1 final state only in A (state.layers.0.recurrent), not compared: B holds no \
+                 such tensor"
+            )
+        );
+        assert_eq!(one_sided_states(&b, &b), None);
+        assert!(
+            one_sided_states(&owned(&["layers.0"]), &a)
+                .is_some_and(|n| n.starts_with("2 final states only in B"))
+        );
+        assert!(conv_window_note(&a, &b).is_some_and(|n| n.starts_with("1 conv window ")));
+        assert_eq!(conv_window_note(&a, &owned(&["layers.0"])), None);
+    }
 }

@@ -45,6 +45,8 @@ pub fn forward_through(
         backend,
         capture_ops,
         feed,
+        // The live run's and the calibration's `state.layers.{i}.*` rows.
+        capture_state: true,
     };
     session
         .model

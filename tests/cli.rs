@@ -79,9 +79,31 @@ fn dump_without_model_uses_the_builtin_model() {
     let mut want: Vec<String> = vec!["input_ids".into(), "embed".into()];
     want.extend((0..8).map(|i| format!("layers.{i}")));
     want.extend(["final_norm".into(), "logits".into()]);
-    let mut want_sorted = want.clone();
+    // Each linear-attention layer's final conv window and recurrent state (layer 3 and 7 are
+    // full attention).
+    let states: Vec<String> = [0, 1, 2, 4, 5, 6]
+        .iter()
+        .flat_map(|i| {
+            [
+                format!("state.layers.{i}.conv"),
+                format!("state.layers.{i}.recurrent"),
+            ]
+        })
+        .collect();
+    let mut want_sorted: Vec<String> = want.iter().chain(&states).cloned().collect();
     want_sorted.sort();
     assert_eq!(dump.names(), want_sorted, "tensors in the dump");
+    for name in &states {
+        let t = dump.tensor(name).unwrap();
+        let shape: &[usize] = if name.ends_with(".conv") {
+            &[1, 160, 4]
+        } else {
+            &[1, 4, 16, 24]
+        };
+        assert_eq!(t.dims(), shape, "`{name}` shape");
+        assert_eq!(t.dtype(), DType::F32, "`{name}` dtype");
+        assert!(all_finite(&t), "`{name}` has non-finite values");
+    }
     for name in &want[1..] {
         let t = dump.tensor(name).unwrap();
         let width = if name == "logits" { VOCAB } else { HIDDEN };

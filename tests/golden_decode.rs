@@ -69,6 +69,7 @@ fn decode(
         backend: b,
         capture_ops: false,
         feed: None,
+        capture_state: false,
     };
     model
         .run_decode(ids, plan, &opts, &Progress::hidden())

@@ -99,6 +99,8 @@ fn forward(
         backend,
         capture_ops,
         feed,
+        // As the CLI's live run (src/run.rs): final states recorded.
+        capture_state: true,
     };
     s.model
         .run(&s.ids, &opts, &Progress::hidden())
@@ -218,6 +220,8 @@ enum Fault {
     Noise { scale: f64, seed: u64 },
     /// Sets one element (token 10, channel 3) to NaN.
     Nan,
+    /// Noise as `Noise` on the final recurrent state the layer returns; its output is untouched.
+    StateNoise { scale: f64, seed: u64 },
 }
 
 /// `reference`, except that its `target`-th `forward` call (0-based, i.e. the target-th
@@ -244,7 +248,7 @@ impl Injector {
         let channels = dims.last().copied().unwrap_or(1);
         let mut v: Vec<f64> = out.to_dtype(DType::F64)?.flatten_all()?.to_vec1()?;
         match self.fault {
-            Fault::Noise { scale, seed } => {
+            Fault::Noise { scale, seed } | Fault::StateNoise { scale, seed } => {
                 let rms = (v.iter().map(|x| x * x).sum::<f64>() / v.len().max(1) as f64).sqrt();
                 let mut rng = StdRng::seed_from_u64(seed);
                 let normal = Normal::new(0.0, scale * rms).map_err(|e| {
@@ -297,7 +301,9 @@ impl LinearAttentionBackend for Injector {
     fn forward(&self, inputs: &GdnInputs, capture_ops: bool) -> Result<GdnOutputs> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst);
         let mut out = self.inner.forward(inputs, capture_ops)?;
-        if call == self.target {
+        if call == self.target && matches!(self.fault, Fault::StateNoise { .. }) {
+            out.recurrent = self.corrupt(&out.recurrent)?;
+        } else if call == self.target {
             let bad = self.corrupt(&out.out)?;
             if let Some(ops) = &mut out.ops {
                 ops.gated_norm_out = bad.clone();
@@ -340,6 +346,41 @@ fn fused_vs_reference_bf16_is_ok_on_the_builtin_model() {
     assert!(row(&r, "layers.0").floor.is_some_and(|f| f > 0.0));
     let logits = r.logits.as_ref().expect("logit stats");
     assert_eq!(logits.tokens, s.ids.len());
+    assert_state_rows(&s, &r);
+}
+
+/// One `state.layers.{i}.recurrent` row per linear-attention layer, with a floor and the truth,
+/// after the last decoder layer's row and before `final_norm`.
+fn assert_state_rows(s: &Session, r: &Report) {
+    let types = &s.model.config.layer_types;
+    let linear = types
+        .iter()
+        .filter(|t| **t == LayerType::LinearAttention)
+        .count();
+    let pos = |name: &str| r.tensors.iter().position(|t| t.name == name);
+    let last_layer = pos(&format!("layers.{}", types.len() - 1)).expect("last layer row");
+    let final_norm = pos("final_norm").expect("final_norm row");
+    let states: Vec<usize> = (0..r.tensors.len())
+        .filter(|&i| r.tensors[i].kind == Kind::State)
+        .collect();
+    assert_eq!(
+        states.len(),
+        linear,
+        "one state row per linear-attention layer"
+    );
+    for i in states {
+        let t = &r.tensors[i];
+        assert!(last_layer < i && i < final_norm, "{} out of place", t.name);
+        assert_eq!(
+            types[t.layer.unwrap_or(usize::MAX)],
+            LayerType::LinearAttention
+        );
+        assert!(
+            t.floor.is_some_and(|f| f > 0.0) && t.a_vs_truth.is_some(),
+            "{t:?}"
+        );
+        assert!(t.per_token_rel.is_empty(), "a state has no token axis");
+    }
 }
 
 #[test]
@@ -355,6 +396,7 @@ fn fused_vs_reference_bf16_is_ok_on_the_golden_moe_model() {
         flagged(&r)
     );
     assert_eq!(r.first_divergent, None);
+    assert_state_rows(&s, &r);
     // Every MoE layer reports router agreement.
     assert!(!r.routers.is_empty(), "no router rows for an MoE model");
     assert!(r.routers.iter().all(|x| (0.0..=1.0).contains(&x.agree)));
@@ -404,6 +446,31 @@ fn injected_noise_is_a_mismatch_at_its_layer_in_propagate_mode() {
     assert_eq!(json["verdict"], "mismatch");
     assert_eq!(json["first_divergent"], format!("layers.{k}"));
     save_plot(&r, "injected_propagate.png");
+}
+
+/// A delta rule whose outputs are right but whose returned state is 5 % off: every hidden-state
+/// row agrees and only that layer's state row is flagged.
+#[test]
+fn a_wrong_final_state_is_flagged_in_its_state_row_only() {
+    let s = builtin_session(DType::F32);
+    let k = linear_layer(&s.model, TARGET_CALL);
+    let inject = Injector::new(
+        TARGET_CALL,
+        Fault::StateNoise {
+            scale: 0.05,
+            seed: 4,
+        },
+    );
+    let r = live_report(&s, &inject, &Reference, false, false);
+    let name = format!("state.layers.{k}.recurrent");
+    assert_eq!(flagged(&r), vec![format!("{name} (mismatch)")]);
+    assert_eq!(r.first_divergent.as_deref(), Some(name.as_str()));
+    assert!(
+        row(&r, &name)
+            .ratio_to_floor
+            .is_some_and(|x| x > K_MISMATCH)
+    );
+    assert_state_rows(&s, &r);
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
     import hsdiff_capture
     hsdiff_capture.capture(model, input_ids, out="run.safetensors")        # one no-cache forward
+    hsdiff_capture.capture(model, input_ids, out="s.safetensors", state=True)  # + final states
     with hsdiff_capture.recording(model, out="step.safetensors"):          # whatever forward runs
         loss = model(**batch).loss
 

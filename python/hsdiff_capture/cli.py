@@ -1,5 +1,5 @@
-"""`hsdiff-capture`: load a transformers model, run one prompt (batch 1, no cache, prefill) with the
-linear-attention implementation asked for, write an hsdiff dump — or, with `--ab`, two dumps from
+"""`hsdiff-capture`: load a transformers model, run one prompt (batch 1, prefill; no cache unless
+--state) with the linear-attention implementation asked for, write an hsdiff dump — or, with `--ab`, two dumps from
 one load and `hsdiff compare` on them."""
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ def parser(prog: str) -> argparse.ArgumentParser:
     ap.add_argument("--layers-path", default=None,
                     help="module path of the decoder-layer ModuleList, e.g. model.language_model.layers")
     ap.add_argument("--no-logits", action="store_true", help="do not store the logits")
+    ap.add_argument("--state", action="store_true",
+                    help="also store each linear-attention layer's final conv window and recurrent state "
+                         "(state.layers.{i}.conv / .recurrent) from transformers' cache; the prefill then "
+                         "runs with use_cache=True")
     ap.add_argument("--trust-remote-code", action="store_true")
     ap.add_argument("--linear-attention", default="auto", choices=SETTINGS,
                     help="auto: what transformers chose in this environment (default); torch: transformers' "
@@ -149,7 +153,8 @@ def run(args, note) -> int:
     model = load_model(args, torch_dtype).to(device).eval()
     ids, extra = token_ids(args)
     extra["model"] = args.model
-    common = {"logits": not args.no_logits, "layers_path": args.layers_path, "metadata": extra}
+    common = {"logits": not args.no_logits, "layers_path": args.layers_path, "metadata": extra,
+              "state": args.state}
 
     if settings is None:
         res = capture(model, ids, args.out, linear_attention=args.linear_attention,

@@ -1,6 +1,6 @@
 """The API: `recording(model, out=…)` hooks an already-loaded model for whatever forward the
-caller runs inside the block; `capture(model, input_ids, out=…)` runs one no-cache forward under
-`recording`. Both leave the model as they found it (hooks removed, forced implementations
+caller runs inside the block; `capture(model, input_ids, out=…)` runs one prefill forward under
+`recording` (without a cache, or with one when the final states are asked for: `state=True`). Both leave the model as they found it (hooks removed, forced implementations
 restored), also when the forward fails."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from . import fingerprint
 from .environment import kernel_packages
 from .errors import CaptureError
 from .kernels import LinearAttentionForcing, Request
+from .states import final_states
 from .structure import first_output, text_model
 
 
@@ -40,16 +41,21 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
     checkpointing's recomputation, are ignored), batch row `batch_row`, and writes the dump on a
     clean exit. `layers`: indices of the decoder layers to keep (None: all); `dtype`: the dtype to
     store the tensors in (None: as computed). `linear_attention`/`conv`/`core`/`norm` force the
-    implementation for the duration (see kernels.Request)."""
+    implementation for the duration (see kernels.Request). `state`: also record each
+    linear-attention layer's final conv window and recurrent state from the cache the forward
+    returns (`state.layers.{i}.conv` / `.recurrent`, see states.py); the forward must then run
+    with `use_cache=True`."""
 
     def __init__(self, model, out, layers=None, dtype=None, *, batch_row: int = 0, logits: bool = True,
                  layers_path: str | None = None, linear_attention: str = "auto", conv: str | None = None,
-                 core: str | None = None, norm: str | None = None, metadata: dict | None = None) -> None:
+                 core: str | None = None, norm: str | None = None, metadata: dict | None = None,
+                 state: bool = False) -> None:
         self.model = model
         self.out = Path(out)
         self.stored_dtype = resolve_dtype(dtype)
         self.batch_row = batch_row
         self.keep_logits = logits
+        self.keep_state = state
         self.request = Request.from_options(linear_attention, conv=conv, core=core, norm=norm)
         self.extra = dict(metadata or {})
         self.tm = text_model(model, layers_path)
@@ -59,6 +65,7 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
         if bad or not wanted:
             raise CaptureError(f"layers {list(layers)}: the model has decoder layers 0..{n - 1}")
         self.wanted = wanted
+        self.linear = [i for i, layer in enumerate(self.tm.layers) if hasattr(layer, "linear_attn")]
         self.caps: dict = {}
         self.done = False
         self.handles: list = []
@@ -96,6 +103,10 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
         logits = getattr(output, "logits", None)
         if logits is not None and self.keep_logits:
             self.caps["logits"] = self._take(logits)
+        if self.keep_state:
+            states = final_states(getattr(output, "past_key_values", None), self.linear)
+            for name, t in states.items():
+                self.caps[name] = self._take(t)
         self.done = True
 
     # -- context -----------------------------------------------------------------------------------
@@ -145,7 +156,8 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
         ids = [int(x) for x in self.caps["input_ids"][0].tolist()]
         meta = fingerprint.build(self.model, self.tm, self.forcing, self.packages, ids, param.dtype,
                                  self.stored_dtype, param.device, self.wanted, dict(self.extra))
-        order = ["input_ids", "embed"] + [f"layers.{i}" for i in self.wanted] + ["final_norm", "logits"]
+        states = [n for n in self.caps if n.startswith("state.")] if self.keep_state else []
+        order = ["input_ids", "embed"] + [f"layers.{i}" for i in self.wanted] + states + ["final_norm", "logits"]
         tensors = {k: self.caps[k] for k in order if k in self.caps}
         self.out.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -156,9 +168,10 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
 
 
 def capture(model, input_ids, out, layers=None, dtype=None, **options) -> CaptureResult:
-    """Runs one forward pass of `model` (batch 1, `use_cache=False`, under `torch.inference_mode`)
-    on `input_ids` (a list of ids or a [T] / [1, T] tensor) and writes the dump to `out`. Takes the
-    options of `recording` (linear_attention, conv, core, norm, layers_path, logits, metadata)."""
+    """Runs one forward pass of `model` (batch 1, under `torch.inference_mode`; `use_cache=False`,
+    or True with `state=True`, whose cache gives the final states) on `input_ids` (a list of ids or
+    a [T] / [1, T] tensor) and writes the dump to `out`. Takes the options of `recording`
+    (linear_attention, conv, core, norm, layers_path, logits, metadata, state)."""
     import torch
 
     ids = torch.as_tensor(input_ids, dtype=torch.int64)
@@ -171,7 +184,7 @@ def capture(model, input_ids, out, layers=None, dtype=None, **options) -> Captur
     with rec:
         try:
             with torch.inference_mode():
-                model(input_ids=ids.to(device), use_cache=False)
+                model(input_ids=ids.to(device), use_cache=bool(options.get("state", False)))
         except CaptureError:
             raise
         except Exception as e:  # noqa: BLE001 - reported as one line, the model is left as it was

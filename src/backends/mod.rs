@@ -59,10 +59,14 @@ pub struct GdnInputs<'a> {
     pub dims: GdnDims,
 }
 
-/// What a backend hands back: the gated-norm output and, when asked, intermediate values.
+/// What a backend hands back: the gated-norm output, the final recurrent state and, when asked,
+/// intermediate values.
 pub struct GdnOutputs {
     /// `[B, T, Hv·dv]` in the compute dtype, ready for out_proj.
     pub out: Tensor,
+    /// `[B, Hv, dk, dv]` state after the last token (accumulation dtype), as the delta rule
+    /// returned it; for packed documents, the last document's.
+    pub recurrent: Tensor,
     /// The intermediate values, when requested (the model names them: `capture::names::ops`).
     pub ops: Option<GdnOps>,
 }
@@ -99,9 +103,16 @@ impl GdnOps {
 }
 
 impl GdnOutputs {
-    /// Packs a backend's results: the gated-norm output `[B, T, Hv, dv]` reshaped for out_proj
-    /// and, when the conv output was captured, the per-op captures in forward order.
-    pub fn new(norm_out: Tensor, conv: Option<Tensor>, core: Tensor, d: &GdnDims) -> Result<Self> {
+    /// Packs a backend's results: the gated-norm output `[B, T, Hv, dv]` reshaped for out_proj,
+    /// the delta rule's final state and, when the conv output was captured, the per-op captures
+    /// in forward order.
+    pub fn new(
+        norm_out: Tensor,
+        recurrent: Tensor,
+        conv: Option<Tensor>,
+        core: Tensor,
+        d: &GdnDims,
+    ) -> Result<Self> {
         let out = norm_out.reshape((d.batch, d.seq, d.num_value_heads * d.value_head_dim))?;
         let ops = match conv {
             Some(conv) => {
@@ -117,7 +128,11 @@ impl GdnOutputs {
             }
             None => None,
         };
-        Ok(GdnOutputs { out, ops })
+        Ok(GdnOutputs {
+            out,
+            recurrent,
+            ops,
+        })
     }
 }
 
@@ -162,9 +177,9 @@ pub trait LinearAttentionBackend: Send + Sync {
         let d = inputs.dims;
         let conv = self.conv1d_silu(inputs.mixed_qkv, inputs.conv_weight)?;
         let (q, k, v) = split_qkv(&conv, &d)?;
-        let (core, _state) = self.gated_delta_rule(&q, &k, &v, inputs.g, inputs.beta, None)?;
+        let (core, state) = self.gated_delta_rule(&q, &k, &v, inputs.g, inputs.beta, None)?;
         let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
-        GdnOutputs::new(out, capture_ops.then_some(conv), core, &d)
+        GdnOutputs::new(out, state, capture_ops.then_some(conv), core, &d)
     }
 
     /// Conv + SiLU continuing a sequence whose last K inputs are `state` `[B, C, K]`; with
@@ -249,7 +264,13 @@ pub fn compose_forward_cached<B: LinearAttentionBackend + ?Sized>(
     };
     let out = backend.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
     let conv_state = next_conv_state(state.map(|s| &s.conv), inputs.mixed_qkv, d.conv_kernel)?;
-    let outputs = GdnOutputs::new(out, capture_ops.then_some(conv), core, &d)?;
+    let outputs = GdnOutputs::new(
+        out,
+        recurrent.clone(),
+        capture_ops.then_some(conv),
+        core,
+        &d,
+    )?;
     Ok((
         outputs,
         GdnState {
@@ -270,16 +291,21 @@ pub fn forward_documents<B: LinearAttentionBackend + ?Sized>(
     let d = inputs.dims;
     let bounds = document_bounds(backend.name(), starts, d.seq)?;
     let mut outs = Vec::with_capacity(bounds.len());
+    let mut recurrent = None;
     let mut ops = Vec::new();
     for (start, len) in bounds {
         let doc = inputs.narrow(start, len)?;
         let o = backend.forward(&doc.view(inputs), capture_ops)?;
         outs.push(o.out);
+        recurrent = Some(o.recurrent);
         ops.extend(o.ops);
     }
     let ops = (!ops.is_empty()).then(|| GdnOps::cat(&ops)).transpose()?;
+    let recurrent = recurrent
+        .ok_or_else(|| Error::backend(backend.name(), "packed call without a document"))?;
     Ok(GdnOutputs {
         out: Tensor::cat(&outs, 1)?,
+        recurrent,
         ops,
     })
 }

@@ -170,6 +170,7 @@ fn run_forward(
         backend,
         capture_ops: false,
         feed: None,
+        capture_state: false,
     };
     let caps = model.run(ids, &opts, &Progress::hidden())?;
     Ok(caps.get(names::LOGITS).cloned())

@@ -79,12 +79,25 @@ pub fn parse_decode_layer(name: &str) -> Option<usize> {
 
 /// The conv window of linear-attention layer `i` after the last token, `[1, conv_dim, K]`.
 pub fn state_conv(i: usize) -> String {
-    format!("state.layers.{i}.conv")
+    format!("state.layers.{i}.{STATE_CONV}")
 }
 
 /// The recurrent state of linear-attention layer `i` after the last token, `[1, Hv, dk, dv]`.
 pub fn state_recurrent(i: usize) -> String {
-    format!("state.layers.{i}.recurrent")
+    format!("state.layers.{i}.{STATE_RECURRENT}")
+}
+
+/// The two kinds of final state of a linear-attention layer, as [`parse_state`] returns them.
+pub const STATE_CONV: &str = "conv";
+pub const STATE_RECURRENT: &str = "recurrent";
+
+/// Parses `state.layers.{i}.conv` / `.recurrent` into `(i, kind)`.
+pub fn parse_state(name: &str) -> Option<(usize, &'static str)> {
+    let (i, kind) = name.strip_prefix("state.layers.")?.split_once('.')?;
+    let kind = [STATE_CONV, STATE_RECURRENT]
+        .into_iter()
+        .find(|k| *k == kind)?;
+    Some((i.parse().ok()?, kind))
 }
 
 /// Parses `layers.{i}` (exactly; not op names) into `i`.

@@ -16,7 +16,7 @@ use super::diff::{ReportArgs, emit};
 use crate::alignment::{self, Alignment};
 use crate::backends::backend_by_name;
 use crate::capture::names;
-use crate::compare::{Kind, PlannedRow, TensorSource, plan_rows};
+use crate::compare::{Kind, PlannedRow, TensorSource, one_sided_states, plan_rows};
 use crate::device::{dtype_label, parse_dtype};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
@@ -316,6 +316,10 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
     let layer_types = session
         .as_ref()
         .map(|s| s.model.config.layer_types.as_slice());
+    if let Some(note) = one_sided_states(&a.names(), &b_names) {
+        eprintln!("hsdiff: {note}");
+        notes.push(note);
+    }
     let mut rows = plan_rows(&common, layer_types, layers.as_deref());
     if let Some(last) = last_layer {
         rows.retain(|r| !matches!(r.kind, Kind::FinalNorm | Kind::Logits));

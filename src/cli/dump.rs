@@ -62,6 +62,8 @@ pub fn run(args: &DumpArgs) -> Result<i32> {
         backend: backend.as_ref(),
         capture_ops: args.ops,
         feed: None,
+        // The prompt's final states; with a decode path, its states take the names instead.
+        capture_state: plan.is_none(),
     };
     let progress = Progress::new(&args.backend, session.model.config.num_hidden_layers as u64);
     let mut caps = session.model.run(&session.ids, &opts, &progress)?;
@@ -69,6 +71,7 @@ pub fn run(args: &DumpArgs) -> Result<i32> {
         // Op captures (--ops) belong to the prefill rows; the decode path records none.
         let decode_opts = RunOptions {
             capture_ops: false,
+            capture_state: false,
             ..opts
         };
         let decoded =

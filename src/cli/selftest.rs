@@ -559,6 +559,7 @@ fn golden_run(
         backend: b.as_ref(),
         capture_ops: false,
         feed: None,
+        capture_state: false,
     };
     let caps = model.run(ids, &opts, &Progress::hidden())?;
     let (mut worst, mut which) = (0.0f64, String::new());

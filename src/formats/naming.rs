@@ -75,6 +75,7 @@ pub fn is_ours(name: &str) -> bool {
     ) || names::parse_layer(name).is_some()
         || names::parse_op(name).is_some()
         || names::parse_router(name).is_some()
+        || names::parse_state(name).is_some()
 }
 
 fn alias(raw: &str) -> Option<String> {
@@ -275,6 +276,21 @@ mod tests {
         assert_eq!(m["final_norm"], "model.norm");
         assert_eq!(m["logits"], "lm_head");
         assert_eq!(m.len(), 6);
+    }
+
+    #[test]
+    fn final_states_keep_their_names() {
+        let m = flat(&[
+            "state.layers.4.recurrent",
+            "state.layers.4.conv",
+            "hidden_states.0",
+            "hidden_states.1",
+            "hidden_states.2",
+        ]);
+        assert_eq!(m["state.layers.4.recurrent"], "state.layers.4.recurrent");
+        assert_eq!(m["state.layers.4.conv"], "state.layers.4.conv");
+        assert_eq!(m["layers.0"], "hidden_states.1");
+        assert_eq!(m.len(), 5);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::cache::{CallContext, ModelCache};
-use super::{Model, RunOptions, norm, rope};
+use super::{Model, RunOptions, rope};
 use crate::backends::accumulation_dtype;
 use crate::capture::{Captures, names};
 use crate::error::{Error, Result};
@@ -42,11 +42,7 @@ impl Model {
         let flat: Vec<u32> = ids.concat();
         let mut caps = Captures::new(flat.clone());
 
-        let vocab_shape = [cfg.vocab_size, cfg.hidden_size];
-        let rows: Vec<usize> = flat.iter().map(|&id| id as usize).collect();
-        let mut x = w
-            .get_rows("embed_tokens.weight", &vocab_shape, &rows)?
-            .reshape((b, t, cfg.hidden_size))?;
+        let mut x = self.embed(&w, &flat, b)?;
 
         let positions = positions(cache.seen, t, layout.doc_starts.as_deref());
         let table_len = positions.iter().max().map_or(1, |&p| p as usize + 1);
@@ -72,17 +68,7 @@ impl Model {
             x = out;
             progress.layer_done(i as u64 + 1);
         }
-        let norm = norm::RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, &w.pp("norm"))?;
-        let normed = norm.forward(&x)?;
-        caps.push(names::FINAL_NORM, normed.clone());
-        let (head, head_name) = if self.tied_embeddings() {
-            (w.clone(), "embed_tokens.weight")
-        } else {
-            let top = super::Weights::new(&self.weights, &self.cache, dtype, device);
-            (top, "lm_head.weight")
-        };
-        let logits = super::blocked_logits(&normed, &head, head_name, &vocab_shape)?;
-        caps.push(names::LOGITS, logits);
+        self.head(&w, &x, &mut caps)?;
         cache.seen += t;
         progress.finish();
         Ok(caps)
@@ -108,8 +94,12 @@ fn check_call(
     for row in ids {
         model.check_tokens(row)?;
     }
-    if opts.feed.is_some() || opts.capture_ops {
-        return input("cached runs support neither isolate mode nor op captures".into());
+    if opts.feed.is_some() || opts.capture_ops || opts.capture_state {
+        return input(
+            "cached runs support neither isolate mode nor op or state captures (their states \
+             are in the cache)"
+                .into(),
+        );
     }
     if cache.layers.len() != model.config.num_hidden_layers {
         return input(format!(

@@ -87,7 +87,6 @@ impl Model {
 /// Adds `state.layers.{i}.conv` / `.recurrent` of every linear-attention layer in `cache`.
 pub fn push_states(caps: &mut Captures, cache: &ModelCache) {
     for (i, s) in cache.linear_states() {
-        caps.push(names::state_conv(i), s.conv.clone());
-        caps.push(names::state_recurrent(i), s.recurrent.clone());
+        super::push_state(caps, i, s);
     }
 }

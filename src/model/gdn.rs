@@ -11,6 +11,7 @@ use super::Weights;
 use super::linear::Linear;
 use crate::backends::{
     GdnDims, GdnInputs, GdnOps, GdnOutputs, GdnState, LinearAttentionBackend, accumulation_dtype,
+    next_conv_state,
 };
 use crate::capture::names::ops;
 use crate::config::{Family, LinearAttentionConfig, ModelConfig};
@@ -104,16 +105,31 @@ impl GatedDeltaNet {
         })
     }
 
-    /// x: `[B, T, hidden]` (after input_layernorm) → `[B, T, hidden]`, plus op captures when asked.
+    /// x: `[B, T, hidden]` (after input_layernorm) → `[B, T, hidden]`, plus op captures and the
+    /// layer's state after the last token (conv window and recurrent state) when asked. The
+    /// state is what the backend's own delta rule returned in this very call.
     pub fn forward(
         &self,
         x: &Tensor,
         backend: &dyn LinearAttentionBackend,
         capture_ops: bool,
-    ) -> Result<(Tensor, Option<GdnCaptures>)> {
+        capture_state: bool,
+    ) -> Result<(Tensor, Option<GdnCaptures>, Option<GdnState>)> {
         let p = self.prepare(x)?;
         let outputs = backend.forward(&p.inputs(self), capture_ops)?;
-        self.finish(p, outputs, capture_ops)
+        let state = if capture_state {
+            // Only the last `conv_kernel` positions reach the window: copy those, not all T.
+            let (k, t) = (self.geometry.conv_kernel, p.mixed_qkv.dim(1)?);
+            let tail = p.mixed_qkv.narrow(1, t.saturating_sub(k), t.min(k))?;
+            Some(GdnState {
+                conv: next_conv_state(None, &tail, k)?,
+                recurrent: outputs.recurrent.clone(),
+            })
+        } else {
+            None
+        };
+        let (out, caps) = self.finish(p, outputs, capture_ops)?;
+        Ok((out, caps, state))
     }
 
     /// The cached form ([`GdnStep`] says how the tokens relate to the state); returns the state

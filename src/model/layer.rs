@@ -9,7 +9,7 @@ use super::gdn::{GatedDeltaNet, GdnCaptures, GdnStep};
 use super::mlp::{Mlp, RouterChoice, SparseMoe};
 use super::norm::RmsNorm;
 use super::rope::Rope;
-use crate::backends::LinearAttentionBackend;
+use crate::backends::{GdnState, LinearAttentionBackend};
 use crate::config::{LayerType, ModelConfig};
 use crate::error::Result;
 
@@ -35,6 +35,8 @@ pub struct DecoderLayer<'a> {
 pub struct LayerCaptures {
     pub gdn: Option<GdnCaptures>,
     pub router: Option<RouterChoice>,
+    /// A linear-attention layer's state after the last token, when asked.
+    pub state: Option<GdnState>,
 }
 
 impl<'a> DecoderLayer<'a> {
@@ -72,13 +74,16 @@ impl<'a> DecoderLayer<'a> {
         rope: &Rope,
         backend: &dyn LinearAttentionBackend,
         capture_ops: bool,
+        capture_state: bool,
     ) -> Result<(Tensor, LayerCaptures)> {
         let mut captures = LayerCaptures::default();
         let normed = self.input_layernorm.forward(x)?;
         let mixed = match &self.mixer {
             Mixer::Linear(gdn) => {
-                let (out, caps) = gdn.forward(&normed, backend, capture_ops)?;
+                let (out, caps, state) =
+                    gdn.forward(&normed, backend, capture_ops, capture_state)?;
                 captures.gdn = caps;
+                captures.state = state;
                 out
             }
             Mixer::Full(attn) => attn.forward(&normed, rope)?,

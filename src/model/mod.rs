@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::backends::LinearAttentionBackend;
+use crate::backends::{GdnState, LinearAttentionBackend};
 use crate::capture::{Captures, names};
 use crate::checkpoint::{Checkpoint, KeyLayout};
 use crate::config::ModelConfig;
@@ -74,6 +74,10 @@ pub struct RunOptions<'a> {
     /// Isolate mode: feed each layer the input recorded in these captures (from another run)
     /// instead of this run's own residual stream.
     pub feed: Option<&'a Captures>,
+    /// Record each linear-attention layer's state after the last token
+    /// (`state.layers.{i}.conv` / `.recurrent`). Full prefill ([`Model::run`]) only: a cached
+    /// run's states are in its [`ModelCache`].
+    pub capture_state: bool,
 }
 
 /// The built-in model's tokenizer, for its digest (the same bytes `builtin` compiles in).
@@ -161,7 +165,7 @@ impl Model {
     }
 
     /// Runs the prefill forward pass over `ids` (batch 1), capturing `embed`, every
-    /// `layers.{i}`, `final_norm` and `logits` (and per-op values when asked).
+    /// `layers.{i}`, `final_norm` and `logits` (and per-op values and final states when asked).
     pub fn run(&self, ids: &[u32], opts: &RunOptions, progress: &Progress) -> Result<Captures> {
         self.run_through(ids, opts, progress, None)
     }
@@ -184,11 +188,7 @@ impl Model {
         progress.begin(t);
         let mut caps = Captures::new(ids.to_vec());
 
-        let vocab_shape = [cfg.vocab_size, cfg.hidden_size];
-        let rows: Vec<usize> = ids.iter().map(|&id| id as usize).collect();
-        let mut x = w
-            .get_rows("embed_tokens.weight", &vocab_shape, &rows)?
-            .unsqueeze(0)?;
+        let mut x = self.embed(&w, ids, 1)?;
         caps.push(names::EMBED, x.clone());
 
         let rope = rope::Rope::new(cfg.rope_theta, cfg.rotary_dim(), t, dtype, device)?;
@@ -197,7 +197,13 @@ impl Model {
                 x = fed_input(feed, i)?.to_dtype(dtype)?.to_device(device)?;
             }
             let layer = DecoderLayer::new(cfg, i, &w.pp("layers").pp(i))?;
-            let (out, layer_caps) = layer.forward(&x, &rope, opts.backend, opts.capture_ops)?;
+            let (out, layer_caps) = layer.forward(
+                &x,
+                &rope,
+                opts.backend,
+                opts.capture_ops,
+                opts.capture_state,
+            )?;
             if let Some(gdn) = layer_caps.gdn {
                 for (op, t) in gdn.named() {
                     caps.push(names::op(i, op), t);
@@ -215,6 +221,9 @@ impl Model {
                 );
             }
             caps.push(names::layer(i), out.clone());
+            if let Some(state) = &layer_caps.state {
+                push_state(&mut caps, i, state);
+            }
             x = out;
             progress.layer_done(i as u64 + 1);
             if last_layer.is_some_and(|last| i == last && last + 1 < cfg.num_hidden_layers) {
@@ -227,25 +236,50 @@ impl Model {
                 .to_dtype(dtype)?
                 .to_device(device)?;
         }
-        let norm = norm::RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, &w.pp("norm"))?;
-        let normed = norm.forward(&x)?;
-        caps.push(names::FINAL_NORM, normed.clone());
-
-        let head = if self.tied_embeddings() {
-            w.clone()
-        } else {
-            Weights::new(&self.weights, &self.cache, dtype, device)
-        };
-        let head_name = if self.tied_embeddings() {
-            "embed_tokens.weight"
-        } else {
-            "lm_head.weight"
-        };
-        let logits = blocked_logits(&normed, &head, head_name, &vocab_shape)?;
-        caps.push(names::LOGITS, logits);
+        self.head(&w, &x, &mut caps)?;
         progress.finish();
         Ok(caps)
     }
+
+    /// The embedding rows of `ids` (`B` sequences of equal length, concatenated) as
+    /// `[B, T, hidden]`.
+    fn embed(&self, w: &Weights, ids: &[u32], batch: usize) -> Result<Tensor> {
+        let cfg = &self.config;
+        let rows: Vec<usize> = ids.iter().map(|&id| id as usize).collect();
+        let t = ids.len() / batch.max(1);
+        Ok(
+            w.get_rows("embed_tokens.weight", &self.vocab_shape(), &rows)?
+                .reshape((batch, t, cfg.hidden_size))?,
+        )
+    }
+
+    /// The final norm and the lm_head (the embedding when tied) over the last layer's output
+    /// `x`, capturing `final_norm` and `logits`.
+    fn head(&self, w: &Weights, x: &Tensor, caps: &mut Captures) -> Result<()> {
+        let cfg = &self.config;
+        let norm = norm::RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, &w.pp("norm"))?;
+        let normed = norm.forward(x)?;
+        caps.push(names::FINAL_NORM, normed.clone());
+        let (head, head_name) = if self.tied_embeddings() {
+            (w.clone(), "embed_tokens.weight")
+        } else {
+            let top = Weights::new(&self.weights, &self.cache, w.dtype(), w.device());
+            (top, "lm_head.weight")
+        };
+        let logits = blocked_logits(&normed, &head, head_name, &self.vocab_shape())?;
+        caps.push(names::LOGITS, logits);
+        Ok(())
+    }
+
+    fn vocab_shape(&self) -> [usize; 2] {
+        [self.config.vocab_size, self.config.hidden_size]
+    }
+}
+
+/// Adds layer `i`'s `state.layers.{i}.conv` / `.recurrent`.
+pub(crate) fn push_state(caps: &mut Captures, i: usize, state: &GdnState) {
+    caps.push(names::state_conv(i), state.conv.clone());
+    caps.push(names::state_recurrent(i), state.recurrent.clone());
 }
 
 /// Bytes of one block of lm_head rows in the compute dtype: the vocabulary is applied block by

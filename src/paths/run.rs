@@ -45,6 +45,7 @@ impl Runner<'_> {
             backend,
             capture_ops: false,
             feed: None,
+            capture_state: false,
         }
     }
 

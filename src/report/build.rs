@@ -10,7 +10,7 @@ use super::{
     Alignment, Inputs, Report, RouterRow, SCHEMA, Side, TensorRow, ThresholdInfo, TokenIds,
 };
 use crate::capture::names;
-use crate::compare::{Kind, PlannedRow, TensorSource};
+use crate::compare::{Kind, PlannedRow, TensorSource, conv_window_note};
 use crate::device::dtype_label;
 use crate::error::{Error, Result};
 use crate::metrics::logits::logit_stats;
@@ -106,6 +106,8 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         }
         None => Routing::none(),
     };
+    let mut notes = c.notes.clone();
+    notes.extend(conv_window_note(&c.a.names(), &c.b.names()));
     let mut tensors = Vec::with_capacity(c.rows.len());
     // Logit gap under which a top-2 order is within the noise: twice the RMS logit error of the
     // floor run, or, without a floor, the static ok band times the logits' RMS.
@@ -116,7 +118,13 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         let stats = diff_stats(&row.name, &a, &b)?;
         drop((a, b));
         let (depth, upto) = depth(row, num_layers);
-        let aside = routing.set_aside(upto);
+        // A final state mixes every token, so tokens set aside for routing flips cannot be
+        // taken out of it: it is judged whole.
+        let aside = if row.kind == Kind::State {
+            Vec::new()
+        } else {
+            routing.set_aside(upto)
+        };
         let (mut floor_a, mut floor_b, mut a_vs, mut b_vs) = (None, None, None, None);
         if let Some(cal) = &c.calibration {
             floor_a = stats_vs(cal.floor_a.src, cal.truth, &row.name)?;
@@ -192,7 +200,12 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
             non_finite_both: stats.non_finite_both,
             non_finite_both_at: stats.non_finite_both_at,
             verdict,
-            per_token_rel: stats.per_token_rel,
+            // A state has no token axis (its rows are value heads): no per-token profile.
+            per_token_rel: if row.kind == Kind::State {
+                Vec::new()
+            } else {
+                stats.per_token_rel
+            },
         });
     }
 
@@ -295,7 +308,7 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         alignment: c.alignment.clone(),
         env_diff,
         routing_flips: routing.flips,
-        notes: c.notes.clone(),
+        notes,
     })
 }
 

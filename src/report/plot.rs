@@ -267,6 +267,8 @@ fn short_label(t: &TensorRow) -> String {
         Kind::Embed => "embed".into(),
         Kind::FinalNorm => "norm".into(),
         Kind::Logits => "logits".into(),
+        // A layer's final recurrent state.
+        Kind::State => t.layer.map_or_else(|| t.name.clone(), |l| format!("s{l}")),
         _ => match t.layer {
             Some(l) if t.kind != Kind::Op => l.to_string(),
             _ => t.name.clone(),

@@ -192,6 +192,7 @@ pub fn run_model(
         backend,
         capture_ops,
         feed: None,
+        capture_state: false,
     };
     model
         .run(ids, &opts, &Progress::hidden())

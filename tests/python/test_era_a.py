@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,15 @@ def test_era_a_forcing(era_a_python, standin, tmp_path):
         assert (impl[name]["environment"], impl[name]["actual"], impl[name]["calls"]) == ("torch", kind, 6), name
         assert impl[name]["reason"].startswith("forced to"), name
     assert m_fla["implementation"] == "transformers/fast-path"
+
+
+def test_era_a_state(era_a_python, tmp_path):
+    """transformers 5.14 keeps the final states where 5.24 does: `--state` reads them, and they
+    agree with 5.24's within the f32 band."""
+    old, _ = capture(era_a_python, tmp_path / "a.safetensors", ["--state"], None)
+    new, _ = capture(sys.executable, tmp_path / "b.safetensors", ["--state"], None)
+    states = sorted(k for k in new if k.startswith("state."))
+    assert states and sorted(k for k in old if k.startswith("state.")) == states
+    for k in states:
+        assert old[k].shape == new[k].shape and old[k].dtype == new[k].dtype, k
+        assert rel_l2(old[k], new[k]) <= F32_BAND, k

@@ -166,13 +166,13 @@ impl LinearAttentionBackend for Fused {
         }
         require_cpu(inputs.mixed_qkv)?;
         let dims = kernel_dims(&d);
-        let (core, _state, conv) = dispatch_dtype!(
+        let (core, state, conv) = dispatch_dtype!(
             inputs.mixed_qkv.dtype(),
             "CPU kernels",
             fused_typed(inputs, dims, capture_ops)
         )?;
         let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
-        GdnOutputs::new(out, conv.filter(|_| capture_ops), core, &d)
+        GdnOutputs::new(out, state, conv.filter(|_| capture_ops), core, &d)
     }
 
     /// A fresh sequence on the CPU runs the same single-pass kernel as [`forward`](Self::forward)
@@ -198,7 +198,13 @@ impl LinearAttentionBackend for Fused {
         let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
         let conv_state = next_conv_state(None, inputs.mixed_qkv, d.conv_kernel)?;
         Ok((
-            GdnOutputs::new(out, conv.filter(|_| capture_ops), core, &d)?,
+            GdnOutputs::new(
+                out,
+                recurrent.clone(),
+                conv.filter(|_| capture_ops),
+                core,
+                &d,
+            )?,
             GdnState {
                 conv: conv_state,
                 recurrent,
@@ -336,7 +342,7 @@ where
 #[cfg(feature = "cuda")]
 fn cuda_forward(fused: &Fused, inputs: &GdnInputs, capture_ops: bool) -> Result<GdnOutputs> {
     let d = inputs.dims;
-    let (core, _state, conv) = cuda::fused_core(
+    let (core, state, conv) = cuda::fused_core(
         inputs.mixed_qkv,
         inputs.conv_weight,
         inputs.g,
@@ -346,7 +352,7 @@ fn cuda_forward(fused: &Fused, inputs: &GdnInputs, capture_ops: bool) -> Result<
         false,
     )?;
     let out = fused.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
-    GdnOutputs::new(out, capture_ops.then_some(conv), core, &d)
+    GdnOutputs::new(out, state, capture_ops.then_some(conv), core, &d)
 }
 
 /// The CPU kernels' view of a checked call's geometry.
