@@ -93,14 +93,7 @@ fn truth_delta_rule(
     init: Option<&[f64]>,
     d: &GdnDims,
 ) -> DeltaRuleTruth {
-    let (b, t, hk, hv, dk, dv) = (
-        d.batch,
-        d.seq,
-        d.num_key_heads,
-        d.num_value_heads,
-        d.key_head_dim,
-        d.value_head_dim,
-    );
+    let (b, t, hk, hv, dk, dv) = (d.batch, d.seq, d.k_heads, d.v_heads, d.k_dim, d.v_dim);
     let r = hv / hk;
     let scale = 1.0 / (dk as f64).sqrt();
     let mut out = vec![0.0; b * t * hv * dv];
@@ -360,10 +353,10 @@ impl Case {
         GdnDims {
             batch: self.b,
             seq: self.t,
-            num_key_heads: self.hk,
-            num_value_heads: self.hv,
-            key_head_dim: self.dk,
-            value_head_dim: self.dv,
+            k_heads: self.hk,
+            v_heads: self.hv,
+            k_dim: self.dk,
+            v_dim: self.dv,
             conv_kernel: 4,
         }
     }

@@ -61,8 +61,8 @@ impl LinearAttentionBackend for Chunked {
         let dtype = v.dtype();
         let acc = accumulation_dtype(dtype);
         let dev = v.device();
-        let (b, t, hv) = (d.batch, d.seq, d.num_value_heads);
-        let (hk, dk, dv) = (d.num_key_heads, d.key_head_dim, d.value_head_dim);
+        let (b, t, hv) = (d.batch, d.seq, d.v_heads);
+        let (hk, dk, dv) = (d.k_heads, d.k_dim, d.v_dim);
         let r = d.heads_per_key_head();
         let bh = b * hv;
         let mut state = match initial_state {

@@ -16,30 +16,12 @@ use crate::error::{Error, Result};
 
 pub use chunked::Chunked;
 pub use fused::Fused;
+/// The shapes of one linear-attention call: one type for the backends and the CPU kernels (it
+/// lives in the self-contained kernel module, which cannot depend on this one).
+pub use fused::cpu::GdnDims;
 pub use reference::Reference;
 pub use registry::{BackendInfo, available_backends, backend_by_name, implementation_on};
 pub use state::{GdnState, check_conv_state, next_conv_state};
-
-/// Shapes of one linear-attention call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GdnDims {
-    pub batch: usize,
-    pub seq: usize,
-    pub num_key_heads: usize,
-    pub num_value_heads: usize,
-    pub key_head_dim: usize,
-    pub value_head_dim: usize,
-    pub conv_kernel: usize,
-}
-
-impl GdnDims {
-    pub fn conv_dim(&self) -> usize {
-        2 * self.num_key_heads * self.key_head_dim + self.num_value_heads * self.value_head_dim
-    }
-    pub fn heads_per_key_head(&self) -> usize {
-        self.num_value_heads / self.num_key_heads
-    }
-}
 
 /// Everything a backend needs for one Gated DeltaNet layer, as the shared layer code prepared it.
 pub struct GdnInputs<'a> {
@@ -71,7 +53,7 @@ impl GdnOutputs {
     /// Packs a backend's results: the gated-norm output `[B, T, Hv, dv]` reshaped for out_proj
     /// and, when the conv output was captured, the per-op captures in forward order.
     pub fn new(norm_out: Tensor, conv: Option<Tensor>, core: Tensor, d: &GdnDims) -> Result<Self> {
-        let out = norm_out.reshape((d.batch, d.seq, d.num_value_heads * d.value_head_dim))?;
+        let out = norm_out.reshape((d.batch, d.seq, d.v_heads * d.v_dim))?;
         let ops = match conv {
             Some(conv) => {
                 let (q, k, v) = split_qkv(&conv, d)?;
@@ -330,23 +312,17 @@ impl GdnInputs<'_> {
 
 /// Splits the conv output `[B, T, conv_dim]` into q, k `[B, T, Hk, dk]` and v `[B, T, Hv, dv]`.
 pub fn split_qkv(conv: &Tensor, d: &GdnDims) -> Result<(Tensor, Tensor, Tensor)> {
-    let key_dim = d.num_key_heads * d.key_head_dim;
-    let value_dim = d.num_value_heads * d.value_head_dim;
-    let q =
-        conv.narrow(2, 0, key_dim)?
-            .reshape((d.batch, d.seq, d.num_key_heads, d.key_head_dim))?;
-    let k = conv.narrow(2, key_dim, key_dim)?.reshape((
-        d.batch,
-        d.seq,
-        d.num_key_heads,
-        d.key_head_dim,
-    ))?;
-    let v = conv.narrow(2, 2 * key_dim, value_dim)?.reshape((
-        d.batch,
-        d.seq,
-        d.num_value_heads,
-        d.value_head_dim,
-    ))?;
+    let key_dim = d.k_heads * d.k_dim;
+    let value_dim = d.v_heads * d.v_dim;
+    let q = conv
+        .narrow(2, 0, key_dim)?
+        .reshape((d.batch, d.seq, d.k_heads, d.k_dim))?;
+    let k = conv
+        .narrow(2, key_dim, key_dim)?
+        .reshape((d.batch, d.seq, d.k_heads, d.k_dim))?;
+    let v = conv
+        .narrow(2, 2 * key_dim, value_dim)?
+        .reshape((d.batch, d.seq, d.v_heads, d.v_dim))?;
     Ok((q, k, v))
 }
 
@@ -438,10 +414,10 @@ pub fn check_delta_rule_shapes(
     Ok(GdnDims {
         batch: b,
         seq: t,
-        num_key_heads: hk,
-        num_value_heads: hv,
-        key_head_dim: dk,
-        value_head_dim: dv,
+        k_heads: hk,
+        v_heads: hv,
+        k_dim: dk,
+        v_dim: dv,
         conv_kernel: 0,
     })
 }

@@ -65,14 +65,14 @@ impl LinearAttentionBackend for Reference {
         let dtype = v.dtype();
         let acc = accumulation_dtype(dtype);
         let r = d.heads_per_key_head();
-        let scale = 1.0 / (d.key_head_dim as f64).sqrt();
+        let scale = 1.0 / (d.k_dim as f64).sqrt();
         // [B, T, Hk, dk] → L2-normalised, repeated to [B, Hv, T, dk] (value head h ← key head h / r).
         let prep = |x: &Tensor| -> Result<Tensor> {
             let x = l2_normalise(&x.to_dtype(acc)?)?;
             let x = x
                 .unsqueeze(3)?
-                .broadcast_as((d.batch, d.seq, d.num_key_heads, r, d.key_head_dim))?
-                .reshape((d.batch, d.seq, d.num_value_heads, d.key_head_dim))?;
+                .broadcast_as((d.batch, d.seq, d.k_heads, r, d.k_dim))?
+                .reshape((d.batch, d.seq, d.v_heads, d.k_dim))?;
             Ok(x.transpose(1, 2)?.contiguous()?)
         };
         let q = (prep(q)? * scale)?;
@@ -82,11 +82,7 @@ impl LinearAttentionBackend for Reference {
         let beta = beta.to_dtype(acc)?.transpose(1, 2)?.contiguous()?;
         let mut state = match initial_state {
             Some(s) => s.to_dtype(acc)?,
-            None => Tensor::zeros(
-                (d.batch, d.num_value_heads, d.key_head_dim, d.value_head_dim),
-                acc,
-                q.device(),
-            )?,
+            None => Tensor::zeros((d.batch, d.v_heads, d.k_dim, d.v_dim), acc, q.device())?,
         };
         let mut outs = Vec::with_capacity(d.seq);
         for t in 0..d.seq {

@@ -125,11 +125,10 @@ impl LinearAttentionBackend for Fused {
             return cuda::gated_delta_rule(q, k, v, g, beta, initial_state, false);
         }
         require_cpu(q)?;
-        let dims = kernel_dims(&d);
         dispatch_dtype!(
             q.dtype(),
             "CPU kernels",
-            delta_rule_typed(q, k, v, g, beta, initial_state, dims)
+            delta_rule_typed(q, k, v, g, beta, initial_state, d)
         )
     }
 
@@ -165,11 +164,10 @@ impl LinearAttentionBackend for Fused {
             return cuda_forward(self, inputs, capture_ops);
         }
         require_cpu(inputs.mixed_qkv)?;
-        let dims = kernel_dims(&d);
         let (core, _state, conv) = dispatch_dtype!(
             inputs.mixed_qkv.dtype(),
             "CPU kernels",
-            fused_typed(inputs, dims, capture_ops)
+            fused_typed(inputs, d, capture_ops)
         )?;
         let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
         GdnOutputs::new(out, conv.filter(|_| capture_ops), core, &d)
@@ -189,11 +187,10 @@ impl LinearAttentionBackend for Fused {
             return compose_forward_cached(self, inputs, state, capture_ops);
         }
         check_conv_shapes(NAME, inputs.mixed_qkv, inputs.conv_weight)?;
-        let dims = kernel_dims(&d);
         let (core, recurrent, conv) = dispatch_dtype!(
             inputs.mixed_qkv.dtype(),
             "CPU kernels",
-            fused_typed(inputs, dims, capture_ops)
+            fused_typed(inputs, d, capture_ops)
         )?;
         let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
         let conv_state = next_conv_state(None, inputs.mixed_qkv, d.conv_kernel)?;
@@ -242,7 +239,7 @@ fn delta_rule_typed<S: Element + WithDType>(
     g: &Tensor,
     beta: &Tensor,
     initial_state: Option<&Tensor>,
-    dims: cpu::GdnDims,
+    dims: GdnDims,
 ) -> Result<(Tensor, Tensor)>
 where
     S::Acc: WithDType,
@@ -299,7 +296,7 @@ fn norm_typed<S: Element + WithDType>(
 /// `[B, Hv, dk, dv]` (accumulation dtype) and, when asked, the conv output `[B, T, conv_dim]`.
 fn fused_typed<S: Element + WithDType>(
     inputs: &GdnInputs,
-    dims: cpu::GdnDims,
+    dims: GdnDims,
     capture_conv: bool,
 ) -> Result<(Tensor, Tensor, Option<Tensor>)>
 where
@@ -347,17 +344,4 @@ fn cuda_forward(fused: &Fused, inputs: &GdnInputs, capture_ops: bool) -> Result<
     )?;
     let out = fused.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
     GdnOutputs::new(out, capture_ops.then_some(conv), core, &d)
-}
-
-/// The CPU kernels' view of a checked call's geometry.
-fn kernel_dims(d: &GdnDims) -> cpu::GdnDims {
-    cpu::GdnDims {
-        batch: d.batch,
-        seq: d.seq,
-        k_heads: d.num_key_heads,
-        v_heads: d.num_value_heads,
-        k_dim: d.key_head_dim,
-        v_dim: d.value_head_dim,
-        conv_kernel: d.conv_kernel,
-    }
 }

@@ -44,7 +44,7 @@ pub fn fused_gdn<S: Element>(
     conv_out: Option<&mut [S]>,
 ) -> Result<(), KernelError> {
     dims.validate(true)?;
-    let c = dims.conv_dim()?;
+    let c = dims.conv_dim();
     let k = dims.conv_kernel;
     check_len(
         "mixed_qkv",
@@ -183,7 +183,7 @@ fn drive<S: Element, Src: HeadSource<S>>(
         out: &out,
     };
     // The r value heads of one key head are consecutive in [B, Hv, dk, dv].
-    let gs = dims.group() * dims.k_dim * dims.v_dim;
+    let gs = dims.heads_per_key_head() * dims.k_dim * dims.v_dim;
     final_state
         .par_chunks_mut(gs)
         .enumerate()
@@ -253,7 +253,7 @@ impl<S: Element> HeadSource<S> for FusedSource<'_, S> {
         FusedLocal {
             wq: vec![S::Acc::ZERO; k * d.k_dim],
             wk: vec![S::Acc::ZERO; k * d.k_dim],
-            wv: vec![S::Acc::ZERO; d.group() * k * d.v_dim],
+            wv: vec![S::Acc::ZERO; d.heads_per_key_head() * k * d.v_dim],
             xbuf: vec![S::Acc::ZERO; (TIME_CHUNK + k - 1) * d.k_dim.max(d.v_dim)],
         }
     }
@@ -264,7 +264,7 @@ impl<S: Element> HeadSource<S> for FusedSource<'_, S> {
         let (cq, ck) = self.qk_channels(kh);
         transpose_weights::<S>(self.w, kk, cq, d.k_dim, &mut l.wq);
         transpose_weights::<S>(self.w, kk, ck, d.k_dim, &mut l.wk);
-        let r = d.group();
+        let r = d.heads_per_key_head();
         for (i, wv) in l.wv.chunks_mut(kk * d.v_dim).enumerate() {
             transpose_weights::<S>(self.w, kk, self.v_channel(kh * r + i), d.v_dim, wv);
         }
@@ -305,7 +305,7 @@ impl<S: Element> HeadSource<S> for FusedSource<'_, S> {
         let per_b = d.seq * self.c;
         let x_b = &self.x[b * per_b..(b + 1) * per_b];
         let (kk, dv) = (d.conv_kernel, d.v_dim);
-        let i = h % d.group();
+        let i = h % d.heads_per_key_head();
         let wv = &l.wv[i * kk * dv..(i + 1) * kk * dv];
         let cv = self.v_channel(h);
         conv_segment::<S, FMA>(x_b, self.c, cv, dv, t0, n, kk, wv, &mut l.xbuf, v, v_stride);
