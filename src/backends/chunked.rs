@@ -13,7 +13,7 @@
 //!
 //! The conv + SiLU and the gated RMSNorm are the `reference` ones (same casts).
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 
 use super::{
     LinearAttentionBackend, Reference, accumulation_dtype, check_conv_shapes,
@@ -32,14 +32,6 @@ pub struct Chunked;
 impl LinearAttentionBackend for Chunked {
     fn name(&self) -> &'static str {
         "chunked"
-    }
-
-    fn implementation(&self, device: &Device) -> String {
-        match device {
-            Device::Cpu => "chunked/cpu-candle".to_string(),
-            Device::Cuda(_) => "chunked/cuda-candle".to_string(),
-            _ => "chunked/candle".to_string(),
-        }
     }
 
     fn conv1d_silu(&self, x: &Tensor, weight: &Tensor) -> Result<Tensor> {
@@ -213,7 +205,7 @@ fn solve_unit_lower(a: &Tensor, rhs: &Tensor) -> Result<Tensor> {
 
 #[cfg(test)]
 mod tests {
-    use candle_core::DType;
+    use candle_core::{DType, Device};
 
     use super::*;
 

@@ -88,8 +88,17 @@ pub trait LinearAttentionBackend: Send + Sync {
     /// Registry name (`reference`, `chunked`, `fused`, …).
     fn name(&self) -> &'static str;
 
-    /// What actually runs for tensors on `device`, e.g. `reference/cpu` or `fused/cpu-rayon-2t`.
-    fn implementation(&self, device: &candle_core::Device) -> String;
+    /// What actually runs for tensors on `device`, e.g. `reference/cpu-candle` or
+    /// `fused/cpu-rayon-2t-avx2`. The default names a backend composed from candle tensor ops:
+    /// `{name}/cpu-candle`, `{name}/cuda-candle`, else `{name}/candle`.
+    fn implementation(&self, device: &candle_core::Device) -> String {
+        let on = match device {
+            candle_core::Device::Cpu => "cpu-",
+            candle_core::Device::Cuda(_) => "cuda-",
+            _ => "",
+        };
+        format!("{}/{on}candle", self.name())
+    }
 
     /// Whether this backend can run on `device`; the error says why not. Never substituted.
     fn check_device(&self, device: &candle_core::Device) -> Result<()> {

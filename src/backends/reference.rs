@@ -9,7 +9,7 @@
 //!
 //! In f64 every step is float64, so this backend is exact up to f64 rounding.
 
-use candle_core::{D, Device, Tensor};
+use candle_core::{D, Tensor};
 
 use super::{
     LinearAttentionBackend, accumulation_dtype, check_conv_shapes, check_delta_rule_shapes,
@@ -25,14 +25,6 @@ pub struct Reference;
 impl LinearAttentionBackend for Reference {
     fn name(&self) -> &'static str {
         "reference"
-    }
-
-    fn implementation(&self, device: &Device) -> String {
-        match device {
-            Device::Cpu => "reference/cpu-candle".to_string(),
-            Device::Cuda(_) => "reference/cuda-candle".to_string(),
-            _ => "reference/candle".to_string(),
-        }
     }
 
     fn conv1d_silu(&self, x: &Tensor, weight: &Tensor) -> Result<Tensor> {

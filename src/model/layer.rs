@@ -73,17 +73,10 @@ impl<'a> DecoderLayer<'a> {
         backend: &dyn LinearAttentionBackend,
         capture_ops: bool,
     ) -> Result<(Tensor, LayerCaptures)> {
-        let mut captures = LayerCaptures::default();
-        let normed = self.input_layernorm.forward(x)?;
-        let mixed = match &self.mixer {
-            Mixer::Linear(gdn) => {
-                let (out, caps) = gdn.forward(&normed, backend, capture_ops)?;
-                captures.gdn = caps;
-                out
-            }
-            Mixer::Full(attn) => attn.forward(&normed, rope)?,
-        };
-        self.feed_forward(x, mixed, captures)
+        self.residual(x, |mixer, normed| match mixer {
+            Mixer::Linear(gdn) => gdn.forward(normed, backend, capture_ops),
+            Mixer::Full(attn) => Ok((attn.forward(normed, rope)?, None)),
+        })
     }
 
     /// The cached form: `call` says where the tokens sit, `entry` is this layer's cache entry
@@ -96,51 +89,50 @@ impl<'a> DecoderLayer<'a> {
         entry: &mut LayerCache,
         capture_ops: bool,
     ) -> Result<(Tensor, LayerCaptures)> {
-        let mut captures = LayerCaptures::default();
-        let normed = self.input_layernorm.forward(x)?;
-        let mixed = match &self.mixer {
+        self.residual(x, |mixer, normed| match mixer {
             Mixer::Linear(gdn) => {
                 let step = match (call.doc_starts, call.real) {
                     (Some(starts), _) => GdnStep::Packed(starts),
                     (None, Some(real)) => GdnStep::Padded(real),
                     (None, None) => GdnStep::Continue(entry.linear()),
                 };
-                let (out, caps, state) = gdn.forward_cached(&normed, backend, step, capture_ops)?;
+                let (out, caps, state) = gdn.forward_cached(normed, backend, step, capture_ops)?;
                 if let Some(state) = state {
                     *entry = LayerCache::Linear(state);
                 }
-                captures.gdn = caps;
-                out
+                Ok((out, caps))
             }
             Mixer::Full(attn) => {
                 let mut kv = entry.take_kv();
-                let out = attn.forward_cached(&normed, call.rope, call.mask, &mut kv)?;
+                let out = attn.forward_cached(normed, call.rope, call.mask, &mut kv)?;
                 if let Some(kv) = kv {
                     *entry = LayerCache::Attention(kv);
                 }
-                out
+                Ok((out, None))
             }
-        };
-        self.feed_forward(x, mixed, captures)
+        })
     }
 
-    /// The residual add after the mixer, then the MLP / MoE half of the layer.
-    fn feed_forward(
+    /// The whole layer around its mixer: `h = x + mix(norm(x))`, then `h + ffn(norm(h))`; `mix`
+    /// runs the mixer on the normed input and hands back the Gated DeltaNet captures, if any.
+    fn residual(
         &self,
         x: &Tensor,
-        mixed: Tensor,
-        mut captures: LayerCaptures,
+        mix: impl FnOnce(&Mixer, &Tensor) -> Result<(Tensor, Option<GdnCaptures>)>,
     ) -> Result<(Tensor, LayerCaptures)> {
+        let normed = self.input_layernorm.forward(x)?;
+        let (mixed, gdn) = mix(&self.mixer, &normed)?;
         let x = (x + mixed)?;
         let normed = self.post_attention_layernorm.forward(&x)?;
+        let mut router = None;
         let ff = match &self.ffn {
             FeedForward::Dense(mlp) => mlp.forward(&normed)?,
             FeedForward::Sparse(moe) => {
                 let (out, choice) = moe.forward(&normed)?;
-                captures.router = Some(choice);
+                router = Some(choice);
                 out
             }
         };
-        Ok(((x + ff)?, captures))
+        Ok(((x + ff)?, LayerCaptures { gdn, router }))
     }
 }

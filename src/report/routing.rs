@@ -80,15 +80,9 @@ fn unit_roundoff(d: DType) -> f64 {
     }
 }
 
-/// Routing flips of `runs` (label, source) against `truth`; `floor_label` names the floor run(s)
-/// among them; `dtype` is the coarsest dtype compared.
-pub fn routing(
-    truth: &dyn TensorSource,
-    runs: &[(&str, &dyn TensorSource)],
-    floor_label: &str,
-    dtype: DType,
-) -> Result<Routing> {
-    let mut layers: Vec<usize> = truth
+/// The MoE layers whose router choices (`router.{i}.topk_ids`) `source` carries, ascending.
+pub(super) fn router_layers(source: &dyn TensorSource) -> Vec<usize> {
+    let mut layers: Vec<usize> = source
         .names()
         .iter()
         .filter_map(|n| {
@@ -99,6 +93,18 @@ pub fn routing(
         })
         .collect();
     layers.sort_unstable();
+    layers
+}
+
+/// Routing flips of `runs` (label, source) against `truth`; `floor_label` names the floor run(s)
+/// among them; `dtype` is the coarsest dtype compared.
+pub fn routing(
+    truth: &dyn TensorSource,
+    runs: &[(&str, &dyn TensorSource)],
+    floor_label: &str,
+    dtype: DType,
+) -> Result<Routing> {
+    let layers = router_layers(truth);
     let mut found: Vec<LayerFlips> = Vec::new();
     for &layer in &layers {
         let Some(want) = topk(truth, layer)? else {
