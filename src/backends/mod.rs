@@ -41,6 +41,34 @@ pub struct GdnInputs<'a> {
     pub dims: GdnDims,
 }
 
+/// The tensors of one gated-delta-rule call. Value head h reads key head h / (Hv/Hk).
+#[derive(Clone, Copy)]
+pub struct DeltaInputs<'a> {
+    /// Queries and keys, `[B, T, Hk, dk]`, before the in-rule L2 norm.
+    pub q: &'a Tensor,
+    pub k: &'a Tensor,
+    /// Values, `[B, T, Hv, dv]`.
+    pub v: &'a Tensor,
+    /// `[B, T, Hv]` log decay, at the accumulation dtype.
+    pub g: &'a Tensor,
+    /// `[B, T, Hv]` write strength β, in q's dtype.
+    pub beta: &'a Tensor,
+}
+
+impl<'a> GdnInputs<'a> {
+    /// The delta rule's inputs: q, k, v split out of the conv output ([`split_qkv`]), g and beta
+    /// from the layer.
+    fn delta_inputs<'t>(&'t self, (q, k, v): &'t (Tensor, Tensor, Tensor)) -> DeltaInputs<'t> {
+        DeltaInputs {
+            q,
+            k,
+            v,
+            g: self.g,
+            beta: self.beta,
+        }
+    }
+}
+
 /// What a backend hands back: the gated-norm output and, when asked, intermediate values.
 pub struct GdnOutputs {
     /// `[B, T, Hv·dv]` in the compute dtype, ready for out_proj.
@@ -109,19 +137,10 @@ pub trait LinearAttentionBackend: Send + Sync {
     /// Causal depthwise conv over the sequence + SiLU: `[B, T, C]`, `[C, K]` → `[B, T, C]`.
     fn conv1d_silu(&self, x: &Tensor, weight: &Tensor) -> Result<Tensor>;
 
-    /// The gated delta rule with q/k L2-normalised inside and q scaled by dk^-1/2.
-    /// q, k: `[B, T, Hk, dk]`; v: `[B, T, Hv, dv]`; g, beta: `[B, T, Hv]`; value head h reads key
-    /// head h / (Hv/Hk). Returns the output `[B, T, Hv, dv]` (v's dtype) and the final state
-    /// `[B, Hv, dk, dv]` (accumulation dtype).
-    fn gated_delta_rule(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        g: &Tensor,
-        beta: &Tensor,
-        initial_state: Option<&Tensor>,
-    ) -> Result<(Tensor, Tensor)>;
+    /// The gated delta rule with q/k L2-normalised inside and q scaled by dk^-1/2, from the
+    /// initial `state` `[B, Hv, dk, dv]` (accumulation dtype; none: zeros). Returns the output
+    /// `[B, T, Hv, dv]` (v's dtype) and the final state `[B, Hv, dk, dv]` (accumulation dtype).
+    fn gated_delta_rule(&self, x: DeltaInputs, state: Option<&Tensor>) -> Result<(Tensor, Tensor)>;
 
     /// Gated RMSNorm over the last dim: `w ⊙ norm(x) ⊙ SiLU(z)`.
     fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor>;
@@ -131,8 +150,8 @@ pub trait LinearAttentionBackend: Send + Sync {
     fn forward(&self, inputs: &GdnInputs, capture_ops: bool) -> Result<GdnOutputs> {
         let d = inputs.dims;
         let conv = self.conv1d_silu(inputs.mixed_qkv, inputs.conv_weight)?;
-        let (q, k, v) = split_qkv(&conv, &d)?;
-        let (core, _state) = self.gated_delta_rule(&q, &k, &v, inputs.g, inputs.beta, None)?;
+        let qkv = split_qkv(&conv, &d)?;
+        let (core, _state) = self.gated_delta_rule(inputs.delta_inputs(&qkv), None)?;
         let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
         GdnOutputs::new(out, capture_ops.then_some(conv), core, &d)
     }
@@ -151,16 +170,8 @@ pub trait LinearAttentionBackend: Send + Sync {
 
     /// One decode step (T = 1) of the gated delta rule from `state`: the recurrent token step
     /// serving engines run. Backends whose `gated_delta_rule` is not the recurrence override it.
-    fn gated_delta_rule_step(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        g: &Tensor,
-        beta: &Tensor,
-        state: &Tensor,
-    ) -> Result<(Tensor, Tensor)> {
-        self.gated_delta_rule(q, k, v, g, beta, Some(state))
+    fn gated_delta_rule_step(&self, x: DeltaInputs, state: &Tensor) -> Result<(Tensor, Tensor)> {
+        self.gated_delta_rule(x, Some(state))
     }
 
     /// [`forward`](Self::forward) from a cached state (none: a fresh sequence), returning the
@@ -203,19 +214,11 @@ pub fn compose_forward_cached<B: LinearAttentionBackend + ?Sized>(
         Some(s) => backend.conv1d_silu_continue(inputs.mixed_qkv, inputs.conv_weight, &s.conv)?,
         None => backend.conv1d_silu(inputs.mixed_qkv, inputs.conv_weight)?,
     };
-    let (q, k, v) = split_qkv(&conv, &d)?;
+    let qkv = split_qkv(&conv, &d)?;
+    let x = inputs.delta_inputs(&qkv);
     let (core, recurrent) = match state {
-        Some(s) if d.seq == 1 => {
-            backend.gated_delta_rule_step(&q, &k, &v, inputs.g, inputs.beta, &s.recurrent)?
-        }
-        _ => backend.gated_delta_rule(
-            &q,
-            &k,
-            &v,
-            inputs.g,
-            inputs.beta,
-            state.map(|s| &s.recurrent),
-        )?,
+        Some(s) if d.seq == 1 => backend.gated_delta_rule_step(x, &s.recurrent)?,
+        _ => backend.gated_delta_rule(x, state.map(|s| &s.recurrent))?,
     };
     let out = backend.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
     let conv_state = next_conv_state(state.map(|s| &s.conv), inputs.mixed_qkv, d.conv_kernel)?;
@@ -348,13 +351,10 @@ pub fn accumulation_dtype(compute: DType) -> DType {
 /// Checks the shapes of a gated-delta-rule call and returns its dims (without the conv kernel).
 pub fn check_delta_rule_shapes(
     backend: &str,
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    g: &Tensor,
-    beta: &Tensor,
+    x: DeltaInputs,
     initial_state: Option<&Tensor>,
 ) -> Result<GdnDims> {
+    let DeltaInputs { q, k, v, g, beta } = x;
     let err = |msg: String| Error::backend(backend, msg);
     let (b, t, hk, dk) = q
         .dims4()

@@ -12,8 +12,8 @@
 use candle_core::{D, Tensor};
 
 use super::{
-    LinearAttentionBackend, accumulation_dtype, check_conv_shapes, check_delta_rule_shapes,
-    check_norm_shapes,
+    DeltaInputs, LinearAttentionBackend, accumulation_dtype, check_conv_shapes,
+    check_delta_rule_shapes, check_norm_shapes,
 };
 use crate::error::Result;
 
@@ -44,16 +44,9 @@ impl LinearAttentionBackend for Reference {
         Ok(candle_nn::ops::silu(&conv.to_dtype(acc)?)?.to_dtype(dtype)?)
     }
 
-    fn gated_delta_rule(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        g: &Tensor,
-        beta: &Tensor,
-        initial_state: Option<&Tensor>,
-    ) -> Result<(Tensor, Tensor)> {
-        let d = check_delta_rule_shapes(self.name(), q, k, v, g, beta, initial_state)?;
+    fn gated_delta_rule(&self, x: DeltaInputs, state: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+        let d = check_delta_rule_shapes(self.name(), x, state)?;
+        let DeltaInputs { q, k, v, g, beta } = x;
         let dtype = v.dtype();
         let acc = accumulation_dtype(dtype);
         let r = d.heads_per_key_head();
@@ -72,7 +65,7 @@ impl LinearAttentionBackend for Reference {
         let v = v.to_dtype(acc)?.transpose(1, 2)?.contiguous()?;
         let decay = g.to_dtype(acc)?.exp()?.transpose(1, 2)?.contiguous()?;
         let beta = beta.to_dtype(acc)?.transpose(1, 2)?.contiguous()?;
-        let mut state = match initial_state {
+        let mut state = match state {
             Some(s) => s.to_dtype(acc)?,
             None => Tensor::zeros((d.batch, d.v_heads, d.k_dim, d.v_dim), acc, q.device())?,
         };

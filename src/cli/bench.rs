@@ -26,7 +26,7 @@ use comfy_table::presets::{ASCII_MARKDOWN, UTF8_FULL_CONDENSED};
 use comfy_table::{CellAlignment, Table};
 use serde::{Deserialize, Serialize};
 
-use crate::backends::{available_backends, backend_by_name};
+use crate::backends::{DeltaInputs, available_backends, backend_by_name};
 use crate::capture::names;
 use crate::config::LayerType;
 use crate::device::{dtype_label, parse_dtype};
@@ -932,7 +932,14 @@ fn run_case(args: &CaseArgs) -> Result<i32> {
             let mut last = None;
             for i in 0..args.warmup + args.repeats {
                 let start = Instant::now();
-                let (out, _state) = backend.gated_delta_rule(&q, &k, &v, &g, &beta, None)?;
+                let x = DeltaInputs {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    g: &g,
+                    beta: &beta,
+                };
+                let (out, _state) = backend.gated_delta_rule(x, None)?;
                 let ms = start.elapsed().as_secs_f64() * 1e3;
                 if i >= args.warmup {
                     times.push(ms);

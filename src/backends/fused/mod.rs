@@ -31,9 +31,9 @@ pub mod cuda;
 use candle_core::{DType, Device, Tensor, WithDType};
 
 use super::{
-    GdnDims, GdnInputs, GdnOutputs, GdnState, LinearAttentionBackend, accumulation_dtype,
-    check_conv_shapes, check_delta_rule_shapes, check_norm_shapes, compose_forward_cached,
-    next_conv_state,
+    DeltaInputs, GdnDims, GdnInputs, GdnOutputs, GdnState, LinearAttentionBackend,
+    accumulation_dtype, check_conv_shapes, check_delta_rule_shapes, check_norm_shapes,
+    compose_forward_cached, next_conv_state,
 };
 use crate::error::{Error, Result};
 use cpu::{Accum, Element, KernelError};
@@ -110,26 +110,14 @@ impl LinearAttentionBackend for Fused {
         dispatch_dtype!(x.dtype(), "CPU kernels", conv_typed(x, weight, dims))
     }
 
-    fn gated_delta_rule(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        g: &Tensor,
-        beta: &Tensor,
-        initial_state: Option<&Tensor>,
-    ) -> Result<(Tensor, Tensor)> {
-        let d = check_delta_rule_shapes(NAME, q, k, v, g, beta, initial_state)?;
+    fn gated_delta_rule(&self, x: DeltaInputs, state: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+        let d = check_delta_rule_shapes(NAME, x, state)?;
         #[cfg(feature = "cuda")]
-        if q.device().is_cuda() {
-            return cuda::gated_delta_rule(q, k, v, g, beta, initial_state, false);
+        if x.q.device().is_cuda() {
+            return cuda::gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, state, false);
         }
-        require_cpu(q)?;
-        dispatch_dtype!(
-            q.dtype(),
-            "CPU kernels",
-            delta_rule_typed(q, k, v, g, beta, initial_state, d)
-        )
+        require_cpu(x.q)?;
+        dispatch_dtype!(x.q.dtype(), "CPU kernels", delta_rule_typed(x, state, d))
     }
 
     fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
@@ -233,17 +221,14 @@ fn conv_typed<S: Element + WithDType>(
 }
 
 fn delta_rule_typed<S: Element + WithDType>(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    g: &Tensor,
-    beta: &Tensor,
+    x: DeltaInputs,
     initial_state: Option<&Tensor>,
     dims: GdnDims,
 ) -> Result<(Tensor, Tensor)>
 where
     S::Acc: WithDType,
 {
+    let DeltaInputs { q, k, v, g, beta } = x;
     let init = initial_state.map(host_acc::<S>).transpose()?;
     let mut out = vec![zero::<S>(); v.elem_count()];
     let mut state =

@@ -24,7 +24,8 @@ use candle_core::op::BackpropOp;
 use candle_core::{CudaDevice, CudaStorage, DType, Shape, Storage, StorageRef, Tensor, WithDType};
 
 use crate::backends::{
-    GdnDims, accumulation_dtype, check_conv_shapes, check_delta_rule_shapes, check_norm_shapes,
+    DeltaInputs, GdnDims, accumulation_dtype, check_conv_shapes, check_delta_rule_shapes,
+    check_norm_shapes,
 };
 use crate::error::{Error, Result};
 
@@ -347,7 +348,7 @@ pub fn gated_delta_rule_using(
     initial_state: Option<&Tensor>,
     poison: bool,
 ) -> Result<(Tensor, Tensor)> {
-    let d = check_delta_rule_shapes(NAME, q, k, v, g, beta, initial_state)?;
+    let d = check_delta_rule_shapes(NAME, DeltaInputs { q, k, v, g, beta }, initial_state)?;
     dispatch_dtype!(
         v.dtype(),
         "CUDA kernels",
