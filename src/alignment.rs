@@ -8,12 +8,15 @@
 //! Only the first [`SAMPLE_TOKENS`] tokens are used: enough to tell layers apart, cheap on large
 //! files.
 
-use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::capture::names;
 use crate::compare::TensorSource;
 use crate::error::Result;
+// The rel L2 here skips element pairs that are not finite on both sides: alignment asks which
+// layers line up, and a few overflowed elements in one layer must not hide the answer (the
+// comparison itself reports and judges them). On finite data it is `stats::rel_l2_tensors`.
+use crate::metrics::stats::{median, rel_l2_tensors_over_finite};
 
 pub const MAX_SHIFT: i64 = 2;
 /// A shift must beat the diagonal's median rel L2 by this factor to be reported.
@@ -65,48 +68,6 @@ fn layer_name(i: i64) -> Option<String> {
     }
 }
 
-/// ‖a − b‖ / ‖b‖ over finite elements, in f64, a chunk at a time.
-fn rel_l2(a: &Tensor, b: &Tensor) -> Result<f64> {
-    let a = a.flatten_all()?;
-    let b = b.flatten_all()?;
-    let n = a.dim(0)?;
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    let chunk = 1 << 20;
-    let mut off = 0;
-    while off < n {
-        let len = chunk.min(n - off);
-        let xa: Vec<f64> = a.narrow(0, off, len)?.to_dtype(DType::F64)?.to_vec1()?;
-        let xb: Vec<f64> = b.narrow(0, off, len)?.to_dtype(DType::F64)?.to_vec1()?;
-        for (x, y) in xa.iter().zip(&xb) {
-            if x.is_finite() && y.is_finite() {
-                num += (x - y) * (x - y);
-                den += y * y;
-            }
-        }
-        off += len;
-    }
-    Ok(if num == 0.0 {
-        0.0
-    } else if den == 0.0 {
-        f64::INFINITY
-    } else {
-        (num / den).sqrt()
-    })
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        0.5 * (v[m - 1] + v[m])
-    }
-}
-
 /// Scores every offset; `ok` is the rel L2 under which the diagonal already agrees (then no
 /// shifted pair is read, unless `full`). Returns the best offset (0 unless a shift is far
 /// better) and the evidence; None when the diagonal agrees (and not `full`) or fewer than 2
@@ -144,14 +105,14 @@ pub fn detect(
                     continue;
                 };
                 if at.dims() == bt.dims() {
-                    rels[slot(k)].push(rel_l2(&at, &bt)?);
+                    rels[slot(k)].push(rel_l2_tensors_over_finite(&at, &bt)?);
                 }
             }
         }
         Ok(())
     };
     pass(&[0], &mut rels)?;
-    let diag = median(rels[slot(0)].clone());
+    let diag = median(&rels[slot(0)]);
     let diag_pairs = rels[slot(0)].len();
     if diag_pairs >= 2 && diag <= ok && !full {
         return Ok(None);
@@ -161,7 +122,7 @@ pub fn detect(
     let offsets: Vec<OffsetScore> = (-MAX_SHIFT..=MAX_SHIFT)
         .map(|k| OffsetScore {
             offset: k,
-            median_rel_l2: median(rels[slot(k)].clone()),
+            median_rel_l2: median(&rels[slot(k)]),
             pairs: rels[slot(k)].len(),
         })
         .collect();
@@ -296,15 +257,15 @@ pub fn index_reading(
             && o.dims() == t.dims()
             && p.dims() == t.dims()
         {
-            out.push(rel_l2(&t, &o)?);
-            inp.push(rel_l2(&t, &p)?);
+            out.push(rel_l2_tensors_over_finite(&t, &o)?);
+            inp.push(rel_l2_tensors_over_finite(&t, &p)?);
         }
     }
     if out.is_empty() {
         return Ok(None);
     }
     let pairs = out.len();
-    let (output_median, input_median) = (median(out), median(inp));
+    let (output_median, input_median) = (median(&out), median(&inp));
     Ok(Some(IndexReading {
         input: input_median * FAR_BETTER < output_median,
         output_median,
@@ -317,7 +278,7 @@ pub fn index_reading(
 mod tests {
     use super::*;
     use crate::capture::Captures;
-    use candle_core::Device;
+    use candle_core::{Device, Tensor};
 
     fn caps(layers: &[(&str, f32)]) -> Captures {
         let mut c = Captures::new(vec![]);

@@ -28,7 +28,7 @@ use std::sync::Mutex;
 
 use candle_core::{DType, Device, Tensor};
 use hsdiff::backends::{
-    GdnDims, GdnInputs, LinearAttentionBackend, available_backends, backend_by_name,
+    DeltaInputs, GdnDims, GdnInputs, LinearAttentionBackend, available_backends, backend_by_name,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -93,14 +93,7 @@ fn truth_delta_rule(
     init: Option<&[f64]>,
     d: &GdnDims,
 ) -> DeltaRuleTruth {
-    let (b, t, hk, hv, dk, dv) = (
-        d.batch,
-        d.seq,
-        d.num_key_heads,
-        d.num_value_heads,
-        d.key_head_dim,
-        d.value_head_dim,
-    );
+    let (b, t, hk, hv, dk, dv) = (d.batch, d.seq, d.k_heads, d.v_heads, d.k_dim, d.v_dim);
     let r = hv / hk;
     let scale = 1.0 / (dk as f64).sqrt();
     let mut out = vec![0.0; b * t * hv * dv];
@@ -360,10 +353,10 @@ impl Case {
         GdnDims {
             batch: self.b,
             seq: self.t,
-            num_key_heads: self.hk,
-            num_value_heads: self.hv,
-            key_head_dim: self.dk,
-            value_head_dim: self.dv,
+            k_heads: self.hk,
+            v_heads: self.hv,
+            k_dim: self.dk,
+            v_dim: self.dv,
             conv_kernel: 4,
         }
     }
@@ -497,7 +490,7 @@ const CASES: &[Case] = &[
 ];
 
 /// Raw f64 inputs of one case: q, k, v ~ N(0, 1); β, g from `gates`; S0 ~ N(0, 0.5²).
-struct DeltaInputs {
+struct DeltaValues {
     q: Vec<f64>,
     k: Vec<f64>,
     v: Vec<f64>,
@@ -506,7 +499,7 @@ struct DeltaInputs {
     s0: Option<Vec<f64>>,
 }
 
-fn delta_inputs(c: &Case) -> DeltaInputs {
+fn delta_inputs(c: &Case) -> DeltaValues {
     let mut rng = StdRng::seed_from_u64(c.seed);
     let q = normal_vec(&mut rng, c.b * c.t * c.hk * c.dk, 1.0);
     let k = normal_vec(&mut rng, c.b * c.t * c.hk * c.dk, 1.0);
@@ -515,7 +508,7 @@ fn delta_inputs(c: &Case) -> DeltaInputs {
     let s0 = c
         .init
         .then(|| normal_vec(&mut rng, c.b * c.hv * c.dk * c.dv, 0.5));
-    DeltaInputs {
+    DeltaValues {
         q,
         k,
         v,
@@ -535,6 +528,18 @@ struct DeltaRun {
     beta: Tensor,
     s0: Option<Tensor>,
     truth: DeltaRuleTruth,
+}
+
+impl DeltaRun {
+    fn inputs(&self) -> DeltaInputs<'_> {
+        DeltaInputs {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            g: &self.g,
+            beta: &self.beta,
+        }
+    }
 }
 
 fn delta_run(c: &Case, dtype: DType) -> DeltaRun {
@@ -576,7 +581,7 @@ fn check_delta_rule(dtypes: &[DType], cases: &[Case], title: &str) {
             for c in cases {
                 let run = delta_run(c, dtype);
                 let (out, state) = backend
-                    .gated_delta_rule(&run.q, &run.k, &run.v, &run.g, &run.beta, run.s0.as_ref())
+                    .gated_delta_rule(run.inputs(), run.s0.as_ref())
                     .unwrap_or_else(|e| panic!("{name} {} {dtype:?}: {e}", c.label()));
                 summary.check(
                     name,
@@ -649,7 +654,7 @@ fn chunked_agrees_with_reference_at_f32() {
     for c in CASES {
         let run = delta_run(c, DType::F32);
         let call = |b: &dyn LinearAttentionBackend| {
-            b.gated_delta_rule(&run.q, &run.k, &run.v, &run.g, &run.beta, run.s0.as_ref())
+            b.gated_delta_rule(run.inputs(), run.s0.as_ref())
                 .expect("delta rule")
         };
         let (ro, rs) = call(reference.as_ref());
@@ -909,82 +914,115 @@ fn bad_shapes_and_dtypes_are_errors() {
     let (beta, g) = gates(&mut rng, b, t, hv, Decay::Mixed);
     let beta = tensor(&beta, &[b, t, hv], f32_);
     let g = tensor(&g, &[b, t, hv], f32_);
+    let ok = DeltaInputs {
+        q: &q,
+        k: &k,
+        v: &v,
+        g: &g,
+        beta: &beta,
+    };
     for (name, be) in backends() {
         // Sanity: the well-formed call works.
-        be.gated_delta_rule(&q, &k, &v, &g, &beta, None)
+        be.gated_delta_rule(ok, None)
             .unwrap_or_else(|e| panic!("{name}: valid call failed: {e}"));
         let bad_g = randn(&[b, t, hv + 1], f32_, 6);
         must_fail(
             name,
             "g [B, T, Hv+1]",
-            be.gated_delta_rule(&q, &k, &v, &bad_g, &beta, None),
+            be.gated_delta_rule(DeltaInputs { g: &bad_g, ..ok }, None),
         );
         let bad_g = randn(&[b, t], f32_, 6);
         must_fail(
             name,
             "g [B, T]",
-            be.gated_delta_rule(&q, &k, &v, &bad_g, &beta, None),
+            be.gated_delta_rule(DeltaInputs { g: &bad_g, ..ok }, None),
         );
         let bad_beta = randn(&[b, t + 1, hv], f32_, 6);
         must_fail(
             name,
             "beta [B, T+1, Hv]",
-            be.gated_delta_rule(&q, &k, &v, &g, &bad_beta, None),
+            be.gated_delta_rule(
+                DeltaInputs {
+                    beta: &bad_beta,
+                    ..ok
+                },
+                None,
+            ),
         );
         let bad_k = randn(&[b, t, hk, dk + 1], f32_, 7);
         must_fail(
             name,
             "k dk ≠ q dk",
-            be.gated_delta_rule(&q, &bad_k, &v, &g, &beta, None),
+            be.gated_delta_rule(DeltaInputs { k: &bad_k, ..ok }, None),
         );
         let bad_k = randn(&[b, t, hk + 1, dk], f32_, 7);
         must_fail(
             name,
             "k Hk ≠ q Hk",
-            be.gated_delta_rule(&q, &bad_k, &v, &g, &beta, None),
+            be.gated_delta_rule(DeltaInputs { k: &bad_k, ..ok }, None),
         );
         let bad_v = randn(&[b, t + 1, hv, dv], f32_, 8);
         must_fail(
             name,
             "v T ≠ q T",
-            be.gated_delta_rule(&q, &k, &bad_v, &g, &beta, None),
+            be.gated_delta_rule(DeltaInputs { v: &bad_v, ..ok }, None),
         );
         let q3 = randn(&[b, t, 3, dk], f32_, 9);
         let k3 = randn(&[b, t, 3, dk], f32_, 10);
         must_fail(
             name,
             "Hv=4 with Hk=3",
-            be.gated_delta_rule(&q3, &k3, &v, &g, &beta, None),
+            be.gated_delta_rule(
+                DeltaInputs {
+                    q: &q3,
+                    k: &k3,
+                    ..ok
+                },
+                None,
+            ),
         );
         let q3d = randn(&[b, t, hk * dk], f32_, 9);
         must_fail(
             name,
             "3-D q",
-            be.gated_delta_rule(&q3d, &q3d, &v, &g, &beta, None),
+            be.gated_delta_rule(
+                DeltaInputs {
+                    q: &q3d,
+                    k: &q3d,
+                    ..ok
+                },
+                None,
+            ),
         );
         let k_bf = k.to_dtype(DType::BF16).expect("bf16");
         must_fail(
             name,
             "k bf16, q f32",
-            be.gated_delta_rule(&q, &k_bf, &v, &g, &beta, None),
+            be.gated_delta_rule(DeltaInputs { k: &k_bf, ..ok }, None),
         );
         let v_bf = v.to_dtype(DType::BF16).expect("bf16");
         must_fail(
             name,
             "v bf16, q f32",
-            be.gated_delta_rule(&q, &k, &v_bf, &g, &beta, None),
+            be.gated_delta_rule(DeltaInputs { v: &v_bf, ..ok }, None),
         );
         let beta_64 = beta.to_dtype(DType::F64).expect("f64");
         must_fail(
             name,
             "beta f64, q f32",
-            be.gated_delta_rule(&q, &k, &v, &g, &beta_64, None),
+            be.gated_delta_rule(
+                DeltaInputs {
+                    beta: &beta_64,
+                    ..ok
+                },
+                None,
+            ),
         );
         let bad_s0 = randn(&[b, hv, dv, dk], f32_, 11);
         must_fail(
             name,
             "S0 [B, Hv, dv, dk]",
-            be.gated_delta_rule(&q, &k, &v, &g, &beta, Some(&bad_s0)),
+            be.gated_delta_rule(ok, Some(&bad_s0)),
         );
 
         // Conv.

@@ -55,10 +55,10 @@ fn data(seed: u64) -> Data {
         dims: GdnDims {
             batch: b,
             seq: t,
-            num_key_heads: hk,
-            num_value_heads: hv,
-            key_head_dim: dk,
-            value_head_dim: dv,
+            k_heads: hk,
+            v_heads: hv,
+            k_dim: dk,
+            v_dim: dv,
             conv_kernel: k,
         },
     }

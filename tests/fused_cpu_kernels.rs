@@ -122,7 +122,7 @@ fn check_fused<S: Element>(inp: &Inputs, label: &str) {
 
     // The standalone rule on the captured conv output must match the fused kernel bit for bit
     // (same recurrence, same inputs).
-    let c = d.conv_dim().unwrap();
+    let c = d.conv_dim();
     let kd = d.k_heads * d.k_dim;
     let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
     for row in conv.chunks(c) {
@@ -283,7 +283,7 @@ fn seq_zero_copies_state() {
     let init: Vec<f32> = (0..2 * 2 * 64).map(|i| i as f32 * 0.01 + 0.5).collect();
     let mut fin = vec![f32::NAN; init.len()];
     let mut out: Vec<f32> = vec![];
-    let w = vec![0.3f32; d.conv_dim().unwrap() * 4];
+    let w = vec![0.3f32; d.conv_dim() * 4];
     fused_gdn::<f32>(
         &[],
         &w,
@@ -305,7 +305,7 @@ fn seq_zero_copies_state() {
 #[test]
 fn shape_errors_not_panics() {
     let d = dims(1, 5, 2, 4, 8, 6);
-    let c = d.conv_dim().unwrap();
+    let c = d.conv_dim();
     let x = vec![0.1f32; 5 * c];
     let w = vec![0.1f32; c * 4];
     let g = vec![-0.1f32; 5 * 4];

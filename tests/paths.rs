@@ -7,8 +7,8 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::*;
 use hsdiff::backends::{
-    GdnInputs, GdnOutputs, LinearAttentionBackend, Reference, available_backends, backend_by_name,
-    forward_documents,
+    DeltaInputs, GdnInputs, GdnOutputs, LinearAttentionBackend, Reference, available_backends,
+    backend_by_name, forward_documents,
 };
 use hsdiff::error::Result;
 use hsdiff::input::{Tokenizer, builtin_prompt};
@@ -119,18 +119,10 @@ impl LinearAttentionBackend for Planted {
     fn conv1d_silu(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
         Reference.conv1d_silu(x, w)
     }
-    fn gated_delta_rule(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        g: &Tensor,
-        beta: &Tensor,
-        s0: Option<&Tensor>,
-    ) -> Result<(Tensor, Tensor)> {
-        let t = q.dim(1)?;
+    fn gated_delta_rule(&self, x: DeltaInputs, s0: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+        let t = x.q.dim(1)?;
         if self.bug != Bug::PadTokensUpdateState || t % 64 == 0 {
-            return Reference.gated_delta_rule(q, k, v, g, beta, s0);
+            return Reference.gated_delta_rule(x, s0);
         }
         let pad = t.div_ceil(64) * 64 - t;
         let extend = |x: &Tensor| -> Result<Tensor> {
@@ -142,26 +134,25 @@ impl LinearAttentionBackend for Planted {
                 1,
             )?)
         };
-        let (out, state) = Reference.gated_delta_rule(
-            &extend(q)?,
-            &extend(k)?,
-            &extend(v)?,
-            &extend(g)?,
-            &extend(beta)?,
-            s0,
-        )?;
+        let (q, k, v, g, beta) = (
+            extend(x.q)?,
+            extend(x.k)?,
+            extend(x.v)?,
+            extend(x.g)?,
+            extend(x.beta)?,
+        );
+        let padded = DeltaInputs {
+            q: &q,
+            k: &k,
+            v: &v,
+            g: &g,
+            beta: &beta,
+        };
+        let (out, state) = Reference.gated_delta_rule(padded, s0)?;
         Ok((out.narrow(1, 0, t)?, state))
     }
-    fn gated_delta_rule_step(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        g: &Tensor,
-        beta: &Tensor,
-        state: &Tensor,
-    ) -> Result<(Tensor, Tensor)> {
-        let (out, s) = Reference.gated_delta_rule(q, k, v, g, beta, Some(state))?;
+    fn gated_delta_rule_step(&self, x: DeltaInputs, state: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (out, s) = Reference.gated_delta_rule(x, Some(state))?;
         if self.bug == Bug::F16DecodeState {
             let acc = s.dtype();
             return Ok((out, s.to_dtype(DType::F16)?.to_dtype(acc)?));

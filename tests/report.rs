@@ -19,7 +19,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::{DType, Device, Tensor};
-use hsdiff::backends::{GdnInputs, GdnOutputs, LinearAttentionBackend, Reference, backend_by_name};
+use hsdiff::backends::{
+    DeltaInputs, GdnInputs, GdnOutputs, LinearAttentionBackend, Reference, backend_by_name,
+};
 use hsdiff::capture::Captures;
 use hsdiff::capture::dump::Dump;
 use hsdiff::capture::names;
@@ -282,16 +284,8 @@ impl LinearAttentionBackend for Injector {
         self.inner.conv1d_silu(x, weight)
     }
 
-    fn gated_delta_rule(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        g: &Tensor,
-        beta: &Tensor,
-        initial_state: Option<&Tensor>,
-    ) -> Result<(Tensor, Tensor)> {
-        self.inner.gated_delta_rule(q, k, v, g, beta, initial_state)
+    fn gated_delta_rule(&self, x: DeltaInputs, state: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+        self.inner.gated_delta_rule(x, state)
     }
 
     fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {

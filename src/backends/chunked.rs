@@ -13,10 +13,10 @@
 //!
 //! The conv + SiLU and the gated RMSNorm are the `reference` ones (same casts).
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 
 use super::{
-    LinearAttentionBackend, Reference, accumulation_dtype, check_conv_shapes,
+    DeltaInputs, LinearAttentionBackend, Reference, accumulation_dtype, check_conv_shapes,
     check_delta_rule_shapes, check_norm_shapes,
 };
 use crate::error::Result;
@@ -34,38 +34,23 @@ impl LinearAttentionBackend for Chunked {
         "chunked"
     }
 
-    fn implementation(&self, device: &Device) -> String {
-        match device {
-            Device::Cpu => "chunked/cpu-candle".to_string(),
-            Device::Cuda(_) => "chunked/cuda-candle".to_string(),
-            _ => "chunked/candle".to_string(),
-        }
-    }
-
     fn conv1d_silu(&self, x: &Tensor, weight: &Tensor) -> Result<Tensor> {
         // Checked here too so that errors name this backend.
         check_conv_shapes(self.name(), x, weight)?;
         Reference.conv1d_silu(x, weight)
     }
 
-    fn gated_delta_rule(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        g: &Tensor,
-        beta: &Tensor,
-        initial_state: Option<&Tensor>,
-    ) -> Result<(Tensor, Tensor)> {
-        let d = check_delta_rule_shapes(self.name(), q, k, v, g, beta, initial_state)?;
+    fn gated_delta_rule(&self, x: DeltaInputs, state: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+        let d = check_delta_rule_shapes(self.name(), x, state)?;
+        let DeltaInputs { q, k, v, g, beta } = x;
         let dtype = v.dtype();
         let acc = accumulation_dtype(dtype);
+        let (b, t, hv) = (d.batch, d.seq, d.v_heads);
+        let (hk, dk, dv) = (d.k_heads, d.k_dim, d.v_dim);
         let dev = v.device();
-        let (b, t, hv) = (d.batch, d.seq, d.num_value_heads);
-        let (hk, dk, dv) = (d.num_key_heads, d.key_head_dim, d.value_head_dim);
         let r = d.heads_per_key_head();
         let bh = b * hv;
-        let mut state = match initial_state {
+        let mut state = match state {
             Some(s) => s.to_dtype(acc)?.reshape((bh, dk, dv))?,
             None => Tensor::zeros((bh, dk, dv), acc, dev)?,
         };
@@ -170,17 +155,9 @@ impl LinearAttentionBackend for Chunked {
 
     /// A decode step is the recurrence, as in transformers (`torch_recurrent_gated_delta_rule`
     /// for one token with a cache): a lone token is not padded to a 64-token chunk.
-    fn gated_delta_rule_step(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        g: &Tensor,
-        beta: &Tensor,
-        state: &Tensor,
-    ) -> Result<(Tensor, Tensor)> {
-        check_delta_rule_shapes(self.name(), q, k, v, g, beta, Some(state))?;
-        Reference.gated_delta_rule(q, k, v, g, beta, Some(state))
+    fn gated_delta_rule_step(&self, x: DeltaInputs, state: &Tensor) -> Result<(Tensor, Tensor)> {
+        check_delta_rule_shapes(self.name(), x, Some(state))?;
+        Reference.gated_delta_rule(x, Some(state))
     }
 }
 
@@ -213,7 +190,7 @@ fn solve_unit_lower(a: &Tensor, rhs: &Tensor) -> Result<Tensor> {
 
 #[cfg(test)]
 mod tests {
-    use candle_core::DType;
+    use candle_core::{DType, Device};
 
     use super::*;
 
@@ -273,7 +250,14 @@ mod tests {
         let v = Tensor::zeros((1, 0, 2, 3), DType::F32, &dev)?;
         let g = Tensor::zeros((1, 0, 2), DType::F32, &dev)?;
         let s0 = Tensor::ones((1, 2, 4, 3), DType::F32, &dev)?;
-        let (out, s) = Chunked.gated_delta_rule(&q, &q, &v, &g, &g, Some(&s0))?;
+        let x = DeltaInputs {
+            q: &q,
+            k: &q,
+            v: &v,
+            g: &g,
+            beta: &g,
+        };
+        let (out, s) = Chunked.gated_delta_rule(x, Some(&s0))?;
         assert_eq!(out.dims(), [1, 0, 2, 3]);
         assert_eq!(s.flatten_all()?.to_vec1::<f32>()?, vec![1.0; 24]);
         Ok(())

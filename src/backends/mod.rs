@@ -16,30 +16,12 @@ use crate::error::{Error, Result};
 
 pub use chunked::Chunked;
 pub use fused::Fused;
+/// The shapes of one linear-attention call: one type for the backends and the CPU kernels (it
+/// lives in the self-contained kernel module, which cannot depend on this one).
+pub use fused::cpu::GdnDims;
 pub use reference::Reference;
 pub use registry::{BackendInfo, available_backends, backend_by_name, implementation_on};
 pub use state::{GdnState, check_conv_state, next_conv_state};
-
-/// Shapes of one linear-attention call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GdnDims {
-    pub batch: usize,
-    pub seq: usize,
-    pub num_key_heads: usize,
-    pub num_value_heads: usize,
-    pub key_head_dim: usize,
-    pub value_head_dim: usize,
-    pub conv_kernel: usize,
-}
-
-impl GdnDims {
-    pub fn conv_dim(&self) -> usize {
-        2 * self.num_key_heads * self.key_head_dim + self.num_value_heads * self.value_head_dim
-    }
-    pub fn heads_per_key_head(&self) -> usize {
-        self.num_value_heads / self.num_key_heads
-    }
-}
 
 /// Everything a backend needs for one Gated DeltaNet layer, as the shared layer code prepared it.
 pub struct GdnInputs<'a> {
@@ -57,6 +39,34 @@ pub struct GdnInputs<'a> {
     pub norm_weight: &'a Tensor,
     pub norm_eps: f64,
     pub dims: GdnDims,
+}
+
+/// The tensors of one gated-delta-rule call. Value head h reads key head h / (Hv/Hk).
+#[derive(Clone, Copy)]
+pub struct DeltaInputs<'a> {
+    /// Queries and keys, `[B, T, Hk, dk]`, before the in-rule L2 norm.
+    pub q: &'a Tensor,
+    pub k: &'a Tensor,
+    /// Values, `[B, T, Hv, dv]`.
+    pub v: &'a Tensor,
+    /// `[B, T, Hv]` log decay, at the accumulation dtype.
+    pub g: &'a Tensor,
+    /// `[B, T, Hv]` write strength β, in q's dtype.
+    pub beta: &'a Tensor,
+}
+
+impl<'a> GdnInputs<'a> {
+    /// The delta rule's inputs: q, k, v split out of the conv output ([`split_qkv`]), g and beta
+    /// from the layer.
+    fn delta_inputs<'t>(&'t self, (q, k, v): &'t (Tensor, Tensor, Tensor)) -> DeltaInputs<'t> {
+        DeltaInputs {
+            q,
+            k,
+            v,
+            g: self.g,
+            beta: self.beta,
+        }
+    }
 }
 
 /// What a backend hands back: the gated-norm output, the final recurrent state and, when asked,
@@ -113,7 +123,7 @@ impl GdnOutputs {
         core: Tensor,
         d: &GdnDims,
     ) -> Result<Self> {
-        let out = norm_out.reshape((d.batch, d.seq, d.num_value_heads * d.value_head_dim))?;
+        let out = norm_out.reshape((d.batch, d.seq, d.v_heads * d.v_dim))?;
         let ops = match conv {
             Some(conv) => {
                 let (q, k, v) = split_qkv(&conv, d)?;
@@ -142,8 +152,17 @@ pub trait LinearAttentionBackend: Send + Sync {
     /// Registry name (`reference`, `chunked`, `fused`, …).
     fn name(&self) -> &'static str;
 
-    /// What actually runs for tensors on `device`, e.g. `reference/cpu` or `fused/cpu-rayon-2t`.
-    fn implementation(&self, device: &candle_core::Device) -> String;
+    /// What actually runs for tensors on `device`, e.g. `reference/cpu-candle` or
+    /// `fused/cpu-rayon-2t-avx2`. The default names a backend composed from candle tensor ops:
+    /// `{name}/cpu-candle`, `{name}/cuda-candle`, else `{name}/candle`.
+    fn implementation(&self, device: &candle_core::Device) -> String {
+        let on = match device {
+            candle_core::Device::Cpu => "cpu-",
+            candle_core::Device::Cuda(_) => "cuda-",
+            _ => "",
+        };
+        format!("{}/{on}candle", self.name())
+    }
 
     /// Whether this backend can run on `device`; the error says why not. Never substituted.
     fn check_device(&self, device: &candle_core::Device) -> Result<()> {
@@ -154,19 +173,10 @@ pub trait LinearAttentionBackend: Send + Sync {
     /// Causal depthwise conv over the sequence + SiLU: `[B, T, C]`, `[C, K]` → `[B, T, C]`.
     fn conv1d_silu(&self, x: &Tensor, weight: &Tensor) -> Result<Tensor>;
 
-    /// The gated delta rule with q/k L2-normalised inside and q scaled by dk^-1/2.
-    /// q, k: `[B, T, Hk, dk]`; v: `[B, T, Hv, dv]`; g, beta: `[B, T, Hv]`; value head h reads key
-    /// head h / (Hv/Hk). Returns the output `[B, T, Hv, dv]` (v's dtype) and the final state
-    /// `[B, Hv, dk, dv]` (accumulation dtype).
-    fn gated_delta_rule(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        g: &Tensor,
-        beta: &Tensor,
-        initial_state: Option<&Tensor>,
-    ) -> Result<(Tensor, Tensor)>;
+    /// The gated delta rule with q/k L2-normalised inside and q scaled by dk^-1/2, from the
+    /// initial `state` `[B, Hv, dk, dv]` (accumulation dtype; none: zeros). Returns the output
+    /// `[B, T, Hv, dv]` (v's dtype) and the final state `[B, Hv, dk, dv]` (accumulation dtype).
+    fn gated_delta_rule(&self, x: DeltaInputs, state: Option<&Tensor>) -> Result<(Tensor, Tensor)>;
 
     /// Gated RMSNorm over the last dim: `w ⊙ norm(x) ⊙ SiLU(z)`.
     fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor>;
@@ -176,8 +186,8 @@ pub trait LinearAttentionBackend: Send + Sync {
     fn forward(&self, inputs: &GdnInputs, capture_ops: bool) -> Result<GdnOutputs> {
         let d = inputs.dims;
         let conv = self.conv1d_silu(inputs.mixed_qkv, inputs.conv_weight)?;
-        let (q, k, v) = split_qkv(&conv, &d)?;
-        let (core, state) = self.gated_delta_rule(&q, &k, &v, inputs.g, inputs.beta, None)?;
+        let qkv = split_qkv(&conv, &d)?;
+        let (core, state) = self.gated_delta_rule(inputs.delta_inputs(&qkv), None)?;
         let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
         GdnOutputs::new(out, state, capture_ops.then_some(conv), core, &d)
     }
@@ -196,16 +206,8 @@ pub trait LinearAttentionBackend: Send + Sync {
 
     /// One decode step (T = 1) of the gated delta rule from `state`: the recurrent token step
     /// serving engines run. Backends whose `gated_delta_rule` is not the recurrence override it.
-    fn gated_delta_rule_step(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        g: &Tensor,
-        beta: &Tensor,
-        state: &Tensor,
-    ) -> Result<(Tensor, Tensor)> {
-        self.gated_delta_rule(q, k, v, g, beta, Some(state))
+    fn gated_delta_rule_step(&self, x: DeltaInputs, state: &Tensor) -> Result<(Tensor, Tensor)> {
+        self.gated_delta_rule(x, Some(state))
     }
 
     /// [`forward`](Self::forward) from a cached state (none: a fresh sequence), returning the
@@ -248,19 +250,11 @@ pub fn compose_forward_cached<B: LinearAttentionBackend + ?Sized>(
         Some(s) => backend.conv1d_silu_continue(inputs.mixed_qkv, inputs.conv_weight, &s.conv)?,
         None => backend.conv1d_silu(inputs.mixed_qkv, inputs.conv_weight)?,
     };
-    let (q, k, v) = split_qkv(&conv, &d)?;
+    let qkv = split_qkv(&conv, &d)?;
+    let x = inputs.delta_inputs(&qkv);
     let (core, recurrent) = match state {
-        Some(s) if d.seq == 1 => {
-            backend.gated_delta_rule_step(&q, &k, &v, inputs.g, inputs.beta, &s.recurrent)?
-        }
-        _ => backend.gated_delta_rule(
-            &q,
-            &k,
-            &v,
-            inputs.g,
-            inputs.beta,
-            state.map(|s| &s.recurrent),
-        )?,
+        Some(s) if d.seq == 1 => backend.gated_delta_rule_step(x, &s.recurrent)?,
+        _ => backend.gated_delta_rule(x, state.map(|s| &s.recurrent))?,
     };
     let out = backend.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
     let conv_state = next_conv_state(state.map(|s| &s.conv), inputs.mixed_qkv, d.conv_kernel)?;
@@ -369,23 +363,17 @@ impl GdnInputs<'_> {
 
 /// Splits the conv output `[B, T, conv_dim]` into q, k `[B, T, Hk, dk]` and v `[B, T, Hv, dv]`.
 pub fn split_qkv(conv: &Tensor, d: &GdnDims) -> Result<(Tensor, Tensor, Tensor)> {
-    let key_dim = d.num_key_heads * d.key_head_dim;
-    let value_dim = d.num_value_heads * d.value_head_dim;
-    let q =
-        conv.narrow(2, 0, key_dim)?
-            .reshape((d.batch, d.seq, d.num_key_heads, d.key_head_dim))?;
-    let k = conv.narrow(2, key_dim, key_dim)?.reshape((
-        d.batch,
-        d.seq,
-        d.num_key_heads,
-        d.key_head_dim,
-    ))?;
-    let v = conv.narrow(2, 2 * key_dim, value_dim)?.reshape((
-        d.batch,
-        d.seq,
-        d.num_value_heads,
-        d.value_head_dim,
-    ))?;
+    let key_dim = d.k_heads * d.k_dim;
+    let value_dim = d.v_heads * d.v_dim;
+    let q = conv
+        .narrow(2, 0, key_dim)?
+        .reshape((d.batch, d.seq, d.k_heads, d.k_dim))?;
+    let k = conv
+        .narrow(2, key_dim, key_dim)?
+        .reshape((d.batch, d.seq, d.k_heads, d.k_dim))?;
+    let v = conv
+        .narrow(2, 2 * key_dim, value_dim)?
+        .reshape((d.batch, d.seq, d.v_heads, d.v_dim))?;
     Ok((q, k, v))
 }
 
@@ -402,13 +390,10 @@ pub fn accumulation_dtype(compute: DType) -> DType {
 /// Checks the shapes of a gated-delta-rule call and returns its dims (without the conv kernel).
 pub fn check_delta_rule_shapes(
     backend: &str,
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    g: &Tensor,
-    beta: &Tensor,
+    x: DeltaInputs,
     initial_state: Option<&Tensor>,
 ) -> Result<GdnDims> {
+    let DeltaInputs { q, k, v, g, beta } = x;
     let err = |msg: String| Error::backend(backend, msg);
     let (b, t, hk, dk) = q
         .dims4()
@@ -477,10 +462,10 @@ pub fn check_delta_rule_shapes(
     Ok(GdnDims {
         batch: b,
         seq: t,
-        num_key_heads: hk,
-        num_value_heads: hv,
-        key_head_dim: dk,
-        value_head_dim: dv,
+        k_heads: hk,
+        v_heads: hv,
+        k_dim: dk,
+        v_dim: dv,
         conv_kernel: 0,
     })
 }

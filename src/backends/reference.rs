@@ -9,11 +9,11 @@
 //!
 //! In f64 every step is float64, so this backend is exact up to f64 rounding.
 
-use candle_core::{D, Device, Tensor};
+use candle_core::{D, Tensor};
 
 use super::{
-    LinearAttentionBackend, accumulation_dtype, check_conv_shapes, check_delta_rule_shapes,
-    check_norm_shapes,
+    DeltaInputs, LinearAttentionBackend, accumulation_dtype, check_conv_shapes,
+    check_delta_rule_shapes, check_norm_shapes,
 };
 use crate::error::Result;
 
@@ -25,14 +25,6 @@ pub struct Reference;
 impl LinearAttentionBackend for Reference {
     fn name(&self) -> &'static str {
         "reference"
-    }
-
-    fn implementation(&self, device: &Device) -> String {
-        match device {
-            Device::Cpu => "reference/cpu-candle".to_string(),
-            Device::Cuda(_) => "reference/cuda-candle".to_string(),
-            _ => "reference/candle".to_string(),
-        }
     }
 
     fn conv1d_silu(&self, x: &Tensor, weight: &Tensor) -> Result<Tensor> {
@@ -52,27 +44,20 @@ impl LinearAttentionBackend for Reference {
         Ok(candle_nn::ops::silu(&conv.to_dtype(acc)?)?.to_dtype(dtype)?)
     }
 
-    fn gated_delta_rule(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        g: &Tensor,
-        beta: &Tensor,
-        initial_state: Option<&Tensor>,
-    ) -> Result<(Tensor, Tensor)> {
-        let d = check_delta_rule_shapes(self.name(), q, k, v, g, beta, initial_state)?;
+    fn gated_delta_rule(&self, x: DeltaInputs, state: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+        let d = check_delta_rule_shapes(self.name(), x, state)?;
+        let DeltaInputs { q, k, v, g, beta } = x;
         let dtype = v.dtype();
         let acc = accumulation_dtype(dtype);
         let r = d.heads_per_key_head();
-        let scale = 1.0 / (d.key_head_dim as f64).sqrt();
+        let scale = 1.0 / (d.k_dim as f64).sqrt();
         // [B, T, Hk, dk] → L2-normalised, repeated to [B, Hv, T, dk] (value head h ← key head h / r).
         let prep = |x: &Tensor| -> Result<Tensor> {
             let x = l2_normalise(&x.to_dtype(acc)?)?;
             let x = x
                 .unsqueeze(3)?
-                .broadcast_as((d.batch, d.seq, d.num_key_heads, r, d.key_head_dim))?
-                .reshape((d.batch, d.seq, d.num_value_heads, d.key_head_dim))?;
+                .broadcast_as((d.batch, d.seq, d.k_heads, r, d.k_dim))?
+                .reshape((d.batch, d.seq, d.v_heads, d.k_dim))?;
             Ok(x.transpose(1, 2)?.contiguous()?)
         };
         let q = (prep(q)? * scale)?;
@@ -80,13 +65,9 @@ impl LinearAttentionBackend for Reference {
         let v = v.to_dtype(acc)?.transpose(1, 2)?.contiguous()?;
         let decay = g.to_dtype(acc)?.exp()?.transpose(1, 2)?.contiguous()?;
         let beta = beta.to_dtype(acc)?.transpose(1, 2)?.contiguous()?;
-        let mut state = match initial_state {
+        let mut state = match state {
             Some(s) => s.to_dtype(acc)?,
-            None => Tensor::zeros(
-                (d.batch, d.num_value_heads, d.key_head_dim, d.value_head_dim),
-                acc,
-                q.device(),
-            )?,
+            None => Tensor::zeros((d.batch, d.v_heads, d.k_dim, d.v_dim), acc, q.device())?,
         };
         let mut outs = Vec::with_capacity(d.seq);
         for t in 0..d.seq {

@@ -9,7 +9,7 @@ use std::time::Instant;
 use candle_core::{DType, Device, Tensor};
 
 use super::protocol::Measurement;
-use crate::backends::{LinearAttentionBackend, backend_by_name};
+use crate::backends::{DeltaInputs, LinearAttentionBackend, backend_by_name};
 use crate::capture::names;
 use crate::error::{Error, Result};
 use crate::model::{Model, RunOptions};
@@ -97,7 +97,18 @@ pub fn run_case(req: &CaseRequest) -> Result<Measurement> {
             let [q, k, v, g, beta] = load_core_inputs(req)?;
             let rss_before = own_status_kib("VmRSS");
             let (times, last) = time_calls(req.warmup, req.repeats, || {
-                Ok(backend.gated_delta_rule(&q, &k, &v, &g, &beta, None)?.0)
+                Ok(backend
+                    .gated_delta_rule(
+                        DeltaInputs {
+                            q: &q,
+                            k: &k,
+                            v: &v,
+                            g: &g,
+                            beta: &beta,
+                        },
+                        None,
+                    )?
+                    .0)
             })?;
             (times, rss_before, "out", last)
         }

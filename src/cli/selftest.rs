@@ -414,10 +414,10 @@ fn run_gdn<S: Element + WithDType>(device: &Device, case: &GdnCase) -> Result<Gd
         let dims = backends::GdnDims {
             batch: b,
             seq: t,
-            num_key_heads: d.k_heads,
-            num_value_heads: hv,
-            key_head_dim: d.k_dim,
-            value_head_dim: d.v_dim,
+            k_heads: d.k_heads,
+            v_heads: hv,
+            k_dim: d.k_dim,
+            v_dim: d.v_dim,
             conv_kernel: d.conv_kernel,
         };
         let (core, state, conv) =

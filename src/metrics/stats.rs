@@ -1,6 +1,7 @@
 //! Small statistics shared by the commands that measure (bench, selftest, alignment): the median
 //! of samples and the relative L2 error of two value lists. NaN never hides: a NaN or infinite
-//! input makes the result NaN, which fails every bound.
+//! input makes the result NaN, which fails every bound (the one exception, named as such, is
+//! [`rel_l2_tensors_over_finite`], for alignment's search).
 
 use candle_core::{DType, Tensor};
 
@@ -41,6 +42,16 @@ impl RelL2Sums {
         }
     }
 
+    /// [`add`](Self::add) over the pairs where both elements are finite; the others are skipped.
+    fn add_finite_pairs(&mut self, a: &[f64], b: &[f64]) {
+        for (x, y) in a.iter().zip(b) {
+            if x.is_finite() && y.is_finite() {
+                self.num += (x - y) * (x - y);
+                self.den += y * y;
+            }
+        }
+    }
+
     fn value(&self) -> f64 {
         if self.non_finite {
             f64::NAN
@@ -68,6 +79,19 @@ pub fn rel_l2(a: &[f64], b: &[f64]) -> f64 {
 /// [`rel_l2`] of two tensors of the same element count, read in f64 a million elements at a time
 /// (no full f64 copy of a large tensor).
 pub fn rel_l2_tensors(a: &Tensor, b: &Tensor) -> Result<f64> {
+    chunked_rel_l2(a, b, RelL2Sums::add)
+}
+
+/// [`rel_l2_tensors`] over the element pairs where both sides are finite, the rest skipped: for
+/// callers that must see past a few overflowed elements rather than judge them (alignment asks
+/// which layers line up, not whether they agree). Never use it for a verdict.
+pub fn rel_l2_tensors_over_finite(a: &Tensor, b: &Tensor) -> Result<f64> {
+    chunked_rel_l2(a, b, RelL2Sums::add_finite_pairs)
+}
+
+/// Reads `a` and `b` in f64 a million elements at a time into `add`; NaN when the element
+/// counts differ.
+fn chunked_rel_l2(a: &Tensor, b: &Tensor, add: fn(&mut RelL2Sums, &[f64], &[f64])) -> Result<f64> {
     let a = a.flatten_all()?;
     let b = b.flatten_all()?;
     let n = a.dim(0)?;
@@ -81,7 +105,7 @@ pub fn rel_l2_tensors(a: &Tensor, b: &Tensor) -> Result<f64> {
         let len = CHUNK.min(n - off);
         let xa: Vec<f64> = a.narrow(0, off, len)?.to_dtype(DType::F64)?.to_vec1()?;
         let xb: Vec<f64> = b.narrow(0, off, len)?.to_dtype(DType::F64)?.to_vec1()?;
-        sums.add(&xa, &xb);
+        add(&mut sums, &xa, &xb);
         off += len;
     }
     Ok(sums.value())
@@ -135,5 +159,31 @@ mod tests {
         assert!(rel_l2(&a[..10], &b).is_nan());
         assert_eq!(rel_l2(&b, &b), 0.0);
         assert_eq!(rel_l2(&[1.0], &[0.0]), f64::INFINITY);
+    }
+
+    #[test]
+    fn rel_l2_over_finite_skips_exactly_the_non_finite_pairs() {
+        let mut rng = SplitMix::new(0x5eed_0003);
+        let b: Vec<f64> = (0..1000).map(|_| rng.normal()).collect();
+        let a: Vec<f64> = b.iter().map(|y| y + 1e-3 * rng.normal()).collect();
+        let cpu = &candle_core::Device::Cpu;
+        let tensor = |x: &[f64]| Tensor::new(x, cpu).unwrap();
+        // On finite data it is rel_l2 itself.
+        let over_finite = rel_l2_tensors_over_finite(&tensor(&a), &tensor(&b)).unwrap();
+        assert_eq!(over_finite, rel_l2(&a, &b));
+        // A non-finite element on either side drops that pair and only that pair.
+        let (mut bad_a, mut bad_b) = (a.clone(), b.clone());
+        bad_a[3] = f64::NAN;
+        bad_b[700] = f64::INFINITY;
+        let keep = |i: &usize| *i != 3 && *i != 700;
+        let kept_a: Vec<f64> = (0..a.len()).filter(keep).map(|i| a[i]).collect();
+        let kept_b: Vec<f64> = (0..b.len()).filter(keep).map(|i| b[i]).collect();
+        let got = rel_l2_tensors_over_finite(&tensor(&bad_a), &tensor(&bad_b)).unwrap();
+        assert_eq!(got, rel_l2(&kept_a, &kept_b));
+        assert!(
+            rel_l2_tensors(&tensor(&bad_a), &tensor(&bad_b))
+                .unwrap()
+                .is_nan()
+        );
     }
 }

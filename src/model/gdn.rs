@@ -179,10 +179,10 @@ impl GatedDeltaNet {
         let dims = GdnDims {
             batch: b,
             seq: t,
-            num_key_heads: l.num_key_heads,
-            num_value_heads: l.num_value_heads,
-            key_head_dim: l.key_head_dim,
-            value_head_dim: l.value_head_dim,
+            k_heads: l.num_key_heads,
+            v_heads: l.num_value_heads,
+            k_dim: l.key_head_dim,
+            v_dim: l.value_head_dim,
             conv_kernel: l.conv_kernel,
         };
         Ok(Prepared {

@@ -76,19 +76,18 @@ impl<'a> DecoderLayer<'a> {
         capture_ops: bool,
         capture_state: bool,
     ) -> Result<(Tensor, LayerCaptures)> {
-        let mut captures = LayerCaptures::default();
-        let normed = self.input_layernorm.forward(x)?;
-        let mixed = match &self.mixer {
+        self.residual(x, |mixer, normed| match mixer {
             Mixer::Linear(gdn) => {
-                let (out, caps, state) =
-                    gdn.forward(&normed, backend, capture_ops, capture_state)?;
-                captures.gdn = caps;
-                captures.state = state;
-                out
+                let (out, gdn, state) = gdn.forward(normed, backend, capture_ops, capture_state)?;
+                let captures = LayerCaptures {
+                    gdn,
+                    state,
+                    ..LayerCaptures::default()
+                };
+                Ok((out, captures))
             }
-            Mixer::Full(attn) => attn.forward(&normed, rope)?,
-        };
-        self.feed_forward(x, mixed, captures)
+            Mixer::Full(attn) => Ok((attn.forward(normed, rope)?, LayerCaptures::default())),
+        })
     }
 
     /// The cached form: `call` says where the tokens sit, `entry` is this layer's cache entry
@@ -101,41 +100,44 @@ impl<'a> DecoderLayer<'a> {
         entry: &mut LayerCache,
         capture_ops: bool,
     ) -> Result<(Tensor, LayerCaptures)> {
-        let mut captures = LayerCaptures::default();
-        let normed = self.input_layernorm.forward(x)?;
-        let mixed = match &self.mixer {
+        self.residual(x, |mixer, normed| match mixer {
             Mixer::Linear(gdn) => {
                 let step = match (call.doc_starts, call.real) {
                     (Some(starts), _) => GdnStep::Packed(starts),
                     (None, Some(real)) => GdnStep::Padded(real),
                     (None, None) => GdnStep::Continue(entry.linear()),
                 };
-                let (out, caps, state) = gdn.forward_cached(&normed, backend, step, capture_ops)?;
+                let (out, gdn, state) = gdn.forward_cached(normed, backend, step, capture_ops)?;
                 if let Some(state) = state {
                     *entry = LayerCache::Linear(state);
                 }
-                captures.gdn = caps;
-                out
+                let captures = LayerCaptures {
+                    gdn,
+                    ..LayerCaptures::default()
+                };
+                Ok((out, captures))
             }
             Mixer::Full(attn) => {
                 let mut kv = entry.take_kv();
-                let out = attn.forward_cached(&normed, call.rope, call.mask, &mut kv)?;
+                let out = attn.forward_cached(normed, call.rope, call.mask, &mut kv)?;
                 if let Some(kv) = kv {
                     *entry = LayerCache::Attention(kv);
                 }
-                out
+                Ok((out, LayerCaptures::default()))
             }
-        };
-        self.feed_forward(x, mixed, captures)
+        })
     }
 
-    /// The residual add after the mixer, then the MLP / MoE half of the layer.
-    fn feed_forward(
+    /// The whole layer around its mixer: `h = x + mix(norm(x))`, then `h + ffn(norm(h))`; `mix`
+    /// runs the mixer on the normed input and hands back its captures (Gated DeltaNet values and
+    /// state, if any); the router's choice is added here.
+    fn residual(
         &self,
         x: &Tensor,
-        mixed: Tensor,
-        mut captures: LayerCaptures,
+        mix: impl FnOnce(&Mixer, &Tensor) -> Result<(Tensor, LayerCaptures)>,
     ) -> Result<(Tensor, LayerCaptures)> {
+        let normed = self.input_layernorm.forward(x)?;
+        let (mixed, mut captures) = mix(&self.mixer, &normed)?;
         let x = (x + mixed)?;
         let normed = self.post_attention_layernorm.forward(&x)?;
         let ff = match &self.ffn {

@@ -4,7 +4,7 @@
 use candle_core::{DType, Tensor};
 use sha2::{Digest, Sha256};
 
-use super::routing::{Routing, routing};
+use super::routing::{Routing, router_layers, routing};
 use super::summary::{self, Subject};
 use super::{
     Alignment, Inputs, Report, RouterRow, SCHEMA, Side, TensorRow, ThresholdInfo, TokenIds,
@@ -315,13 +315,7 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
 /// Router top-k agreement for every `router.{i}.topk_ids` both sides carry.
 fn router_rows(c: &Comparison) -> Result<Vec<RouterRow>> {
     let mut rows = Vec::new();
-    let mut layers: Vec<usize> =
-        c.a.names()
-            .iter()
-            .filter_map(|n| names::parse_router_topk(n))
-            .collect();
-    layers.sort_unstable();
-    for layer in layers {
+    for layer in router_layers(c.a) {
         let name = names::router_topk(layer);
         let (Some(a), Some(b)) = (c.a.tensor(&name)?, c.b.tensor(&name)?) else {
             continue;

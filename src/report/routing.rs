@@ -80,6 +80,17 @@ fn unit_roundoff(d: DType) -> f64 {
     }
 }
 
+/// The MoE layers whose router choices (`router.{i}.topk_ids`) `source` carries, ascending.
+pub(super) fn router_layers(source: &dyn TensorSource) -> Vec<usize> {
+    let mut layers: Vec<usize> = source
+        .names()
+        .iter()
+        .filter_map(|n| names::parse_router_topk(n))
+        .collect();
+    layers.sort_unstable();
+    layers
+}
+
 /// Routing flips of `runs` (label, source) against `truth`; `floor_label` names the floor run(s)
 /// among them; `dtype` is the coarsest dtype compared.
 pub fn routing(
@@ -88,12 +99,7 @@ pub fn routing(
     floor_label: &str,
     dtype: DType,
 ) -> Result<Routing> {
-    let mut layers: Vec<usize> = truth
-        .names()
-        .iter()
-        .filter_map(|n| names::parse_router_topk(n))
-        .collect();
-    layers.sort_unstable();
+    let layers = router_layers(truth);
     let mut found: Vec<LayerFlips> = Vec::new();
     for &layer in &layers {
         let Some(want) = topk(truth, layer)? else {

@@ -31,9 +31,9 @@ pub mod cuda;
 use candle_core::{DType, Device, Tensor, WithDType};
 
 use super::{
-    GdnDims, GdnInputs, GdnOutputs, GdnState, LinearAttentionBackend, accumulation_dtype,
-    check_conv_shapes, check_delta_rule_shapes, check_norm_shapes, compose_forward_cached,
-    next_conv_state,
+    DeltaInputs, GdnDims, GdnInputs, GdnOutputs, GdnState, LinearAttentionBackend,
+    accumulation_dtype, check_conv_shapes, check_delta_rule_shapes, check_norm_shapes,
+    compose_forward_cached, next_conv_state,
 };
 use crate::error::{Error, Result};
 use cpu::{Accum, Element, KernelError};
@@ -110,27 +110,14 @@ impl LinearAttentionBackend for Fused {
         dispatch_dtype!(x.dtype(), "CPU kernels", conv_typed(x, weight, dims))
     }
 
-    fn gated_delta_rule(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        g: &Tensor,
-        beta: &Tensor,
-        initial_state: Option<&Tensor>,
-    ) -> Result<(Tensor, Tensor)> {
-        let d = check_delta_rule_shapes(NAME, q, k, v, g, beta, initial_state)?;
+    fn gated_delta_rule(&self, x: DeltaInputs, state: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+        let d = check_delta_rule_shapes(NAME, x, state)?;
         #[cfg(feature = "cuda")]
-        if q.device().is_cuda() {
-            return cuda::gated_delta_rule(q, k, v, g, beta, initial_state, false);
+        if x.q.device().is_cuda() {
+            return cuda::gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, state, false);
         }
-        require_cpu(q)?;
-        let dims = kernel_dims(&d);
-        dispatch_dtype!(
-            q.dtype(),
-            "CPU kernels",
-            delta_rule_typed(q, k, v, g, beta, initial_state, dims)
-        )
+        require_cpu(x.q)?;
+        dispatch_dtype!(x.q.dtype(), "CPU kernels", delta_rule_typed(x, state, d))
     }
 
     fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
@@ -165,11 +152,10 @@ impl LinearAttentionBackend for Fused {
             return cuda_forward(self, inputs, capture_ops);
         }
         require_cpu(inputs.mixed_qkv)?;
-        let dims = kernel_dims(&d);
         let (core, state, conv) = dispatch_dtype!(
             inputs.mixed_qkv.dtype(),
             "CPU kernels",
-            fused_typed(inputs, dims, capture_ops)
+            fused_typed(inputs, d, capture_ops)
         )?;
         let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
         GdnOutputs::new(out, state, conv.filter(|_| capture_ops), core, &d)
@@ -189,11 +175,10 @@ impl LinearAttentionBackend for Fused {
             return compose_forward_cached(self, inputs, state, capture_ops);
         }
         check_conv_shapes(NAME, inputs.mixed_qkv, inputs.conv_weight)?;
-        let dims = kernel_dims(&d);
         let (core, recurrent, conv) = dispatch_dtype!(
             inputs.mixed_qkv.dtype(),
             "CPU kernels",
-            fused_typed(inputs, dims, capture_ops)
+            fused_typed(inputs, d, capture_ops)
         )?;
         let out = self.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
         let conv_state = next_conv_state(None, inputs.mixed_qkv, d.conv_kernel)?;
@@ -242,17 +227,14 @@ fn conv_typed<S: Element + WithDType>(
 }
 
 fn delta_rule_typed<S: Element + WithDType>(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    g: &Tensor,
-    beta: &Tensor,
+    x: DeltaInputs,
     initial_state: Option<&Tensor>,
-    dims: cpu::GdnDims,
+    dims: GdnDims,
 ) -> Result<(Tensor, Tensor)>
 where
     S::Acc: WithDType,
 {
+    let DeltaInputs { q, k, v, g, beta } = x;
     let init = initial_state.map(host_acc::<S>).transpose()?;
     let mut out = vec![zero::<S>(); v.elem_count()];
     let mut state =
@@ -305,7 +287,7 @@ fn norm_typed<S: Element + WithDType>(
 /// `[B, Hv, dk, dv]` (accumulation dtype) and, when asked, the conv output `[B, T, conv_dim]`.
 fn fused_typed<S: Element + WithDType>(
     inputs: &GdnInputs,
-    dims: cpu::GdnDims,
+    dims: GdnDims,
     capture_conv: bool,
 ) -> Result<(Tensor, Tensor, Option<Tensor>)>
 where
@@ -353,17 +335,4 @@ fn cuda_forward(fused: &Fused, inputs: &GdnInputs, capture_ops: bool) -> Result<
     )?;
     let out = fused.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
     GdnOutputs::new(out, state, capture_ops.then_some(conv), core, &d)
-}
-
-/// The CPU kernels' view of a checked call's geometry.
-fn kernel_dims(d: &GdnDims) -> cpu::GdnDims {
-    cpu::GdnDims {
-        batch: d.batch,
-        seq: d.seq,
-        k_heads: d.num_key_heads,
-        v_heads: d.num_value_heads,
-        k_dim: d.key_head_dim,
-        v_dim: d.value_head_dim,
-        conv_kernel: d.conv_kernel,
-    }
 }

@@ -101,7 +101,7 @@ pub(crate) struct HeadWork<A> {
 impl<A: Accum> HeadWork<A> {
     pub(crate) fn new(dims: &GdnDims) -> Self {
         let dv_pad = dims.v_dim.div_ceil(BLOCK) * BLOCK;
-        let r = dims.group();
+        let r = dims.heads_per_key_head();
         Self {
             q: vec![A::ZERO; TIME_CHUNK * dims.k_dim],
             k: vec![A::ZERO; TIME_CHUNK * dims.k_dim],
@@ -186,7 +186,7 @@ pub(crate) fn run_group<S: Element, Src: HeadSource<S>, const FMA: bool>(
     fin: &mut [S::Acc],
 ) {
     let d = &args.dims;
-    let (dk, dv, dvp, r) = (d.k_dim, d.v_dim, work.dv_pad, d.group());
+    let (dk, dv, dvp, r) = (d.k_dim, d.v_dim, work.dv_pad, d.heads_per_key_head());
     let nblk = dvp / BLOCK;
     let hs = dk * dvp;
     let eps = S::Acc::from_f64(crate::backends::fused::cpu::L2NORM_EPS);

@@ -2,7 +2,8 @@
 
 use crate::backends::fused::cpu::error::{KernelError, prod};
 
-/// Geometry of one Gated DeltaNet layer call.
+/// Geometry of one Gated DeltaNet layer call: the kernels' and the backends' (re-exported as
+/// `backends::GdnDims`) one shape type.
 ///
 /// `v_heads = r · k_heads`; value head `h` reads key/query head `h / r` (repeat_interleave).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,20 +20,29 @@ pub struct GdnDims {
     pub k_dim: usize,
     /// Value head dimension dv.
     pub v_dim: usize,
-    /// Depthwise conv kernel size K (only used by the fused kernel).
+    /// Depthwise conv kernel size K (only used by the fused kernel; 0 where a call has no conv).
     pub conv_kernel: usize,
 }
 
 impl GdnDims {
-    /// Channels of the conv input/output: 2·Hk·dk + Hv·dv.
-    pub fn conv_dim(&self) -> Result<usize, KernelError> {
+    /// Channels of the conv input/output: 2·Hk·dk + Hv·dv. For dims that [`validate`] accepted
+    /// or that describe tensors which exist; [`checked_conv_dim`] for any other.
+    ///
+    /// [`validate`]: Self::validate
+    /// [`checked_conv_dim`]: Self::checked_conv_dim
+    pub fn conv_dim(&self) -> usize {
+        2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
+    }
+
+    /// [`conv_dim`](Self::conv_dim), or [`KernelError::Overflow`] where it does not fit a usize.
+    pub fn checked_conv_dim(&self) -> Result<usize, KernelError> {
         let qk = prod(&[2, self.k_heads, self.k_dim])?;
         let v = prod(&[self.v_heads, self.v_dim])?;
         qk.checked_add(v).ok_or(KernelError::Overflow)
     }
 
     /// Value heads per key head, r.
-    pub fn group(&self) -> usize {
+    pub fn heads_per_key_head(&self) -> usize {
         self.v_heads / self.k_heads.max(1)
     }
 
@@ -52,7 +62,7 @@ impl GdnDims {
             return bad("conv_kernel must be > 0");
         }
         // Make sure every buffer size is representable.
-        prod(&[self.batch, self.seq, self.conv_dim()?])?;
+        prod(&[self.batch, self.seq, self.checked_conv_dim()?])?;
         prod(&[self.batch, self.v_heads, self.k_dim, self.v_dim])?;
         Ok(())
     }

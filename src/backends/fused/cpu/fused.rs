@@ -44,7 +44,7 @@ pub fn fused_gdn<S: Element>(
     conv_out: Option<&mut [S]>,
 ) -> Result<(), KernelError> {
     dims.validate(true)?;
-    let c = dims.conv_dim()?;
+    let c = dims.conv_dim();
     let k = dims.conv_kernel;
     check_len(
         "mixed_qkv",
@@ -52,7 +52,14 @@ pub fn fused_gdn<S: Element>(
         mixed_qkv.len(),
     )?;
     check_len("conv_weight", prod(&[c, k])?, conv_weight.len())?;
-    check_common::<S>(&dims, g, beta, initial_state, core_out, final_state)?;
+    let recurrence = Recurrence {
+        dims,
+        g,
+        beta,
+        scale,
+        initial_state,
+    };
+    recurrence.check_lengths(core_out, final_state)?;
     if let Some(co) = &conv_out {
         check_len("conv_out", prod(&[dims.batch, dims.seq, c])?, co.len())?;
     }
@@ -74,17 +81,7 @@ pub fn fused_gdn<S: Element>(
         dims,
         c,
     };
-    drive(
-        isa,
-        &src,
-        dims,
-        g,
-        beta,
-        scale,
-        initial_state,
-        core_out,
-        final_state,
-    );
+    recurrence.run(isa, &src, core_out, final_state);
     Ok(())
 }
 
@@ -118,84 +115,85 @@ pub fn gated_delta_rule<S: Element>(
         prod(&[dims.batch, dims.seq, dims.v_heads, dims.v_dim])?,
         v.len(),
     )?;
-    check_common::<S>(&dims, g, beta, initial_state, out, final_state)?;
-    let src = SplitSource { q, k, v, dims };
-    drive(
-        isa(),
-        &src,
+    let recurrence = Recurrence {
         dims,
         g,
         beta,
         scale,
         initial_state,
-        out,
-        final_state,
-    );
+    };
+    recurrence.check_lengths(out, final_state)?;
+    recurrence.run(isa(), &SplitSource { q, k, v, dims }, out, final_state);
     Ok(())
 }
 
-/// Shape checks shared by both entry points.
-fn check_common<S: Element>(
-    dims: &GdnDims,
-    g: &[S::Acc],
-    beta: &[S],
-    initial_state: Option<&[S::Acc]>,
-    out: &[S],
-    final_state: &[S::Acc],
-) -> Result<(), KernelError> {
-    let ngate = prod(&[dims.batch, dims.seq, dims.v_heads])?;
-    check_len("g", ngate, g.len())?;
-    check_len("beta", ngate, beta.len())?;
-    let nstate = prod(&[dims.batch, dims.v_heads, dims.k_dim, dims.v_dim])?;
-    if let Some(s) = initial_state {
-        check_len("initial_state", nstate, s.len())?;
-    }
-    check_len("final_state", nstate, final_state.len())?;
-    check_len(
-        "core_out",
-        prod(&[dims.batch, dims.seq, dims.v_heads, dims.v_dim])?,
-        out.len(),
-    )
+/// What both entry points hand the recurrence besides where q, k, v come from.
+struct Recurrence<'a, S: Element> {
+    dims: GdnDims,
+    /// [B, T, Hv] log decays.
+    g: &'a [S::Acc],
+    /// [B, T, Hv] β.
+    beta: &'a [S],
+    scale: f64,
+    /// Optional [B, Hv, dk, dv].
+    initial_state: Option<&'a [S::Acc]>,
 }
 
-/// Parallel loop over (b, key head) tasks (validated shapes).
-#[allow(clippy::too_many_arguments)]
-fn drive<S: Element, Src: HeadSource<S>>(
-    isa: crate::backends::fused::cpu::dispatch::Isa,
-    src: &Src,
-    dims: GdnDims,
-    g: &[S::Acc],
-    beta: &[S],
-    scale: f64,
-    initial_state: Option<&[S::Acc]>,
-    out: &mut [S],
-    final_state: &mut [S::Acc],
-) {
-    if final_state.is_empty() {
-        return; // batch == 0
+impl<S: Element> Recurrence<'_, S> {
+    /// Checks the lengths of the gates, the states and the core output `out` against the dims.
+    fn check_lengths(&self, out: &[S], final_state: &[S::Acc]) -> Result<(), KernelError> {
+        let dims = &self.dims;
+        let ngate = prod(&[dims.batch, dims.seq, dims.v_heads])?;
+        check_len("g", ngate, self.g.len())?;
+        check_len("beta", ngate, self.beta.len())?;
+        let nstate = prod(&[dims.batch, dims.v_heads, dims.k_dim, dims.v_dim])?;
+        if let Some(s) = self.initial_state {
+            check_len("initial_state", nstate, s.len())?;
+        }
+        check_len("final_state", nstate, final_state.len())?;
+        check_len(
+            "core_out",
+            prod(&[dims.batch, dims.seq, dims.v_heads, dims.v_dim])?,
+            out.len(),
+        )
     }
-    let out = DisjointOut::new(out);
-    let args = HeadArgs {
-        dims,
-        g,
-        beta,
-        scale: S::Acc::from_f64(scale),
-        out: &out,
-    };
-    // The r value heads of one key head are consecutive in [B, Hv, dk, dv].
-    let gs = dims.group() * dims.k_dim * dims.v_dim;
-    final_state
-        .par_chunks_mut(gs)
-        .enumerate()
-        .with_max_len(1)
-        .for_each_init(
-            || (src.local(), HeadWork::new(&dims)),
-            |(local, work), (idx, fin)| {
-                let (b, kh) = (idx / dims.k_heads, idx % dims.k_heads);
-                let init = initial_state.map(|s| &s[idx * gs..(idx + 1) * gs]);
-                group::<S, Src>(isa, src, local, work, &args, b, kh, init, fin);
-            },
-        );
+
+    /// The parallel loop over (b, key head) tasks (shapes validated and lengths checked).
+    fn run<Src: HeadSource<S>>(
+        &self,
+        isa: crate::backends::fused::cpu::dispatch::Isa,
+        src: &Src,
+        out: &mut [S],
+        final_state: &mut [S::Acc],
+    ) {
+        if final_state.is_empty() {
+            return; // batch == 0
+        }
+        let dims = self.dims;
+        let out = DisjointOut::new(out);
+        let args = HeadArgs {
+            dims,
+            g: self.g,
+            beta: self.beta,
+            scale: S::Acc::from_f64(self.scale),
+            out: &out,
+        };
+        // The r value heads of one key head are consecutive in [B, Hv, dk, dv].
+        let gs = dims.heads_per_key_head() * dims.k_dim * dims.v_dim;
+        let initial_state = self.initial_state;
+        final_state
+            .par_chunks_mut(gs)
+            .enumerate()
+            .with_max_len(1)
+            .for_each_init(
+                || (src.local(), HeadWork::new(&dims)),
+                |(local, work), (idx, fin)| {
+                    let (b, kh) = (idx / dims.k_heads, idx % dims.k_heads);
+                    let init = initial_state.map(|s| &s[idx * gs..(idx + 1) * gs]);
+                    group::<S, Src>(isa, src, local, work, &args, b, kh, init, fin);
+                },
+            );
+    }
 }
 
 multiversion! {
@@ -253,7 +251,7 @@ impl<S: Element> HeadSource<S> for FusedSource<'_, S> {
         FusedLocal {
             wq: vec![S::Acc::ZERO; k * d.k_dim],
             wk: vec![S::Acc::ZERO; k * d.k_dim],
-            wv: vec![S::Acc::ZERO; d.group() * k * d.v_dim],
+            wv: vec![S::Acc::ZERO; d.heads_per_key_head() * k * d.v_dim],
             xbuf: vec![S::Acc::ZERO; (TIME_CHUNK + k - 1) * d.k_dim.max(d.v_dim)],
         }
     }
@@ -264,7 +262,7 @@ impl<S: Element> HeadSource<S> for FusedSource<'_, S> {
         let (cq, ck) = self.qk_channels(kh);
         transpose_weights::<S>(self.w, kk, cq, d.k_dim, &mut l.wq);
         transpose_weights::<S>(self.w, kk, ck, d.k_dim, &mut l.wk);
-        let r = d.group();
+        let r = d.heads_per_key_head();
         for (i, wv) in l.wv.chunks_mut(kk * d.v_dim).enumerate() {
             transpose_weights::<S>(self.w, kk, self.v_channel(kh * r + i), d.v_dim, wv);
         }
@@ -305,7 +303,7 @@ impl<S: Element> HeadSource<S> for FusedSource<'_, S> {
         let per_b = d.seq * self.c;
         let x_b = &self.x[b * per_b..(b + 1) * per_b];
         let (kk, dv) = (d.conv_kernel, d.v_dim);
-        let i = h % d.group();
+        let i = h % d.heads_per_key_head();
         let wv = &l.wv[i * kk * dv..(i + 1) * kk * dv];
         let cv = self.v_channel(h);
         conv_segment::<S, FMA>(x_b, self.c, cv, dv, t0, n, kk, wv, &mut l.xbuf, v, v_stride);

@@ -24,7 +24,8 @@ use candle_core::op::BackpropOp;
 use candle_core::{CudaDevice, CudaStorage, DType, Shape, Storage, StorageRef, Tensor, WithDType};
 
 use crate::backends::{
-    GdnDims, accumulation_dtype, check_conv_shapes, check_delta_rule_shapes, check_norm_shapes,
+    DeltaInputs, GdnDims, accumulation_dtype, check_conv_shapes, check_delta_rule_shapes,
+    check_norm_shapes,
 };
 use crate::error::{Error, Result};
 
@@ -347,7 +348,7 @@ pub fn gated_delta_rule_using(
     initial_state: Option<&Tensor>,
     poison: bool,
 ) -> Result<(Tensor, Tensor)> {
-    let d = check_delta_rule_shapes(NAME, q, k, v, g, beta, initial_state)?;
+    let d = check_delta_rule_shapes(NAME, DeltaInputs { q, k, v, g, beta }, initial_state)?;
     dispatch_dtype!(
         v.dtype(),
         "CUDA kernels",
@@ -401,8 +402,8 @@ fn rule_typed<T: Kernel>(
             g: gi.view()?,
             beta: bi.view()?,
             init: iv,
-            qk_stride: d.num_key_heads * d.key_head_dim,
-            v_stride: d.num_value_heads * d.value_head_dim,
+            qk_stride: d.k_heads * d.k_dim,
+            v_stride: d.v_heads * d.v_dim,
         },
         &d,
         poison,
@@ -416,7 +417,7 @@ fn empty_seq<T: Kernel>(
     device: &candle_core::Device,
     init: Option<Tensor>,
 ) -> Result<(Tensor, Tensor)> {
-    let (b, hv, dk, dv) = (d.batch, d.num_value_heads, d.key_head_dim, d.value_head_dim);
+    let (b, hv, dk, dv) = (d.batch, d.v_heads, d.k_dim, d.v_dim);
     let out = Tensor::zeros((b, 0, hv, dv), T::DTYPE, device)?;
     let state = match init {
         Some(s) => s.copy()?,
@@ -431,13 +432,7 @@ fn rule_tensors<T: Kernel>(
     dev: CudaDevice,
     d: &GdnDims,
 ) -> (Tensor, Tensor) {
-    let (b, t, hv, dk, dv) = (
-        d.batch,
-        d.seq,
-        d.num_value_heads,
-        d.key_head_dim,
-        d.value_head_dim,
-    );
+    let (b, t, hv, dk, dv) = (d.batch, d.seq, d.v_heads, d.k_dim, d.v_dim);
     (
         wrap(out, dev.clone(), (b, t, hv, dv)),
         wrap(state, dev, (b, hv, dk, dv)),
@@ -464,14 +459,7 @@ fn run_rule<T: Kernel>(
     poison: bool,
     choice: RuleKernel,
 ) -> Result<(CudaSlice<T>, CudaSlice<T::Acc>)> {
-    let (b, t, hk, hv, dk, dv) = (
-        d.batch,
-        d.seq,
-        d.num_key_heads,
-        d.num_value_heads,
-        d.key_head_dim,
-        d.value_head_dim,
-    );
+    let (b, t, hk, hv, dk, dv) = (d.batch, d.seq, d.k_heads, d.v_heads, d.k_dim, d.v_dim);
     if b == 0 || hv == 0 || dk == 0 || dv == 0 || t == 0 {
         return Err(err(format!("empty delta-rule call {d:?}")));
     }
@@ -592,7 +580,7 @@ fn core_typed<T: Kernel>(
     poison: bool,
 ) -> Result<(Tensor, Tensor)> {
     let acc = accumulation_dtype(T::DTYPE);
-    let (rows, hv) = (d.batch * d.seq, d.num_value_heads);
+    let (rows, hv) = (d.batch * d.seq, d.v_heads);
     for (name, x) in [("g", g), ("beta", beta)] {
         if x.dims() != [d.batch, d.seq, hv] {
             return Err(err(format!(
@@ -616,7 +604,7 @@ fn core_typed<T: Kernel>(
         .map(|s| s.to_dtype(acc).and_then(|s| s.contiguous()))
         .transpose()?;
     if let Some(s) = &init
-        && s.dims() != [d.batch, hv, d.key_head_dim, d.value_head_dim]
+        && s.dims() != [d.batch, hv, d.k_dim, d.v_dim]
     {
         return Err(err(format!("initial state shape {:?}", s.dims())));
     }
@@ -632,7 +620,7 @@ fn core_typed<T: Kernel>(
         .transpose()?;
     let dev = ci.device()?;
     let cv = ci.view::<T>()?;
-    let key_dim = d.num_key_heads * d.key_head_dim;
+    let key_dim = d.k_heads * d.k_dim;
     let iv = ii.as_ref().map(|i| i.view::<T::Acc>()).transpose()?;
     let (out, state) = run_rule::<T>(
         &dev,
