@@ -29,5 +29,6 @@ pub mod progress;
 pub mod random_weights;
 pub mod report;
 pub mod run;
+pub mod session;
 pub mod testdata;
 pub mod verdict;

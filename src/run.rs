@@ -5,7 +5,6 @@ use candle_core::DType;
 
 use crate::backends::LinearAttentionBackend;
 use crate::capture::Captures;
-use crate::cli::common::Session;
 use crate::device::{device_label, dtype_label};
 use crate::error::Result;
 use crate::fingerprint::{
@@ -15,6 +14,7 @@ use crate::fingerprint::{
 use crate::model::RunOptions;
 use crate::model::{Model, ModelSource};
 use crate::progress::Progress;
+use crate::session::Session;
 
 /// The built-in model's tokenizer, for its digest (the same bytes `builtin` compiles in).
 const BUILTIN_TOKENIZER: &[u8] = include_bytes!("../golden/qwen3_5_tiny/tokenizer.json");

@@ -11,8 +11,8 @@ use candle_core::{DType, Device};
 use clap::Args;
 use serde_json::Value;
 
-use super::common::{Session, command_line, find_model, parse_layer_list};
-use super::diff::{ReportArgs, emit};
+use super::common::command_line;
+use super::report_args::ReportArgs;
 use crate::alignment::{self, Alignment};
 use crate::backends::backend_by_name;
 use crate::capture::names;
@@ -23,8 +23,10 @@ use crate::fingerprint::Fingerprint;
 use crate::formats::{FileSource, coarseness, naming};
 use crate::model::Model;
 use crate::planner::{self, SideRun};
+use crate::report::emit::emit;
 use crate::report::{Comparison, Side, TokenIds, build_report};
 use crate::run::forward_through;
+use crate::session::{Session, check_layer_list, find_model};
 use crate::verdict::thresholds;
 
 #[derive(Args, Debug, Clone)]
@@ -75,7 +77,7 @@ pub struct CompareArgs {
 }
 
 pub fn run(args: &CompareArgs) -> Result<i32> {
-    args.report.check_targets(&[&args.a, &args.b])?;
+    args.report.options().check_targets(&[&args.a, &args.b])?;
     let hint = args.dtype_hint.as_deref().map(parse_dtype).transpose()?;
     let mut a = FileSource::open(&args.a, hint)?;
     let mut b = FileSource::open(&args.b, hint)?;
@@ -179,12 +181,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
             None
         }
     };
-    let layers = args
-        .report
-        .layers
-        .as_deref()
-        .map(parse_layer_list)
-        .transpose()?;
+    let layers = args.report.layers()?;
     // With --layers the truth and floor runs stop after the last layer that can be paired (the
     // layers asked for, plus the ±2 of shift detection and any --shift): a deep model's
     // calibration costs only the layers reported.
@@ -311,7 +308,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
             .filter_map(|n| names::parse_layer(n))
             .max()
             .map_or(0, |l| l + 1);
-        super::common::check_layer_list(layers, count, "what both files hold")?;
+        check_layer_list(layers, count, "what both files hold")?;
     }
     let layer_types = session
         .as_ref()
@@ -393,7 +390,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         notes,
     };
     let report = build_report(&comparison)?;
-    emit(&report, &args.report)
+    emit(&report, &args.report.options())
 }
 
 /// The model that measures the truth and floor: `--model`, else the one a fingerprint names
