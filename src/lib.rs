@@ -23,6 +23,7 @@ pub mod limits;
 pub mod metrics;
 pub mod model;
 pub mod output;
+pub mod pairing;
 pub mod paths;
 pub mod planner;
 pub mod progress;

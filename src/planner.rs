@@ -14,11 +14,14 @@
 
 use candle_core::DType;
 
+use crate::backends::backend_by_name;
 use crate::capture::Captures;
 use crate::compare::TensorSource;
 use crate::device::dtype_label;
 use crate::error::Result;
 use crate::report::{Calibrated, Floor};
+use crate::run::forward_through;
+use crate::session::Session;
 
 /// One side of a comparison, as far as calibration is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +94,28 @@ pub fn execute(plan: Plan, mut run: impl FnMut(DType) -> Result<Captures>) -> Re
         .map(|d| run(*d))
         .collect::<Result<Vec<_>>>()?;
     Ok(Calibration { plan, runs })
+}
+
+/// [`execute`] with the reference backend on `session`'s input: fed `feed`'s layer inputs when
+/// given (isolate mode), stopping after decoder layer `last_layer` when given.
+pub fn execute_reference(
+    plan: Plan,
+    session: &Session,
+    capture_ops: bool,
+    feed: Option<&Captures>,
+    last_layer: Option<usize>,
+) -> Result<Calibration> {
+    let reference = backend_by_name("reference", &session.device)?;
+    execute(plan, |dtype| {
+        forward_through(
+            session,
+            reference.as_ref(),
+            dtype,
+            capture_ops,
+            feed,
+            last_layer,
+        )
+    })
 }
 
 impl Calibration {

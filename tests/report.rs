@@ -5,7 +5,7 @@
 //!   injects a known error into the gated-norm output of its k-th call: `mismatch` with
 //!   `first_divergent == "layers.{k}"` and exit code 1 in propagate mode, only layer k flagged in
 //!   isolate mode, the gated-norm op row first with `--ops`-style capture, NaN counts for a NaN;
-//! - snapshots of the markdown and JSON renderers on fixed synthetic data
+//! - snapshots of the terminal-table, markdown and JSON renderers on fixed synthetic data
 //!   (`HSDIFF_UPDATE_SNAPSHOTS=1 cargo test --test report` rewrites `tests/snapshots/`);
 //! - the plot (`--plot`) in both formats, and its errors;
 //! - exit codes through the built binary.
@@ -37,6 +37,7 @@ use hsdiff::report::emit::{EnvList, FailOn, Format, ReportOptions, emit};
 use hsdiff::report::json::Json;
 use hsdiff::report::markdown::Markdown;
 use hsdiff::report::plot::{Plot, PlotFormat, check_path, write_plot};
+use hsdiff::report::table::TerminalTable;
 use hsdiff::report::{
     Comparison, Inputs, Render, Report, RouterRow, RoutingFlip, SCHEMA, Side, TensorRow,
     ThresholdInfo, TokenIds, build_report,
@@ -107,15 +108,10 @@ fn forward(
 }
 
 fn side(s: &Session, backend: &dyn LinearAttentionBackend) -> Side {
-    let fingerprint = hsdiff::run::fingerprint_for(s, backend);
-    Side {
-        label: backend.name().to_string(),
-        backend: fingerprint.backend.clone(),
-        implementation: fingerprint.implementation.clone(),
-        dtype: fingerprint.dtype.clone(),
-        device: fingerprint.device.clone(),
-        fingerprint,
-    }
+    Side::from_fingerprint(
+        backend.name().to_string(),
+        hsdiff::run::fingerprint_for(s, backend),
+    )
 }
 
 /// What `hsdiff --a A --b B [--mode isolate] [--ops]` computes, as a report.
@@ -141,8 +137,7 @@ fn live_report(
             is_reference_run: b.name() == "reference",
         },
     );
-    let calibration =
-        planner::execute(plan, |d| Ok(forward(s, &Reference, d, ops, feed))).expect("calibration");
+    let calibration = planner::execute_reference(plan, s, ops, feed, None).expect("calibration");
     let rows = plan_rows(
         &TensorSource::names(&caps_a),
         Some(&s.model.config.layer_types),
@@ -823,6 +818,15 @@ fn markdown_renderer_matches_its_snapshot() {
         "report.md",
         &text(&Markdown::default(), &synthetic_report()),
     );
+}
+
+#[test]
+fn terminal_table_matches_its_snapshot() {
+    let table = TerminalTable {
+        color: false,
+        env_all: false,
+    };
+    check_snapshot("report.txt", &text(&table, &synthetic_report()));
 }
 
 #[test]

@@ -92,10 +92,9 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
                 is_reference_run: b.name() == "reference",
             },
         );
-        let reference = backend_by_name("reference", &session.device)?;
-        Some(planner::execute(plan, |dtype| {
-            forward(&session, reference.as_ref(), dtype, args.ops, feed)
-        })?)
+        Some(planner::execute_reference(
+            plan, &session, args.ops, feed, None,
+        )?)
     };
 
     let rows = plan_rows(
@@ -137,13 +136,8 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
 }
 
 fn side(session: &Session, backend: &dyn LinearAttentionBackend) -> Side {
-    let fingerprint = fingerprint_for(session, backend);
-    Side {
-        label: backend.name().to_string(),
-        backend: fingerprint.backend.clone(),
-        implementation: fingerprint.implementation.clone(),
-        dtype: fingerprint.dtype.clone(),
-        device: fingerprint.device.clone(),
-        fingerprint,
-    }
+    Side::from_fingerprint(
+        backend.name().to_string(),
+        fingerprint_for(session, backend),
+    )
 }

@@ -89,6 +89,20 @@ pub struct Side {
     pub fingerprint: Fingerprint,
 }
 
+impl Side {
+    /// A side that ran here, described by its fingerprint.
+    pub fn from_fingerprint(label: String, fingerprint: Fingerprint) -> Side {
+        Side {
+            label,
+            backend: fingerprint.backend.clone(),
+            implementation: fingerprint.implementation.clone(),
+            dtype: fingerprint.dtype.clone(),
+            device: fingerprint.device.clone(),
+            fingerprint,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Inputs {
     pub tokens: usize,
