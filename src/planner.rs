@@ -53,6 +53,22 @@ pub struct Plan {
     pub floor_b: Source,
 }
 
+/// The plan of a live run of backends named `a` and `b`, both at `dtype`: the calibration runs
+/// are fed like B, so A's run stands in for one (when A is the reference backend) only when
+/// nothing is `fed`.
+pub fn plan_live(dtype: DType, a: &str, b: &str, fed: bool) -> Plan {
+    plan(
+        SideRun {
+            dtype,
+            is_reference_run: a == "reference" && !fed,
+        },
+        SideRun {
+            dtype,
+            is_reference_run: b == "reference",
+        },
+    )
+}
+
 /// Plans the truth and the two floors for sides `a` and `b`.
 pub fn plan(a: SideRun, b: SideRun) -> Plan {
     let mut runs = Vec::new();

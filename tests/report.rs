@@ -31,7 +31,7 @@ use hsdiff::fingerprint::Fingerprint;
 use hsdiff::metrics::Location;
 use hsdiff::metrics::logits::LogitStats;
 use hsdiff::model::{Model, RunOptions};
-use hsdiff::planner::{self, SideRun};
+use hsdiff::planner;
 use hsdiff::progress::Progress;
 use hsdiff::report::emit::{EnvList, FailOn, Format, ReportOptions, emit};
 use hsdiff::report::json::Json;
@@ -125,18 +125,8 @@ fn live_report(
     let caps_a = forward(s, a, s.dtype, ops, None);
     let feed = isolate.then_some(&caps_a);
     let caps_b = forward(s, b, s.dtype, ops, feed);
-    // The truth and floor as the CLI plans them (src/planner.rs): A stands in for the floor
-    // run only when nothing is fed.
-    let plan = planner::plan(
-        SideRun {
-            dtype: s.dtype,
-            is_reference_run: a.name() == "reference" && !isolate,
-        },
-        SideRun {
-            dtype: s.dtype,
-            is_reference_run: b.name() == "reference",
-        },
-    );
+    // The truth and floor as the CLI plans and runs them (src/planner.rs).
+    let plan = planner::plan_live(s.dtype, a.name(), b.name(), isolate);
     let calibration = planner::execute_reference(plan, s, ops, feed, None).expect("calibration");
     let rows = plan_rows(
         &TensorSource::names(&caps_a),

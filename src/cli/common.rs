@@ -4,12 +4,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::builtin;
-use crate::device::{parse_device, parse_dtype};
 use crate::error::{Error, Result};
-use crate::input::{PromptSource, Tokenizer, parse_token_list, resolve_prompt};
-use crate::model::Model;
-use crate::session::Session;
+use crate::session::{Session, SessionSpec};
 
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
@@ -51,70 +47,17 @@ impl RunArgs {
         self.model.as_deref().into_iter().chain(prompt).collect()
     }
 
+    /// Loads the model and reads the input these options name.
     pub fn resolve(&self) -> Result<Session> {
-        let dtype = parse_dtype(&self.dtype)?;
-        let device = parse_device(&self.device)?;
-        // The input first: a bad token list or prompt file is refused before the model loads.
-        let given = match (&self.tokens, &self.prompt) {
-            (Some(list), _) => Given::Ids(parse_token_list(list)?),
-            (None, arg) => {
-                let (text, source) = resolve_prompt(arg.as_deref().unwrap_or("fizzbuzz"))?;
-                Given::Prompt(text, source)
-            }
-        };
-        let model = match (&self.model, self.random_weights) {
-            (Some(dir), Some(seed)) => Model::load_random(dir, seed)?,
-            (Some(dir), None) => Model::load(dir)?,
-            (None, _) => {
-                eprintln!("hsdiff: no --model given; using the built-in tiny Qwen3.5 model");
-                builtin::model()?
-            }
-        };
-        let (ids, prompt_label) = match given {
-            Given::Ids(ids) => (ids, None),
-            Given::Prompt(text, source) => {
-                let tokenizer = match &self.model {
-                    Some(dir)
-                        if self.random_weights.is_some()
-                            && !dir.join("tokenizer.json").exists() =>
-                    {
-                        return Err(Error::file(
-                            dir.join("tokenizer.json"),
-                            "missing (with --random-weights and only a config.json, give the \
-                             input as token ids with --tokens)",
-                        ));
-                    }
-                    Some(dir) => Tokenizer::from_file(&dir.join("tokenizer.json"))?,
-                    None => builtin::tokenizer()?,
-                };
-                let label = match source {
-                    PromptSource::Builtin(name) => name,
-                    PromptSource::File(path) => format!("@{}", path.display()),
-                    PromptSource::Text => text.clone(),
-                };
-                (tokenizer.encode(&text)?, Some(label))
-            }
-        };
-        if ids.is_empty() {
-            return Err(Error::Prompt(
-                "the prompt tokenised to zero tokens".to_string(),
-            ));
-        }
-        model.check_tokens(&ids)?;
-        Ok(Session {
-            model,
-            ids,
-            prompt_label,
-            dtype,
-            device,
+        Session::open(&SessionSpec {
+            model: self.model.as_deref(),
+            random_weights: self.random_weights,
+            tokens: self.tokens.as_deref(),
+            prompt: self.prompt.as_deref(),
+            dtype: &self.dtype,
+            device: &self.device,
         })
     }
-}
-
-/// The input as given: token ids, or a prompt still to be tokenised.
-enum Given {
-    Ids(Vec<u32>),
-    Prompt(String, PromptSource),
 }
 
 /// This process's command line, shell-quoted, for the "reproduce" line of reports.

@@ -9,7 +9,7 @@ use super::report_args::ReportArgs;
 use crate::backends::{LinearAttentionBackend, backend_by_name};
 use crate::compare::plan_rows;
 use crate::error::{Error, Result};
-use crate::planner::{self, SideRun};
+use crate::planner;
 use crate::report::emit::emit;
 use crate::report::{Comparison, Side, TokenIds, build_report};
 use crate::run::{fingerprint_for, forward};
@@ -81,17 +81,7 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
     let calibration = if args.no_floor {
         None
     } else {
-        // The calibration runs are fed like B; A stands in for one only when nothing is fed.
-        let plan = planner::plan(
-            SideRun {
-                dtype: session.dtype,
-                is_reference_run: a.name() == "reference" && !isolate,
-            },
-            SideRun {
-                dtype: session.dtype,
-                is_reference_run: b.name() == "reference",
-            },
-        );
+        let plan = planner::plan_live(session.dtype, a.name(), b.name(), isolate);
         Some(planner::execute_reference(
             plan, &session, args.ops, feed, None,
         )?)
