@@ -14,11 +14,14 @@
 
 use candle_core::DType;
 
+use crate::backends::backend_by_name;
 use crate::capture::Captures;
 use crate::compare::TensorSource;
 use crate::device::dtype_label;
 use crate::error::Result;
 use crate::report::{Calibrated, Floor};
+use crate::run::forward_through;
+use crate::session::Session;
 
 /// One side of a comparison, as far as calibration is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +51,22 @@ pub struct Plan {
     pub truth: Source,
     pub floor_a: Source,
     pub floor_b: Source,
+}
+
+/// The plan of a live run of backends named `a` and `b`, both at `dtype`: the calibration runs
+/// are fed like B, so A's run stands in for one (when A is the reference backend) only when
+/// nothing is `fed`.
+pub fn plan_live(dtype: DType, a: &str, b: &str, fed: bool) -> Plan {
+    plan(
+        SideRun {
+            dtype,
+            is_reference_run: a == "reference" && !fed,
+        },
+        SideRun {
+            dtype,
+            is_reference_run: b == "reference",
+        },
+    )
 }
 
 /// Plans the truth and the two floors for sides `a` and `b`.
@@ -91,6 +110,28 @@ pub fn execute(plan: Plan, mut run: impl FnMut(DType) -> Result<Captures>) -> Re
         .map(|d| run(*d))
         .collect::<Result<Vec<_>>>()?;
     Ok(Calibration { plan, runs })
+}
+
+/// [`execute`] with the reference backend on `session`'s input: fed `feed`'s layer inputs when
+/// given (isolate mode), stopping after decoder layer `last_layer` when given.
+pub fn execute_reference(
+    plan: Plan,
+    session: &Session,
+    capture_ops: bool,
+    feed: Option<&Captures>,
+    last_layer: Option<usize>,
+) -> Result<Calibration> {
+    let reference = backend_by_name("reference", &session.device)?;
+    execute(plan, |dtype| {
+        forward_through(
+            session,
+            reference.as_ref(),
+            dtype,
+            capture_ops,
+            feed,
+            last_layer,
+        )
+    })
 }
 
 impl Calibration {

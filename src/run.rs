@@ -5,12 +5,12 @@ use candle_core::DType;
 
 use crate::backends::LinearAttentionBackend;
 use crate::capture::Captures;
-use crate::cli::common::Session;
 use crate::device::dtype_label;
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, run_fingerprint};
 use crate::model::RunOptions;
 use crate::progress::Progress;
+use crate::session::Session;
 
 /// Runs `backend` at `dtype` on the session's input (fed `feed`'s layer inputs in isolate mode),
 /// with a progress line on stderr.

@@ -5,7 +5,7 @@
 //!   injects a known error into the gated-norm output of its k-th call: `mismatch` with
 //!   `first_divergent == "layers.{k}"` and exit code 1 in propagate mode, only layer k flagged in
 //!   isolate mode, the gated-norm op row first with `--ops`-style capture, NaN counts for a NaN;
-//! - snapshots of the markdown and JSON renderers on fixed synthetic data
+//! - snapshots of the terminal-table, markdown and JSON renderers on fixed synthetic data
 //!   (`HSDIFF_UPDATE_SNAPSHOTS=1 cargo test --test report` rewrites `tests/snapshots/`);
 //! - the plot (`--plot`) in both formats, and its errors;
 //! - exit codes through the built binary.
@@ -25,8 +25,6 @@ use hsdiff::backends::{
 use hsdiff::capture::Captures;
 use hsdiff::capture::dump::Dump;
 use hsdiff::capture::names;
-use hsdiff::cli::common::Session;
-use hsdiff::cli::diff::{EnvList, FailOn, Format, ReportArgs, emit};
 use hsdiff::compare::{Kind, TensorSource, plan_rows};
 use hsdiff::config::LayerType;
 use hsdiff::error::{Error, Result};
@@ -34,15 +32,18 @@ use hsdiff::fingerprint::Fingerprint;
 use hsdiff::metrics::Location;
 use hsdiff::metrics::logits::LogitStats;
 use hsdiff::model::{Model, RunOptions};
-use hsdiff::planner::{self, SideRun};
+use hsdiff::planner;
 use hsdiff::progress::Progress;
+use hsdiff::report::emit::{EnvList, FailOn, Format, ReportOptions, emit};
 use hsdiff::report::json::Json;
 use hsdiff::report::markdown::Markdown;
-use hsdiff::report::plot::{check_path, render_png, render_svg, write_plot};
+use hsdiff::report::plot::{Plot, PlotFormat, check_path, write_plot};
+use hsdiff::report::table::TerminalTable;
 use hsdiff::report::{
     Comparison, Inputs, Render, Report, RouterRow, RoutingFlip, SCHEMA, Side, TensorRow,
     ThresholdInfo, TokenIds, build_report,
 };
+use hsdiff::session::Session;
 use hsdiff::verdict::{K_DRIFT, K_MISMATCH, Thresholds, Verdict};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -110,15 +111,10 @@ fn forward(
 }
 
 fn side(s: &Session, backend: &dyn LinearAttentionBackend) -> Side {
-    let fingerprint = hsdiff::run::fingerprint_for(s, backend);
-    Side {
-        label: backend.name().to_string(),
-        backend: fingerprint.backend.clone(),
-        implementation: fingerprint.implementation.clone(),
-        dtype: fingerprint.dtype.clone(),
-        device: fingerprint.device.clone(),
-        fingerprint,
-    }
+    Side::from_fingerprint(
+        backend.name().to_string(),
+        hsdiff::run::fingerprint_for(s, backend),
+    )
 }
 
 /// What `hsdiff --a A --b B [--mode isolate] [--ops]` computes, as a report.
@@ -132,20 +128,9 @@ fn live_report(
     let caps_a = forward(s, a, s.dtype, ops, None);
     let feed = isolate.then_some(&caps_a);
     let caps_b = forward(s, b, s.dtype, ops, feed);
-    // The truth and floor as the CLI plans them (src/planner.rs): A stands in for the floor
-    // run only when nothing is fed.
-    let plan = planner::plan(
-        SideRun {
-            dtype: s.dtype,
-            is_reference_run: a.name() == "reference" && !isolate,
-        },
-        SideRun {
-            dtype: s.dtype,
-            is_reference_run: b.name() == "reference",
-        },
-    );
-    let calibration =
-        planner::execute(plan, |d| Ok(forward(s, &Reference, d, ops, feed))).expect("calibration");
+    // The truth and floor as the CLI plans and runs them (src/planner.rs).
+    let plan = planner::plan_live(s.dtype, a.name(), b.name(), isolate);
+    let calibration = planner::execute_reference(plan, s, ops, feed, None).expect("calibration");
     let rows = plan_rows(
         &TensorSource::names(&caps_a),
         Some(&s.model.config.layer_types),
@@ -201,15 +186,19 @@ fn flagged(r: &Report) -> Vec<String> {
 }
 
 /// Report options writing to a file (nothing on stdout).
-fn report_args(out: &Path, fail_on: FailOn) -> ReportArgs {
-    ReportArgs {
+fn report_args(out: &Path, fail_on: FailOn) -> ReportOptions {
+    ReportOptions {
         format: Format::Json,
         out: Some(out.to_path_buf()),
         fail_on,
-        layers: None,
         env: EnvList::Ran,
         plot: None,
     }
+}
+
+/// A text renderer's output as a string.
+fn text(renderer: &dyn Render, r: &Report) -> String {
+    String::from_utf8(renderer.render(r).expect("renders")).expect("UTF-8")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -514,7 +503,7 @@ fn save_plot(r: &Report, name: &str) {
     if let Ok(dir) = std::env::var("HSDIFF_TEST_PLOTS") {
         let path = Path::new(&dir).join(name);
         write_plot(r, &path).expect("plot");
-        std::fs::write(path.with_extension("md"), Markdown::default().render(r)).expect("markdown");
+        std::fs::write(path.with_extension("md"), text(&Markdown::default(), r)).expect("markdown");
     }
 }
 
@@ -538,14 +527,12 @@ fn a_nan_is_a_mismatch_at_its_layer_with_counts() {
         assert_eq!(t.verdict, Verdict::Ok, "{} before the fault", t.name);
     }
     // Every renderer copes with the non-finite values.
-    let json: serde_json::Value = serde_json::from_str(&Json.render(&r)).expect("valid JSON");
+    let json: serde_json::Value = serde_json::from_str(&text(&Json, &r)).expect("valid JSON");
     assert!(json["tensors"].as_array().is_some_and(|t| !t.is_empty()));
-    assert!(
-        Markdown::default()
-            .render(&r)
-            .contains(&format!("layers.{k}"))
-    );
-    render_png(&r).expect("plot of a NaN report");
+    assert!(text(&Markdown::default(), &r).contains(&format!("layers.{k}")));
+    Plot(PlotFormat::Png)
+        .render(&r)
+        .expect("plot of a NaN report");
     save_plot(&r, "injected_nan.png");
 }
 
@@ -577,13 +564,13 @@ fn plot_writes_svg_and_png_and_refuses_bad_paths() {
     for t in &mut long.tensors {
         t.per_token_rel = (0..20_000).map(|i| 1e-3 * (1.0 + (i % 7) as f64)).collect();
     }
-    let long_svg = render_svg(&long).expect("long svg");
+    let long_svg = text(&Plot(PlotFormat::Svg), &long);
     assert!(long_svg.len() < 3_000_000, "{} bytes", long_svg.len());
     assert!(long_svg.contains("34-token bins"));
     // An empty report still draws.
     let mut empty = r.clone();
     empty.tensors.clear();
-    render_svg(&empty).expect("empty svg");
+    text(&Plot(PlotFormat::Svg), &empty);
 
     let a_folder = dir.path().join("folder.svg");
     std::fs::create_dir(&a_folder).expect("mkdir");
@@ -877,16 +864,25 @@ fn check_snapshot(name: &str, actual: &str) {
 fn markdown_renderer_matches_its_snapshot() {
     check_snapshot(
         "report.md",
-        &Markdown::default().render(&synthetic_report()),
+        &text(&Markdown::default(), &synthetic_report()),
     );
 }
 
 #[test]
+fn terminal_table_matches_its_snapshot() {
+    let table = TerminalTable {
+        color: false,
+        env_all: false,
+    };
+    check_snapshot("report.txt", &text(&table, &synthetic_report()));
+}
+
+#[test]
 fn json_renderer_matches_its_snapshot() {
-    let text = Json.render(&synthetic_report());
-    check_snapshot("report.json", &text);
+    let json = text(&Json, &synthetic_report());
+    check_snapshot("report.json", &json);
     // The fields the schema fixes are there, with their types.
-    let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
     assert_eq!(v["schema"], "hsdiff.report/v1");
     for key in [
         "verdict",

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device};
 use clap::Args;
 
-use super::common::{Session, command_line, find_model};
-use super::diff::{EnvList, Format, ReportArgs, emit};
+use super::common::command_line;
+use super::report_args::ReportArgs;
 use crate::backends::{LinearAttentionBackend, backend_by_name};
 use crate::builtin;
 use crate::capture::{dump::METADATA_KEY, names};
@@ -20,12 +20,12 @@ use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::model::Model;
 use crate::planner::{self, SideRun};
-use crate::report::{
-    Comparison, Render, Report, Side, TokenIds, build_report, json::Json, markdown::Markdown,
-    table::Table,
-};
+use crate::report::emit::{Format, emit};
+use crate::report::json::Json;
+use crate::report::{Comparison, Render, Report, Side, TokenIds, build_report};
 use crate::run::{fingerprint_for, forward};
 use crate::safetensors_file::SafetensorsFile;
+use crate::session::{Session, check_layer_list, find_model};
 use crate::verdict::Verdict;
 
 #[derive(Args, Debug)]
@@ -220,7 +220,7 @@ pub fn run(args: &CheckArgs) -> Result<i32> {
         .into_iter()
         .flatten()
         .collect();
-    args.report.check_targets(&inputs)?;
+    args.report.options().check_targets(&inputs)?;
     let device = parse_device(&args.device)?;
     let backends: Vec<Box<dyn LinearAttentionBackend>> = args
         .backend
@@ -250,7 +250,7 @@ pub fn run(args: &CheckArgs) -> Result<i32> {
                 outcomes.push(Outcome { name, report });
             }
             if let [only] = outcomes.as_slice() {
-                return emit(&only.report, &args.report);
+                return emit(&only.report, &args.report.options());
             }
             render_set(&outcomes, &args.report)
         }
@@ -363,18 +363,9 @@ fn check_one(
             missing[0]
         )));
     }
-    let layers = args
-        .report
-        .layers
-        .as_deref()
-        .map(super::common::parse_layer_list)
-        .transpose()?;
+    let layers = args.report.layers()?;
     if let Some(layers) = &layers {
-        super::common::check_layer_list(
-            layers,
-            session.model.config.num_hidden_layers,
-            "the model",
-        )?;
+        check_layer_list(layers, session.model.config.num_hidden_layers, "the model")?;
     }
     let rows = plan_rows(
         &common,
@@ -481,7 +472,7 @@ fn line(name: &str, r: &Report) -> String {
 /// Several checks: each report rendered in turn (JSON: one object with every report), one line
 /// per check at the end, and the exit code of the worst.
 fn render_set(outcomes: &[Outcome], args: &ReportArgs) -> Result<i32> {
-    let to_terminal = args.out.is_none() && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let options = args.options();
     let worst = outcomes
         .iter()
         .map(|o| o.report.verdict)
@@ -493,17 +484,18 @@ fn render_set(outcomes: &[Outcome], args: &ReportArgs) -> Result<i32> {
             let checks: Vec<serde_json::Value> = outcomes
                 .iter()
                 .map(|o| {
-                    serde_json::json!({
+                    let report = Json.render(&o.report)?;
+                    Ok(serde_json::json!({
                         "name": o.name,
                         "backend": o.report.b.backend,
                         "implementation": o.report.b.implementation,
                         "dtype": o.report.thresholds.dtype,
                         "verdict": o.report.verdict,
-                        "report": serde_json::from_str::<serde_json::Value>(&Json.render(&o.report))
+                        "report": serde_json::from_slice::<serde_json::Value>(&report)
                             .unwrap_or(serde_json::Value::Null),
-                    })
+                    }))
                 })
-                .collect();
+                .collect::<Result<_>>()?;
             let doc = serde_json::json!({
                 "schema": "hsdiff.check/v1",
                 "verdict": worst,
@@ -517,17 +509,8 @@ fn render_set(outcomes: &[Outcome], args: &ReportArgs) -> Result<i32> {
         Format::Table | Format::Markdown => {
             let mut s = String::new();
             for o in outcomes {
-                let body = match args.format {
-                    Format::Markdown => Markdown {
-                        env_all: args.env == EnvList::All,
-                    }
-                    .render(&o.report),
-                    _ => Table {
-                        color: to_terminal,
-                        env_all: args.env == EnvList::All,
-                    }
-                    .render(&o.report),
-                };
+                let body = options.renderer().render(&o.report)?;
+                let body = String::from_utf8_lossy(&body);
                 s.push_str(&format!("== check {} ==\n{body}\n", o.name));
             }
             for l in &lines {

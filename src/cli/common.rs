@@ -1,15 +1,11 @@
 //! Options shared by every command that runs the model, and their resolution into a session.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use candle_core::{DType, Device};
 use clap::Args;
 
-use crate::builtin;
-use crate::device::{parse_device, parse_dtype};
 use crate::error::{Error, Result};
-use crate::input::{PromptSource, Tokenizer, parse_token_list, resolve_prompt};
-use crate::model::Model;
+use crate::session::{Session, SessionSpec};
 
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
@@ -40,16 +36,6 @@ pub struct RunArgs {
     pub random_weights: Option<u64>,
 }
 
-/// A model, its input and where to run it: everything a run needs besides the backend.
-pub struct Session {
-    pub model: Model,
-    pub ids: Vec<u32>,
-    /// How the input was given, for fingerprints and reproduce lines.
-    pub prompt_label: Option<String>,
-    pub dtype: DType,
-    pub device: Device,
-}
-
 impl RunArgs {
     /// The files and folders this run reads (model folder, prompt file), for output checks.
     pub fn input_paths(&self) -> Vec<&std::path::Path> {
@@ -61,70 +47,17 @@ impl RunArgs {
         self.model.as_deref().into_iter().chain(prompt).collect()
     }
 
+    /// Loads the model and reads the input these options name.
     pub fn resolve(&self) -> Result<Session> {
-        let dtype = parse_dtype(&self.dtype)?;
-        let device = parse_device(&self.device)?;
-        // The input first: a bad token list or prompt file is refused before the model loads.
-        let given = match (&self.tokens, &self.prompt) {
-            (Some(list), _) => Given::Ids(parse_token_list(list)?),
-            (None, arg) => {
-                let (text, source) = resolve_prompt(arg.as_deref().unwrap_or("fizzbuzz"))?;
-                Given::Prompt(text, source)
-            }
-        };
-        let model = match (&self.model, self.random_weights) {
-            (Some(dir), Some(seed)) => Model::load_random(dir, seed)?,
-            (Some(dir), None) => Model::load(dir)?,
-            (None, _) => {
-                eprintln!("hsdiff: no --model given; using the built-in tiny Qwen3.5 model");
-                builtin::model()?
-            }
-        };
-        let (ids, prompt_label) = match given {
-            Given::Ids(ids) => (ids, None),
-            Given::Prompt(text, source) => {
-                let tokenizer = match &self.model {
-                    Some(dir)
-                        if self.random_weights.is_some()
-                            && !dir.join("tokenizer.json").exists() =>
-                    {
-                        return Err(Error::file(
-                            dir.join("tokenizer.json"),
-                            "missing (with --random-weights and only a config.json, give the \
-                             input as token ids with --tokens)",
-                        ));
-                    }
-                    Some(dir) => Tokenizer::from_file(&dir.join("tokenizer.json"))?,
-                    None => builtin::tokenizer()?,
-                };
-                let label = match source {
-                    PromptSource::Builtin(name) => name,
-                    PromptSource::File(path) => format!("@{}", path.display()),
-                    PromptSource::Text => text.clone(),
-                };
-                (tokenizer.encode(&text)?, Some(label))
-            }
-        };
-        if ids.is_empty() {
-            return Err(Error::Prompt(
-                "the prompt tokenised to zero tokens".to_string(),
-            ));
-        }
-        model.check_tokens(&ids)?;
-        Ok(Session {
-            model,
-            ids,
-            prompt_label,
-            dtype,
-            device,
+        Session::open(&SessionSpec {
+            model: self.model.as_deref(),
+            random_weights: self.random_weights,
+            tokens: self.tokens.as_deref(),
+            prompt: self.prompt.as_deref(),
+            dtype: &self.dtype,
+            device: &self.device,
         })
     }
-}
-
-/// The input as given: token ids, or a prompt still to be tokenised.
-enum Given {
-    Ids(Vec<u32>),
-    Prompt(String, PromptSource),
 }
 
 /// This process's command line, shell-quoted, for the "reproduce" line of reports.
@@ -146,18 +79,6 @@ fn shell_quote(s: &str) -> String {
 }
 
 /// `--layers 1,16,31` → layer indices.
-/// Refuses a `--layers` entry at or past `count` (`what` names what has that many layers): a
-/// layer that is not there would leave an empty report that reads as agreement.
-pub fn check_layer_list(layers: &[usize], count: usize, what: &str) -> Result<()> {
-    match layers.iter().find(|&&l| l >= count) {
-        Some(bad) => Err(Error::argument(
-            "--layers",
-            format!("names layer {bad}, but {what} has {count} layers"),
-        )),
-        None => Ok(()),
-    }
-}
-
 pub fn parse_layer_list(arg: &str) -> Result<Vec<usize>> {
     arg.split(',')
         .map(str::trim)
@@ -173,51 +94,3 @@ pub fn parse_layer_list(arg: &str) -> Result<Vec<usize>> {
             )
         })
 }
-
-/// The model a capture's fingerprint names, when it can be had here: the built-in model when
-/// `weights_digest` is its digest (or `model` is one of its names), else a folder holding
-/// config.json at `model` as recorded, beside the file (`beside/{model}`), or in the golden
-/// layout (`golden/states/{model}/…` → `golden/{model}`). Returns the model and how it was
-/// found, for stderr and the report.
-pub fn find_model(
-    model: Option<&str>,
-    weights_digest: Option<&str>,
-    beside: Option<&Path>,
-) -> Result<Option<(Model, String)>> {
-    let builtin_digest = || builtin::model().ok().and_then(|m| m.weights.digest().ok());
-    if let Some(want) = weights_digest
-        && builtin_digest().as_deref() == Some(want)
-    {
-        return Ok(Some((
-            builtin::model()?,
-            "the built-in model (its weights digest is the one recorded)".to_string(),
-        )));
-    }
-    let Some(name) = model else {
-        return Ok(None);
-    };
-    let mut candidates = vec![PathBuf::from(name)];
-    if let Some(dir) = beside {
-        candidates.push(dir.join(name));
-        candidates.push(dir.join("../..").join(name));
-    }
-    if let Some(dir) = candidates.iter().find(|p| p.join("config.json").is_file()) {
-        return Ok(Some((
-            Model::load(dir)?,
-            format!(
-                "the folder {} (the model the fingerprint names)",
-                dir.display()
-            ),
-        )));
-    }
-    if BUILTIN_NAMES.contains(&name) {
-        return Ok(Some((
-            builtin::model()?,
-            "the built-in model (named by the fingerprint)".to_string(),
-        )));
-    }
-    Ok(None)
-}
-
-/// Model names (scripts/make_golden.py, hsdiff's own fingerprints) that are the built-in model.
-const BUILTIN_NAMES: &[&str] = &["qwen3_5_tiny", "built-in tiny Qwen3.5"];

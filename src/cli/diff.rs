@@ -2,22 +2,18 @@
 //! inputs (plus the f64 truth and the rounding floor), compares every capture and prints the
 //! report.
 
-use std::io::IsTerminal;
-use std::path::PathBuf;
-
 use clap::{Args, ValueEnum};
 
-use super::common::{RunArgs, Session, command_line, parse_layer_list};
+use super::common::{RunArgs, command_line};
+use super::report_args::ReportArgs;
 use crate::backends::{LinearAttentionBackend, backend_by_name};
 use crate::compare::plan_rows;
 use crate::error::{Error, Result};
-use crate::planner::{self, SideRun};
-use crate::report::{
-    Comparison, Render, Report, Side, TokenIds, build_report, json::Json, markdown::Markdown,
-    table::Table,
-};
+use crate::planner;
+use crate::report::emit::emit;
+use crate::report::{Comparison, Side, TokenIds, build_report};
 use crate::run::{fingerprint_for, forward};
-use crate::verdict::Verdict;
+use crate::session::{Session, check_layer_list};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
@@ -26,68 +22,6 @@ pub enum Mode {
     /// Each layer of B is fed A's input to that layer: the error a layer adds, apart from what
     /// it inherits.
     Isolate,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    Table,
-    Markdown,
-    Json,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum EnvList {
-    Ran,
-    All,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FailOn {
-    Drift,
-    Mismatch,
-    Never,
-}
-
-impl FailOn {
-    /// Whether `verdict` makes the exit code 1.
-    pub fn flags(self, verdict: Verdict) -> bool {
-        match self {
-            FailOn::Never => false,
-            FailOn::Drift => verdict >= Verdict::Drift,
-            FailOn::Mismatch => verdict == Verdict::Mismatch,
-        }
-    }
-}
-
-/// Options of the report, shared by the live run and `compare`.
-#[derive(Args, Debug, Clone)]
-pub struct ReportArgs {
-    /// Output format.
-    #[arg(long, value_enum, default_value = "table")]
-    pub format: Format,
-
-    /// Write the report to FILE instead of stdout.
-    #[arg(long, value_name = "FILE")]
-    pub out: Option<PathBuf>,
-
-    /// Which verdict makes the exit code 1.
-    #[arg(long, value_enum, default_value = "mismatch")]
-    pub fail_on: FailOn,
-
-    /// Report only these decoder layers (the rest still run), e.g. 1,16,31.
-    #[arg(long, value_name = "LIST")]
-    pub layers: Option<String>,
-
-    /// Environment differences to list: `ran` (what ran differently: linear-attention
-    /// implementations, kernel packages, dtype, attention implementation, device; the rest
-    /// counted) or `all`. The JSON always holds all of them.
-    #[arg(long, value_enum, default_value = "ran")]
-    pub env: EnvList,
-
-    /// Also draw the report to FILE.svg or FILE.png: rel L2 per tensor on a log scale with the
-    /// floor and bands, and a layer × token heatmap of the per-token error.
-    #[arg(long, value_name = "FILE")]
-    pub plot: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -127,30 +61,17 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
         ));
     };
     // Output targets are checked before the (long) runs.
-    args.report.check_targets(&args.run.input_paths())?;
+    args.report
+        .options()
+        .check_targets(&args.run.input_paths())?;
     let session = args.run.resolve()?;
     // A, B and the floor run read the same weights in the same dtype: convert them once.
     session.model.keep_weights(session.dtype, &session.device);
     let a = backend_by_name(a_name, &session.device)?;
     let b = backend_by_name(b_name, &session.device)?;
-    let layers = args
-        .report
-        .layers
-        .as_deref()
-        .map(parse_layer_list)
-        .transpose()?;
-    if let Some(bad) = layers
-        .iter()
-        .flatten()
-        .find(|&&l| l >= session.model.config.num_hidden_layers)
-    {
-        return Err(Error::argument(
-            "--layers",
-            format!(
-                "names layer {bad}, but the model has {} layers",
-                session.model.config.num_hidden_layers
-            ),
-        ));
+    let layers = args.report.layers()?;
+    if let Some(layers) = &layers {
+        check_layer_list(layers, session.model.config.num_hidden_layers, "the model")?;
     }
 
     let caps_a = forward(&session, a.as_ref(), session.dtype, args.ops, None)?;
@@ -160,21 +81,10 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
     let calibration = if args.no_floor {
         None
     } else {
-        // The calibration runs are fed like B; A stands in for one only when nothing is fed.
-        let plan = planner::plan(
-            SideRun {
-                dtype: session.dtype,
-                is_reference_run: a.name() == "reference" && !isolate,
-            },
-            SideRun {
-                dtype: session.dtype,
-                is_reference_run: b.name() == "reference",
-            },
-        );
-        let reference = backend_by_name("reference", &session.device)?;
-        Some(planner::execute(plan, |dtype| {
-            forward(&session, reference.as_ref(), dtype, args.ops, feed)
-        })?)
+        let plan = planner::plan_live(session.dtype, a.name(), b.name(), isolate);
+        Some(planner::execute_reference(
+            plan, &session, args.ops, feed, None,
+        )?)
     };
 
     let rows = plan_rows(
@@ -212,56 +122,12 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
         notes: Vec::new(),
     };
     let report = build_report(&comparison)?;
-    emit(&report, &args.report)
+    emit(&report, &args.report.options())
 }
 
 fn side(session: &Session, backend: &dyn LinearAttentionBackend) -> Side {
-    let fingerprint = fingerprint_for(session, backend);
-    Side {
-        label: backend.name().to_string(),
-        backend: fingerprint.backend.clone(),
-        implementation: fingerprint.implementation.clone(),
-        dtype: fingerprint.dtype.clone(),
-        device: fingerprint.device.clone(),
-        fingerprint,
-    }
-}
-
-/// Renders the report where asked and turns its verdict into the exit code.
-impl ReportArgs {
-    /// `--out` and `--plot` can be written, and are none of `inputs`.
-    pub fn check_targets(&self, inputs: &[&std::path::Path]) -> Result<()> {
-        if let Some(path) = &self.plot {
-            crate::report::plot::check_path(path)?;
-        }
-        crate::output::check_report_targets(self.out.as_deref(), self.plot.as_deref(), inputs)
-    }
-}
-
-pub fn emit(report: &Report, args: &ReportArgs) -> Result<i32> {
-    let to_terminal = args.out.is_none() && std::io::stdout().is_terminal();
-    let text = match args.format {
-        Format::Table => Table {
-            color: to_terminal,
-            env_all: args.env == EnvList::All,
-        }
-        .render(report),
-        Format::Markdown => Markdown {
-            env_all: args.env == EnvList::All,
-        }
-        .render(report),
-        Format::Json => Json.render(report),
-    };
-    match &args.out {
-        Some(path) => {
-            crate::output::write_bytes(path, text.as_bytes())?;
-            eprintln!("{}", report.summary);
-        }
-        None => print!("{text}"),
-    }
-    if let Some(path) = &args.plot {
-        crate::report::plot::write_plot(report, path)?;
-        eprintln!("hsdiff: plot written to {}", path.display());
-    }
-    Ok(i32::from(args.fail_on.flags(report.verdict)))
+    Side::from_fingerprint(
+        backend.name().to_string(),
+        fingerprint_for(session, backend),
+    )
 }

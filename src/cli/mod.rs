@@ -4,12 +4,13 @@
 mod backends;
 mod bench;
 mod check;
-pub mod common;
+mod common;
 mod compare;
-pub mod diff;
+mod diff;
 mod dump;
 mod env;
 mod paths;
+mod report_args;
 mod selftest;
 
 use std::sync::Mutex;

@@ -4,10 +4,10 @@
 use clap::Args;
 
 use super::common::RunArgs;
-use super::diff::{FailOn, Format};
 use crate::backends::backend_by_name;
 use crate::error::{Error, Result};
 use crate::paths::{PathKind, plan_paths, render, run_paths};
+use crate::report::emit::{FailOn, Format};
 
 #[derive(Args, Debug)]
 pub struct PathsArgs {
@@ -74,7 +74,7 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
         skipped,
     )?;
     let text = match args.format {
-        Format::Json => render::json(&report),
+        Format::Json => render::json(&report)?,
         _ => render::table(&report),
     };
     match &args.out {

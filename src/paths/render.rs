@@ -1,34 +1,32 @@
 //! `hsdiff paths` output: a terminal table (one row per path, the signature under it) or JSON
 //! `{"paths": [{"name", "verdict", "rows": […], …}]}`. No statistics are computed here.
 
-use comfy_table::presets::UTF8_FULL_CONDENSED;
-use comfy_table::{Cell, ContentArrangement, Table as Grid};
+use comfy_table::Cell;
 
 use super::PathsReport;
-use crate::report::sci;
+use crate::error::{Error, Result};
+use crate::report::cells::{ratio, sci};
+use crate::report::table::grid;
 
 pub fn table(r: &PathsReport) -> String {
     let mut out = format!(
         "{}\n\nbackend {}  [{}], dtype {}, {} tokens; each path vs the full prefill of the same tokens\n",
         r.summary, r.backend, r.implementation, r.dtype, r.tokens
     );
-    let mut grid = Grid::new();
-    grid.load_preset(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Disabled)
-        .set_header(vec![
-            "path",
-            "positions",
-            "departs at",
-            "worst tensor",
-            "rel L2",
-            "×floor",
-            "logits rel L2",
-            "state rel L2",
-            "conv state",
-            "floor dtype",
-            "verdict",
-            "state verdict",
-        ]);
+    let mut grid = grid(vec![
+        "path",
+        "positions",
+        "departs at",
+        "worst tensor",
+        "rel L2",
+        "×floor",
+        "logits rel L2",
+        "state rel L2",
+        "conv state",
+        "floor dtype",
+        "verdict",
+        "state verdict",
+    ]);
     for p in &r.paths {
         let positions = match (p.positions.first(), p.positions.last()) {
             (Some(a), Some(b)) => format!("{a}–{b}"),
@@ -40,10 +38,7 @@ pub fn table(r: &PathsReport) -> String {
             Cell::new(p.departs_at.map_or("—".to_string(), |x| x.to_string())),
             Cell::new(p.worst.as_deref().unwrap_or("—")),
             Cell::new(sci(Some(p.worst_rel_l2))),
-            Cell::new(
-                p.worst_ratio_to_floor
-                    .map_or("—".to_string(), |x| format!("{x:.1}")),
-            ),
+            Cell::new(ratio(p.worst_ratio_to_floor)),
             Cell::new(sci(p.logits_rel_l2)),
             Cell::new(sci(p.state_recurrent_rel_l2)),
             Cell::new(sci(p.state_conv_rel_l2)),
@@ -71,7 +66,9 @@ pub fn table(r: &PathsReport) -> String {
     out
 }
 
-pub fn json(r: &PathsReport) -> String {
-    // Serialising plain numbers and strings cannot fail; the fallback keeps the output JSON.
-    serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")) + "\n"
+pub fn json(r: &PathsReport) -> Result<String> {
+    // serde_json writes non-finite floats as null; anything else it refuses is a bug here.
+    serde_json::to_string_pretty(r)
+        .map(|s| s + "\n")
+        .map_err(|e| Error::Internal(format!("cannot encode the paths report as JSON: {e}")))
 }

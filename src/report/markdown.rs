@@ -1,7 +1,14 @@
 //! `--format markdown`: paste-ready for a bug report — summary, table, environment, and the
 //! command that reproduces it.
 
-use super::{Render, Report, Side, cosine, sci};
+use super::cells::{TENSOR_COLUMNS, clip, sci, tensor_cells};
+use super::sentences::{
+    amplification, env_empty_note, env_shown, router_agreement, token_ids_note,
+};
+use super::summary::{logits_line, routing_line};
+use super::{Render, Report, Side};
+use crate::error::Result;
+use crate::verdict::Verdict;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Markdown {
@@ -18,7 +25,7 @@ fn cell(s: &str) -> String {
 }
 
 impl Render for Markdown {
-    fn render(&self, r: &Report) -> String {
+    fn render(&self, r: &Report) -> Result<Vec<u8>> {
         let mut out = String::new();
         // The summary leads with the verdict word already; bold it rather than repeat it.
         let word = r.verdict.as_str();
@@ -44,63 +51,33 @@ impl Render for Markdown {
             r.thresholds.dtype,
             r.inputs.tokens,
         ));
-        out.push_str("| tensor | mean \\|Δ\\| | max \\|Δ\\| (tok, ch) | rel L2 | cosine | min cos (tok) | floor | ×floor | A vs f64 | B vs f64 | verdict |\n");
-        out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+        let header: Vec<String> = TENSOR_COLUMNS.iter().map(|c| cell(c)).collect();
+        out.push_str(&format!("| {} |\n", header.join(" | ")));
+        out.push_str(&format!("|{}\n", "---|".repeat(TENSOR_COLUMNS.len())));
         for t in &r.tensors {
-            out.push_str(&format!(
-                "| {} | {} | {} ({}, {}) | {} | {} | {} ({}) | {} | {} | {} | {} | {} |\n",
-                cell(&t.name),
-                sci(Some(t.mean_abs)),
-                sci(Some(t.max_abs)),
-                t.max_abs_at.token,
-                t.max_abs_at.channel,
-                sci(Some(t.rel_l2)),
-                cosine(t.cosine),
-                cosine(t.cosine_min),
-                t.cosine_min_token,
-                sci(t.floor),
-                t.ratio_to_floor
-                    .map(|x| format!("{x:.1}"))
-                    .unwrap_or_else(|| "—".into()),
-                sci(t.a_vs_truth),
-                sci(t.b_vs_truth),
-                if t.verdict == crate::verdict::Verdict::Ok {
-                    "ok".to_string()
-                } else {
-                    format!("**{}**", t.verdict.as_str())
-                },
-            ));
+            let verdict = if t.verdict == Verdict::Ok {
+                "ok".to_string()
+            } else {
+                format!("**{}**", t.verdict.as_str())
+            };
+            let cells: Vec<String> = tensor_cells(t).iter().map(|c| cell(c)).collect();
+            out.push_str(&format!("| {} | {verdict} |\n", cells.join(" | ")));
         }
         if let Some(l) = &r.logits {
-            out.push_str(&format!("\nLogits: {}.\n", super::summary::logits_line(l)));
+            out.push_str(&format!("\nLogits: {}.\n", logits_line(l)));
         }
-        if let Some(line) = super::summary::routing_line(&r.routing_flips, 12) {
+        if let Some(line) = routing_line(&r.routing_flips, 12) {
             out.push_str(&format!("\n{line}.\n"));
         }
         if !r.routers.is_empty() {
             out.push_str("\nMoE router top-k agreement:\n\n");
         }
         for router in &r.routers {
-            let flipped = match router.describe_flips(12) {
-                f if f.is_empty() => f,
-                f => format!(" (flipped at {f})"),
-            };
-            out.push_str(&format!(
-                "- layer {}: top-k sets agree on {:.1}% of tokens{flipped}\n",
-                router.layer,
-                100.0 * router.agree
-            ));
+            let agreement = router_agreement(router, 12, |f| format!(" (flipped at {f})"));
+            out.push_str(&format!("- layer {}: {agreement}\n", router.layer));
         }
-        if !r.amplification.is_empty() {
-            let starts: Vec<String> = r
-                .amplification
-                .iter()
-                .map(|l| format!("layers.{l}"))
-                .collect();
-            out.push_str(&format!(
-                "\nAmplification: the error grows > 2× per layer for 3 layers from {}.\n",
-                starts.join(", ")
-            ));
+        if let Some(grows) = amplification(r) {
+            out.push_str(&format!("\nAmplification: the error {grows}.\n"));
         }
         out.push_str(&format!(
             "\nThresholds ({}): ok ≤ {}, fail > {}; flagged only above {}× (drift) / {}× (mismatch) the floor{}.\n",
@@ -111,7 +88,7 @@ impl Render for Markdown {
             r.thresholds.k_mismatch,
             r.thresholds.floor_source.as_deref().map(|s| format!(" ({s})")).unwrap_or_default()
         ));
-        if let Some(note) = super::token_ids_note(r) {
+        if let Some(note) = token_ids_note(r) {
             out.push_str(&format!("\n{note}.\n"));
         }
         if let Some(al) = &r.alignment {
@@ -122,9 +99,9 @@ impl Render for Markdown {
         }
         out.push_str("\n### Environment differences\n\n");
         if r.env_diff.is_empty() {
-            out.push_str(&format!("{}.\n", super::env_empty_note(r)));
+            out.push_str(&format!("{}.\n", env_empty_note(r)));
         } else {
-            let (shown, rest) = super::env_shown(r, self.env_all);
+            let (shown, rest) = env_shown(r, self.env_all);
             if !self.env_all {
                 out.push_str("What ran differently:\n\n");
             }
@@ -133,8 +110,8 @@ impl Render for Markdown {
                 out.push_str(&format!(
                     "| {} | {} | {} | {} |\n",
                     d.key,
-                    super::clip(d.a.as_deref()).replace('|', "\\|"),
-                    super::clip(d.b.as_deref()).replace('|', "\\|"),
+                    cell(&clip(d.a.as_deref())),
+                    cell(&clip(d.b.as_deref())),
                     if d.matters { "**yes**" } else { "no" }
                 ));
             }
@@ -174,6 +151,6 @@ impl Render for Markdown {
         if let Some(cmd) = &r.command {
             out.push_str(&format!("\nReproduce:\n\n```\n{cmd}\n```\n"));
         }
-        out
+        Ok(out.into_bytes())
     }
 }

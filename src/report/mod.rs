@@ -2,10 +2,13 @@
 //! to renderers. Renderers format; they compute nothing.
 
 mod build;
+pub mod cells;
+pub mod emit;
 pub mod json;
 pub mod markdown;
 pub mod plot;
 mod routing;
+pub mod sentences;
 pub mod summary;
 pub mod table;
 
@@ -14,6 +17,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::alignment::Alignment;
 use crate::compare::Kind;
 pub use crate::envdiff::EnvDiff;
+use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 use crate::metrics::Location;
 use crate::metrics::logits::LogitStats;
@@ -83,6 +87,20 @@ pub struct Side {
     pub dtype: Option<String>,
     pub device: Option<String>,
     pub fingerprint: Fingerprint,
+}
+
+impl Side {
+    /// A side that ran here, described by its fingerprint.
+    pub fn from_fingerprint(label: String, fingerprint: Fingerprint) -> Side {
+        Side {
+            label,
+            backend: fingerprint.backend.clone(),
+            implementation: fingerprint.implementation.clone(),
+            dtype: fingerprint.dtype.clone(),
+            device: fingerprint.device.clone(),
+            fingerprint,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -194,114 +212,8 @@ pub struct RouterRow {
     pub flip_margins: Vec<Option<f64>>,
 }
 
-impl RouterRow {
-    /// "tokens 3 (margin 1.2e-3), 7 (margin 4.0e-2) and 5 more", or "" when nothing flipped.
-    pub fn describe_flips(&self, max_shown: usize) -> String {
-        if self.flipped_tokens.is_empty() {
-            return String::new();
-        }
-        let shown: Vec<String> = self
-            .flipped_tokens
-            .iter()
-            .zip(self.flip_margins.iter().chain(std::iter::repeat(&None)))
-            .take(max_shown)
-            .map(|(t, m)| match m {
-                Some(m) => format!("{t} (margin {m:.1e})"),
-                None => t.to_string(),
-            })
-            .collect();
-        let more = self.flipped_tokens.len().saturating_sub(shown.len());
-        let more = if more > 0 {
-            format!(" and {more} more")
-        } else {
-            String::new()
-        };
-        format!("tokens {}{more}", shown.join(", "))
-    }
-}
-
-/// A way to render a report as text (terminal table, markdown, JSON).
+/// A way to render a report (terminal table, markdown, JSON, plot), in the manner of hyperfine's
+/// exporters: the bytes of a whole document, or the error that kept it from being made.
 pub trait Render {
-    fn render(&self, report: &Report) -> String;
-}
-
-/// A line saying which sides carry token ids, unless both do (and they match).
-pub fn token_ids_note(r: &Report) -> Option<&'static str> {
-    match r.inputs.token_ids {
-        TokenIds::Match => None,
-        TokenIds::OnlyA => Some("token ids: only A carries them, so the inputs were not checked"),
-        TokenIds::OnlyB => Some("token ids: only B carries them, so the inputs were not checked"),
-        TokenIds::Unknown => {
-            Some("token ids: neither side carries them, so whether the inputs match is unknown")
-        }
-    }
-}
-
-/// Why the environment-differences section is empty.
-pub fn env_empty_note(r: &Report) -> &'static str {
-    match (
-        crate::envdiff::is_recorded(&r.a.fingerprint),
-        crate::envdiff::is_recorded(&r.b.fingerprint),
-    ) {
-        (true, true) => "none (the two fingerprints agree)",
-        (false, true) => "A records no environment (no fingerprint in the file)",
-        (true, false) => "B records no environment (no fingerprint in the file)",
-        (false, false) => "neither side records an environment",
-    }
-}
-
-/// The environment differences a renderer lists: with `all`, every one; otherwise those that
-/// say what ran differently (and can change the numbers), then a line counting the rest.
-pub fn env_shown(r: &Report, all: bool) -> (Vec<&EnvDiff>, Option<String>) {
-    if all {
-        return (r.env_diff.iter().collect(), None);
-    }
-    let (ran, rest): (Vec<&EnvDiff>, Vec<&EnvDiff>) = r
-        .env_diff
-        .iter()
-        .partition(|d| d.matters && crate::envdiff::ran_differently(&d.key));
-    if rest.is_empty() {
-        return (ran, None);
-    }
-    let mattering = rest.iter().filter(|d| d.matters).count();
-    Some(format!(
-        "{} more difference(s) ({mattering} of them can change the numbers: {}); --env all lists them",
-        rest.len(),
-        rest.iter()
-            .filter(|d| d.matters)
-            .take(4)
-            .map(|d| d.key.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    ))
-    .map(|line| (ran, Some(line)))
-    .unwrap_or_default()
-}
-
-/// A fingerprint value for a table cell: `—` when absent, long values cut to 48 characters.
-pub fn clip(s: Option<&str>) -> String {
-    match s {
-        None => "—".to_string(),
-        Some(s) if s.chars().count() > 48 => format!("{}…", s.chars().take(47).collect::<String>()),
-        Some(s) => s.to_string(),
-    }
-}
-
-/// Scientific notation with 2 decimals, `—` for missing values.
-pub fn sci(x: Option<f64>) -> String {
-    match x {
-        Some(v) if v.is_nan() => "NaN".to_string(),
-        Some(0.0) => "0".to_string(),
-        Some(v) => format!("{v:.2e}"),
-        None => "—".to_string(),
-    }
-}
-
-/// A cosine printed so that its distance from 1 is readable.
-pub fn cosine(c: f64) -> String {
-    if (0.999_999_5..1.0).contains(&c) {
-        format!("1−{:.1e}", 1.0 - c)
-    } else {
-        format!("{c:.6}")
-    }
+    fn render(&self, report: &Report) -> Result<Vec<u8>>;
 }

@@ -19,7 +19,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{FontStyle, RGBColor, register_font};
 
-use super::{Report, TensorRow};
+use super::{Render, Report, TensorRow};
 use crate::compare::Kind;
 use crate::error::{Error, Result};
 use crate::verdict::Verdict;
@@ -84,19 +84,29 @@ pub fn check_path(path: &Path) -> Result<PlotFormat> {
     Ok(format)
 }
 
+/// The figure in one image format: a renderer like the text ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plot(pub PlotFormat);
+
+impl Render for Plot {
+    fn render(&self, report: &Report) -> Result<Vec<u8>> {
+        // Drawing and encoding happen in memory: a failure there is a bug, not bad input.
+        let drawn = match self.0 {
+            PlotFormat::Svg => render_svg(report).map(String::into_bytes),
+            PlotFormat::Png => render_png(report),
+        };
+        drawn.map_err(Error::Internal)
+    }
+}
+
 /// Draws the report and writes it to `path` (SVG or PNG by extension).
 pub fn write_plot(report: &Report, path: &Path) -> Result<()> {
-    let bytes = match check_path(path)? {
-        PlotFormat::Svg => render_svg(report)
-            .map_err(|e| Error::file(path, e))?
-            .into_bytes(),
-        PlotFormat::Png => render_png(report).map_err(|e| Error::file(path, e))?,
-    };
+    let bytes = Plot(check_path(path)?).render(report)?;
     crate::output::write_bytes(path, &bytes)
 }
 
 /// The figure as an SVG document.
-pub fn render_svg(report: &Report) -> std::result::Result<String, String> {
+fn render_svg(report: &Report) -> std::result::Result<String, String> {
     register_fonts()?;
     let size = (WIDTH, figure_height(report));
     let mut svg = String::new();
@@ -110,7 +120,7 @@ pub fn render_svg(report: &Report) -> std::result::Result<String, String> {
 }
 
 /// The figure as PNG bytes (8-bit RGB).
-pub fn render_png(report: &Report) -> std::result::Result<Vec<u8>, String> {
+fn render_png(report: &Report) -> std::result::Result<Vec<u8>, String> {
     register_fonts()?;
     let (w, h) = (WIDTH, figure_height(report));
     let mut rgb = vec![0u8; (w * h * 3) as usize];

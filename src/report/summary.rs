@@ -240,9 +240,9 @@ pub fn logits_sentence(l: &LogitStats) -> String {
 pub fn logits_line(l: &LogitStats) -> String {
     format!(
         "KL mean {}, p99 {}, max {} (token {}); {}; top-5 overlap {:.1}%",
-        super::sci(Some(l.kl_mean)),
-        super::sci(Some(l.kl_p99)),
-        super::sci(Some(l.kl_max)),
+        super::cells::sci(Some(l.kl_mean)),
+        super::cells::sci(Some(l.kl_p99)),
+        super::cells::sci(Some(l.kl_max)),
         l.kl_max_token,
         logits_sentence(l),
         100.0 * l.top5_overlap

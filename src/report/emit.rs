@@ -1,0 +1,113 @@
+//! Where a finished report goes: rendered in the format asked for, written to `--out` or
+//! stdout, drawn to `--plot`, and its verdict turned into the exit code. Shared by every
+//! command that prints a report (the live run, `compare`, `check`); the CLI only fills in
+//! [`ReportOptions`].
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use super::json::Json;
+use super::markdown::Markdown;
+use super::table::TerminalTable;
+use super::{Render, Report, plot};
+use crate::error::Result;
+use crate::verdict::Verdict;
+
+/// The text formats a report is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Table,
+    Markdown,
+    Json,
+}
+
+/// Which environment differences the text formats list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvList {
+    /// What ran differently (the rest counted).
+    Ran,
+    All,
+}
+
+/// The verdict from which the exit code is 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailOn {
+    Drift,
+    Mismatch,
+    Never,
+}
+
+impl FailOn {
+    /// Whether `verdict` makes the exit code 1.
+    pub fn flags(self, verdict: Verdict) -> bool {
+        match self {
+            FailOn::Never => false,
+            FailOn::Drift => verdict >= Verdict::Drift,
+            FailOn::Mismatch => verdict == Verdict::Mismatch,
+        }
+    }
+}
+
+/// How and where a report is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportOptions {
+    pub format: Format,
+    /// A file instead of stdout.
+    pub out: Option<PathBuf>,
+    pub fail_on: FailOn,
+    pub env: EnvList,
+    /// Also draw the report to this `.svg` or `.png` file.
+    pub plot: Option<PathBuf>,
+}
+
+impl ReportOptions {
+    /// `--out` and `--plot` can be written, and are none of `inputs`: checked before any long
+    /// run, so that a typo costs nothing.
+    pub fn check_targets(&self, inputs: &[&Path]) -> Result<()> {
+        if let Some(path) = &self.plot {
+            plot::check_path(path)?;
+        }
+        crate::output::check_report_targets(self.out.as_deref(), self.plot.as_deref(), inputs)
+    }
+
+    /// The renderer of `format` (the terminal table coloured only when stdout is a terminal).
+    pub fn renderer(&self) -> Box<dyn Render> {
+        let env_all = self.env == EnvList::All;
+        match self.format {
+            Format::Table => Box::new(TerminalTable {
+                color: self.out.is_none() && std::io::stdout().is_terminal(),
+                env_all,
+            }),
+            Format::Markdown => Box::new(Markdown { env_all }),
+            Format::Json => Box::new(Json),
+        }
+    }
+
+    /// Writes `bytes` to `--out` (then says `lines` on stderr, as stdout carries nothing) or to
+    /// stdout.
+    pub fn write(&self, bytes: &[u8], lines: &[&str]) -> Result<()> {
+        match &self.out {
+            Some(path) => {
+                crate::output::write_bytes(path, bytes)?;
+                for line in lines {
+                    eprintln!("{line}");
+                }
+            }
+            // The text renderers write UTF-8; `print!` keeps stdout's behaviour as it was.
+            None => print!("{}", String::from_utf8_lossy(bytes)),
+        }
+        Ok(())
+    }
+}
+
+/// Renders `report` as `options` ask, draws the plot if asked, and returns the exit code its
+/// verdict makes (0 or 1).
+pub fn emit(report: &Report, options: &ReportOptions) -> Result<i32> {
+    let bytes = options.renderer().render(report)?;
+    options.write(&bytes, &[&report.summary])?;
+    if let Some(path) = &options.plot {
+        plot::write_plot(report, path)?;
+        eprintln!("hsdiff: plot written to {}", path.display());
+    }
+    Ok(i32::from(options.fail_on.flags(report.verdict)))
+}

@@ -1,0 +1,118 @@
+//! The sentences the terminal table and markdown both say under the table (router agreement,
+//! amplification, token ids, environment differences): worded once here, framed by each
+//! renderer (a `router layer 3:` prefix on the terminal, a list item in markdown). The logits
+//! and routing-flip lines live in `summary`, which the headline shares.
+
+use super::{EnvDiff, Report, RouterRow, TokenIds};
+
+/// "top-k sets agree on 98.4% of tokens", then the flipped tokens (at most `max_shown`, see
+/// [`flips`]) as `frame` words them; nothing more when no token flipped.
+pub fn router_agreement(
+    router: &RouterRow,
+    max_shown: usize,
+    frame: impl Fn(&str) -> String,
+) -> String {
+    let flipped = flips(router, max_shown);
+    let flipped = if flipped.is_empty() {
+        flipped
+    } else {
+        frame(&flipped)
+    };
+    format!(
+        "top-k sets agree on {:.1}% of tokens{flipped}",
+        100.0 * router.agree
+    )
+}
+
+/// "tokens 3 (margin 1.2e-3), 7 (margin 4.0e-2) and 5 more", or "" when nothing flipped.
+pub fn flips(router: &RouterRow, max_shown: usize) -> String {
+    if router.flipped_tokens.is_empty() {
+        return String::new();
+    }
+    let shown: Vec<String> = router
+        .flipped_tokens
+        .iter()
+        .zip(router.flip_margins.iter().chain(std::iter::repeat(&None)))
+        .take(max_shown)
+        .map(|(t, m)| match m {
+            Some(m) => format!("{t} (margin {m:.1e})"),
+            None => t.to_string(),
+        })
+        .collect();
+    let more = router.flipped_tokens.len().saturating_sub(shown.len());
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!("tokens {}{more}", shown.join(", "))
+}
+
+/// "grows > 2× per layer for 3 layers from layers.4, layers.9", or `None` when the error
+/// nowhere amplifies.
+pub fn amplification(r: &Report) -> Option<String> {
+    if r.amplification.is_empty() {
+        return None;
+    }
+    let starts: Vec<String> = r
+        .amplification
+        .iter()
+        .map(|l| format!("layers.{l}"))
+        .collect();
+    Some(format!(
+        "grows > 2× per layer for 3 layers from {}",
+        starts.join(", ")
+    ))
+}
+
+/// A line saying which sides carry token ids, unless both do (and they match).
+pub fn token_ids_note(r: &Report) -> Option<&'static str> {
+    match r.inputs.token_ids {
+        TokenIds::Match => None,
+        TokenIds::OnlyA => Some("token ids: only A carries them, so the inputs were not checked"),
+        TokenIds::OnlyB => Some("token ids: only B carries them, so the inputs were not checked"),
+        TokenIds::Unknown => {
+            Some("token ids: neither side carries them, so whether the inputs match is unknown")
+        }
+    }
+}
+
+/// Why the environment-differences section is empty.
+pub fn env_empty_note(r: &Report) -> &'static str {
+    match (
+        crate::envdiff::is_recorded(&r.a.fingerprint),
+        crate::envdiff::is_recorded(&r.b.fingerprint),
+    ) {
+        (true, true) => "none (the two fingerprints agree)",
+        (false, true) => "A records no environment (no fingerprint in the file)",
+        (true, false) => "B records no environment (no fingerprint in the file)",
+        (false, false) => "neither side records an environment",
+    }
+}
+
+/// The environment differences a renderer lists: with `all`, every one; otherwise those that
+/// say what ran differently (and can change the numbers), then a line counting the rest.
+pub fn env_shown(r: &Report, all: bool) -> (Vec<&EnvDiff>, Option<String>) {
+    if all {
+        return (r.env_diff.iter().collect(), None);
+    }
+    let (ran, rest): (Vec<&EnvDiff>, Vec<&EnvDiff>) = r
+        .env_diff
+        .iter()
+        .partition(|d| d.matters && crate::envdiff::ran_differently(&d.key));
+    if rest.is_empty() {
+        return (ran, None);
+    }
+    let mattering = rest.iter().filter(|d| d.matters).count();
+    let line = format!(
+        "{} more difference(s) ({mattering} of them can change the numbers: {}); --env all lists them",
+        rest.len(),
+        rest.iter()
+            .filter(|d| d.matters)
+            .take(4)
+            .map(|d| d.key.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    (ran, Some(line))
+}
