@@ -113,7 +113,7 @@ impl Model {
 
     /// Keep the weights read in `dtype` on `device` for later passes of this run (A, B and the
     /// floor run of a live run share them) when the whole model in `dtype` fits in half of the
-    /// memory available now (CPU only). Returns whether they will be kept.
+    /// memory available now on `device`. Returns whether they will be kept.
     pub fn keep_weights(&self, dtype: DType, device: &Device) -> bool {
         let bytes = self.weights.element_count() * dtype.size_in_bytes() as u64;
         self.cache.keep(dtype, device, bytes)
@@ -176,6 +176,9 @@ impl Model {
             }
             let layer = DecoderLayer::new(cfg, i, &w.pp("layers").pp(i))?;
             let (out, layer_caps) = layer.forward(&x, &rope, opts.backend, opts.capture_ops)?;
+            // A GPU runs ahead of the host: a fault surfaces here, and the progress line's
+            // per-layer timing stays true.
+            crate::device::check_device(device, &format!("during layer {i}"))?;
             if let Some(gdn) = layer_caps.gdn {
                 caps.push(names::op(i, "beta"), gdn.beta);
                 caps.push(names::op(i, "g"), gdn.g);
