@@ -74,7 +74,8 @@ if grep -q 'not found' "$out/ldd.txt"; then
 fi
 
 # 3r. Real sizes (--real-sizes): issue 10 item 1's targets at Qwen3.5-27B's text geometry
-# (hidden 5120, vocab 248320, Hk/Hv 16/48, layers [linear ×3, full] repeated), bf16, T = 2048:
+# (hidden 5120, vocab 248320, Hk/Hv 16/48, layers [linear ×3, full] repeated), bf16, T = 2048,
+# after `selftest --device cuda` and `check` of the golden MoE model on CUDA (f64 and bf16):
 #   load    a 4-layer bf16 checkpoint written here (scripts/write_load_checkpoint.py, numpy;
 #           7.9 GB), read once into the page cache; `dump` at T = 1 reads every weight but the
 #           embedding rows; GB/s = bytes read / (its wall − the wall of a T = 1 dump of the
@@ -131,6 +132,13 @@ if [ "$real_sizes" -eq 1 ]; then
   grep -E '^FAIL' "$out/selftest.log" | head -20 | tee -a "$out/summary.txt"
   log "selftest exit $st"
   [ "$st" -eq 0 ] || rc=1
+  # The MoE golden model on CUDA (the selftest has no MoE model): router ranking on the device
+  # against transformers' strict-f64 and bf16 captures, both backends.
+  for gd in f64 bf16; do
+    timed "moe-check-$gd" 60 check --golden "golden/states/qwen3_next_moe_tiny/fizzbuzz.$gd.safetensors" \
+      --backend reference,fused --device cuda
+    grep '^check ' "$out/moe-check-$gd.log" | tee -a "$out/summary.txt"
+  done
   src4=(--model "$cfg4")
   read_bytes=0
   if "$py" scripts/write_load_checkpoint.py "$cfg4" >> "$out/summary.txt" 2>&1; then
