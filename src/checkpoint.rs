@@ -196,8 +196,7 @@ impl Checkpoint {
                 ),
             ));
         }
-        let t = t.to_dtype(dtype)?.to_device(device)?;
-        Ok(t)
+        crate::device::to_dtype_on(t, dtype, device)
     }
 
     /// The file holding `name`, which must have exactly `shape`.
@@ -264,7 +263,7 @@ impl Checkpoint {
         }
         let t = Tensor::from_raw_buffer(&bytes, stored, &out_shape, &Device::Cpu)
             .map_err(|e| Error::tensor(file.path(), name, e.to_string()))?;
-        Ok(t.to_dtype(dtype)?.to_device(device)?)
+        crate::device::to_dtype_on(t, dtype, device)
     }
 
     /// Every tensor's header entry and raw bytes, in name order across shards (for digests).

@@ -1,6 +1,6 @@
 //! `--device` and `--dtype`: parsed, and checked to exist in this build — never substituted.
 
-use candle_core::{DType, Device};
+use candle_core::{DType, Device, Tensor};
 
 use crate::error::{Error, Result};
 
@@ -75,4 +75,46 @@ pub fn dtype_label(dtype: DType) -> &'static str {
         DType::U8 => "u8",
         _ => "other",
     }
+}
+
+/// Surfaces an asynchronous device error now, saying what ran (`during layer 3`): CUDA kernels
+/// are launched without waiting (`HSDIFF_CUDA_SYNC=1` waits after each and names the kernel).
+/// A no-op on the CPU.
+pub fn check_device(device: &Device, what: &str) -> Result<()> {
+    if device.is_cpu() {
+        return Ok(());
+    }
+    device.synchronize().map_err(|e| Error::Device {
+        device: device_label(device),
+        msg: format!(
+            "error {what}: {} (rerun with HSDIFF_CUDA_SYNC=1 to name the kernel)",
+            e.to_string().lines().next().unwrap_or_default()
+        ),
+    })
+}
+
+/// Free memory of a GPU in bytes (the driver's count for its context); `None` on the CPU or
+/// when the driver cannot say.
+pub fn gpu_free_bytes(device: &Device) -> Option<u64> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(dev) = device {
+        let ctx = dev.cuda_stream().context().clone();
+        return ctx.mem_get_info().ok().map(|(free, _)| free as u64);
+    }
+    let _ = device;
+    None
+}
+
+/// `t` (on the CPU, as read from a checkpoint) converted to `dtype` on `device`. On a GPU, an
+/// exact widening conversion (bf16/f16 → f32/f64, f32 → f64) runs there after the upload: fewer
+/// bytes cross the bus and the host does no conversion, with identical values. Any rounding
+/// conversion runs on the host first, so every device gets the host's rounding.
+pub fn to_dtype_on(t: Tensor, dtype: DType, device: &Device) -> Result<Tensor> {
+    let widening = dtype.size_in_bytes() > t.dtype().size_in_bytes()
+        && matches!(t.dtype(), DType::BF16 | DType::F16 | DType::F32)
+        && matches!(dtype, DType::F32 | DType::F64);
+    if device.is_cpu() || !widening {
+        return Ok(t.to_dtype(dtype)?.to_device(device)?);
+    }
+    Ok(t.to_device(device)?.to_dtype(dtype)?)
 }

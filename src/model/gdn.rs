@@ -26,6 +26,10 @@ pub struct GatedDeltaNet {
     /// `-exp(A_log)` and `dt_bias` per value head, at the accumulation precision.
     neg_a: Vec<f64>,
     dt_bias: Vec<f64>,
+    /// The same two, at the accumulation precision on the GPU when the layer runs on one: the
+    /// gate is then computed there (`gdn_gate_*`), with no host round trip.
+    #[cfg(feature = "cuda")]
+    gate_on_gpu: Option<(Tensor, Tensor)>,
     norm_weight: Tensor,
     out_proj: Linear,
     geometry: LinearAttentionConfig,
@@ -77,7 +81,7 @@ impl GatedDeltaNet {
         // A_log and dt_bias are rounded to the compute dtype at load, as transformers does.
         let a_log = w.get("A_log", &[hv])?.to_dtype(acc)?;
         let dt_bias = w.get("dt_bias", &[hv])?.to_dtype(acc)?;
-        let (neg_a, dt_bias) = if acc == DType::F64 {
+        let (neg_a, dt_bias): (Vec<f64>, Vec<f64>) = if acc == DType::F64 {
             let a: Vec<f64> = a_log.to_vec1()?;
             (a.iter().map(|x| -x.exp()).collect(), dt_bias.to_vec1()?)
         } else {
@@ -88,7 +92,20 @@ impl GatedDeltaNet {
                 dt.iter().map(|&x| f64::from(x)).collect(),
             )
         };
+        #[cfg(feature = "cuda")]
+        let gate_on_gpu = if w.device().is_cuda() {
+            let upload = |v: &[f64]| -> Result<Tensor> {
+                // Exact: the values were computed in `acc` (see above).
+                let t = Tensor::from_vec(v.to_vec(), v.len(), &candle_core::Device::Cpu)?;
+                Ok(t.to_dtype(acc)?.to_device(w.device())?)
+            };
+            Some((upload(&neg_a)?, upload(&dt_bias)?))
+        } else {
+            None
+        };
         Ok(GatedDeltaNet {
+            #[cfg(feature = "cuda")]
+            gate_on_gpu,
             in_proj_qkv,
             in_proj_z,
             in_proj_b,
@@ -210,10 +227,15 @@ impl GatedDeltaNet {
         Ok((out, captures))
     }
 
-    /// g = −exp(A_log) · softplus(a + dt_bias), at the accumulation precision. Computed on the
-    /// host: it is tiny (`[B, T, Hv]`) and needs an accurate log1p that candle lacks.
+    /// g = −exp(A_log) · softplus(a + dt_bias), at the accumulation precision. On the CPU it is
+    /// computed here (it needs an accurate log1p that candle lacks); on a GPU by the same
+    /// formula in the same dtype in a kernel (`gdn_gate_*` in the fused backend's gdn.cu).
     fn log_decay(&self, a: &Tensor) -> Result<Tensor> {
         let acc = accumulation_dtype(a.dtype());
+        #[cfg(feature = "cuda")]
+        if let Some((neg_a, dt_bias)) = &self.gate_on_gpu {
+            return crate::backends::fused::cuda::log_decay(&a.to_dtype(acc)?, neg_a, dt_bias);
+        }
         let hv = self.geometry.num_value_heads;
         let shape = a.dims().to_vec();
         if acc == DType::F64 {

@@ -127,35 +127,30 @@ impl<'a> SparseMoe<'a> {
         let logits = self.router.forward(&flat)?;
         let probs =
             candle_nn::ops::softmax(&logits.to_dtype(accumulation_dtype(dtype))?, D::Minus1)?;
-        let probs: Vec<Vec<f64>> = probs.to_dtype(candle_core::DType::F64)?.to_vec2()?;
+        let ranked = rank_experts(&probs, self.top_k)?;
 
         let mut choice = RouterChoice {
-            experts: Vec::with_capacity(probs.len()),
-            margins: Vec::with_capacity(probs.len()),
+            experts: Vec::with_capacity(ranked.len()),
+            margins: Vec::with_capacity(ranked.len()),
         };
         // per expert: (token rows, routing weights)
         let mut routed: Vec<(Vec<u32>, Vec<f64>)> =
             vec![(Vec::new(), Vec::new()); self.experts.count];
-        for (token, p) in probs.iter().enumerate() {
-            let mut order: Vec<usize> = (0..p.len()).collect();
-            // Highest probability first; equal probabilities keep the lower expert index first.
-            order.sort_by(|&i, &j| p[j].total_cmp(&p[i]).then(i.cmp(&j)));
-            let top = &order[..self.top_k];
-            let total: f64 = top.iter().map(|&e| p[e]).sum();
-            for &e in top {
-                let w = if self.norm_topk_prob {
-                    p[e] / total
-                } else {
-                    p[e]
-                };
+        for (token, best) in ranked.iter().enumerate() {
+            let top = &best[..self.top_k];
+            let total: f64 = top.iter().map(|&(_, p)| p).sum();
+            for &(e, p) in top {
+                let w = if self.norm_topk_prob { p / total } else { p };
                 routed[e].0.push(token as u32);
                 routed[e].1.push(w);
             }
-            choice.experts.push(top.iter().map(|&e| e as u32).collect());
-            let kth = p[order[self.top_k - 1]];
+            choice
+                .experts
+                .push(top.iter().map(|&(e, _)| e as u32).collect());
+            let kth = top[self.top_k - 1].1;
             choice
                 .margins
-                .push(order.get(self.top_k).map_or(kth, |&e| kth - p[e]));
+                .push(best.get(self.top_k).map_or(kth, |&(_, p)| kth - p));
         }
 
         let mut out = flat.zeros_like()?;
@@ -179,4 +174,27 @@ impl<'a> SparseMoe<'a> {
         let out = (out + shared.broadcast_mul(&gate)?)?;
         Ok((out.reshape((b, t, h))?, choice))
     }
+}
+
+/// Each token's `k + 1` most probable experts (all of them when there are at most `k + 1`) with
+/// their probabilities in f64, highest first; equal probabilities keep the lower expert index
+/// first. On a GPU the ranking runs there (`router_rank_*`), so only these values come back.
+fn rank_experts(probs: &Tensor, k: usize) -> Result<Vec<Vec<(usize, f64)>>> {
+    let keep = (k + 1).min(probs.dim(1)?);
+    #[cfg(feature = "cuda")]
+    if probs.device().is_cuda() && keep <= crate::backends::fused::cuda::RANK_MAX {
+        let (idx, top) = crate::backends::fused::cuda::router_rank(probs, keep)?;
+        let pairs = idx.iter().zip(&top).map(|(&e, &p)| (e as usize, p));
+        let pairs: Vec<(usize, f64)> = pairs.collect();
+        return Ok(pairs.chunks(keep).map(<[_]>::to_vec).collect());
+    }
+    let probs: Vec<Vec<f64>> = probs.to_dtype(candle_core::DType::F64)?.to_vec2()?;
+    Ok(probs
+        .iter()
+        .map(|p| {
+            let mut order: Vec<usize> = (0..p.len()).collect();
+            order.sort_by(|&i, &j| p[j].total_cmp(&p[i]).then(i.cmp(&j)));
+            order.into_iter().take(keep).map(|e| (e, p[e])).collect()
+        })
+        .collect())
 }

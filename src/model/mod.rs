@@ -137,7 +137,7 @@ impl Model {
 
     /// Keep the weights read in `dtype` on `device` for later passes of this run (A, B and the
     /// floor run of a live run share them) when the whole model in `dtype` fits in half of the
-    /// memory available now (CPU only). Returns whether they will be kept.
+    /// memory available now on `device`. Returns whether they will be kept.
     pub fn keep_weights(&self, dtype: DType, device: &Device) -> bool {
         let bytes = self.weights.element_count() * dtype.size_in_bytes() as u64;
         self.cache.keep(dtype, device, bytes)
@@ -204,6 +204,9 @@ impl Model {
                 opts.capture_ops,
                 opts.capture_state,
             )?;
+            // A GPU runs ahead of the host: a fault surfaces here, and the progress line's
+            // per-layer timing stays true.
+            crate::device::check_device(device, &format!("during layer {i}"))?;
             if let Some(gdn) = layer_caps.gdn {
                 for (op, t) in gdn.named() {
                     caps.push(names::op(i, op), t);

@@ -5,34 +5,41 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device, DeviceLocation, Tensor};
 
 use crate::error::Result;
 
 #[derive(Default)]
 pub struct WeightCache {
-    /// The dtype whose tensors are kept (CPU only); unset: nothing is kept.
-    kept: OnceLock<DType>,
+    /// The dtype and device whose tensors are kept; unset: nothing is kept.
+    kept: OnceLock<(DType, DeviceLocation)>,
     tensors: Mutex<HashMap<String, Tensor>>,
 }
 
 impl WeightCache {
     /// Keep `dtype`'s tensors from now on when `bytes` (the whole model in that dtype) is at most
-    /// half of the memory available now. Returns whether they will be kept.
+    /// half of the memory available now on `device` (host memory, or the GPU's free memory: the
+    /// weights are then uploaded and converted once per run). Returns whether they will be kept.
     pub fn keep(&self, dtype: DType, device: &Device, bytes: u64) -> bool {
-        let fits = available_memory_bytes().is_some_and(|avail| bytes <= avail / 2);
-        device.is_cpu() && fits && self.kept.set(dtype).is_ok()
+        let avail = if device.is_cpu() {
+            available_memory_bytes()
+        } else {
+            crate::device::gpu_free_bytes(device)
+        };
+        let fits = avail.is_some_and(|avail| bytes <= avail / 2);
+        fits && self.kept.set((dtype, device.location())).is_ok()
     }
 
-    /// The tensor under `key` in `dtype`: kept from an earlier pass, or made by `load` (and kept
-    /// when `dtype` is the kept one).
+    /// The tensor under `key` in `dtype` on `device`: kept from an earlier pass, or made by
+    /// `load` (and kept when `dtype` and `device` are the kept ones).
     pub fn get_or_load(
         &self,
         key: &str,
         dtype: DType,
+        device: &Device,
         load: impl FnOnce() -> Result<Tensor>,
     ) -> Result<Tensor> {
-        if self.kept.get() != Some(&dtype) {
+        if self.kept.get() != Some(&(dtype, device.location())) {
             return load();
         }
         let lock = || self.tensors.lock().unwrap_or_else(|e| e.into_inner());
@@ -66,15 +73,15 @@ mod tests {
             loads.set(loads.get() + 1);
             Ok(t.clone())
         };
-        cache.get_or_load("w", DType::F32, load)?;
-        cache.get_or_load("w", DType::F32, load)?;
+        cache.get_or_load("w", DType::F32, &Device::Cpu, load)?;
+        cache.get_or_load("w", DType::F32, &Device::Cpu, load)?;
         assert_eq!(loads.get(), 2, "nothing is kept before keep()");
         assert!(cache.keep(DType::F32, &Device::Cpu, 8));
-        cache.get_or_load("w", DType::F32, load)?;
-        let again = cache.get_or_load("w", DType::F32, load)?;
+        cache.get_or_load("w", DType::F32, &Device::Cpu, load)?;
+        let again = cache.get_or_load("w", DType::F32, &Device::Cpu, load)?;
         assert_eq!(loads.get(), 3);
         assert_eq!(again.to_vec1::<f32>()?, vec![1.5, -2.0]);
-        cache.get_or_load("w", DType::F64, load)?;
+        cache.get_or_load("w", DType::F64, &Device::Cpu, load)?;
         assert_eq!(loads.get(), 4, "another dtype is not kept");
         assert!(!cache.keep(DType::F64, &Device::Cpu, 8), "one dtype only");
         assert!(!WeightCache::default().keep(DType::F32, &Device::Cpu, u64::MAX));

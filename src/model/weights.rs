@@ -69,7 +69,7 @@ impl<'a> Weights<'a> {
     /// `name` with exactly `shape`, in the compute dtype.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
         let full = self.full_name(name);
-        self.cache.get_or_load(&full, self.dtype, || {
+        self.cache.get_or_load(&full, self.dtype, self.device, || {
             self.src.get(&self.request(&full, shape))
         })
     }
@@ -83,7 +83,7 @@ impl<'a> Weights<'a> {
         match (rows.first(), rows.last()) {
             (Some(&a), Some(&b)) if contiguous => {
                 self.cache
-                    .get_or_load(&format!("{full}[{a}..={b}]"), self.dtype, load)
+                    .get_or_load(&format!("{full}[{a}..={b}]"), self.dtype, self.device, load)
             }
             _ => load(),
         }

@@ -14,6 +14,10 @@
 //   gdn_chunk_tc_bf16  the same delta rule for bf16 storage on the tensor cores (mma.sync
 //                   m16n8k16, f32 accumulation, f32 operands split into bf16 hi + lo, cp.async
 //                   prefetch of the next chunk); see the comment above gdn_chunk_tc
+// and one entry per accumulation type (_f32, _f64):
+//   gdn_gate_*      the shell's gate g = -exp(A_log) softplus(a + dt_bias) (src/model/gdn.rs)
+//   gdn_recurrent_* the plain token-by-token recurrence of the `reference` backend on CUDA
+//   router_rank_*   the MoE router's top experts per token (src/model/mlp.rs)
 //
 // Every index is 64-bit where it can exceed 2^31.
 
@@ -797,6 +801,132 @@ __device__ void gdn_chunk_tc(const __nv_bfloat16 *__restrict__ q, const __nv_bfl
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The gate of the Gated DeltaNet shell (src/model/gdn.rs computes the same on the CPU):
+//   g = neg_a[h] * softplus(a + dt_bias[h]),  softplus(x) = x > 20 ? x : log1p(exp(x))
+// (torch's softplus, beta 1, threshold 20), all in the accumulation type A; neg_a = -exp(A_log)
+// and dt_bias are [hv], a and out are [rows, hv]. One thread per element (grid-stride).
+__device__ __forceinline__ float acc_log1p(float x) { return log1pf(x); }
+__device__ __forceinline__ double acc_log1p(double x) { return log1p(x); }
+
+template <typename A>
+__device__ void gdn_gate(const A *__restrict__ a, const A *__restrict__ neg_a,
+                         const A *__restrict__ dt_bias, A *__restrict__ out, i64 n, int hv) {
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < n;
+         e += (i64)gridDim.x * blockDim.x) {
+        const int h = (int)(e % hv);
+        const A x = a[e] + dt_bias[h];
+        out[e] = neg_a[h] * (x > A(20) ? x : acc_log1p(acc_exp(x)));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The gated delta rule as the plain token-by-token recurrence: the `reference` backend's delta
+// rule on CUDA (so its float64 truth and its floor), one launch per call instead of a dozen
+// small tensor ops per token. The backend prepares the inputs in the accumulation type A, as it
+// does on the CPU: q (L2-normalised and scaled) and k (L2-normalised) [B, Hv, T, dk], v
+// [B, Hv, T, dv], decay = exp(g) and beta [B, Hv, T]; init (may be null) [B, Hv, dk, dv]. Per
+// token, the reference's steps in its order:
+//   S = decay_t S;  p = S^T k_t;  u = beta_t (v_t - p);  S = S + k_t u^T;  o_t = S^T q_t
+// One thread per state column (value channel): its column of S lives in shared memory (S[i][c]
+// at i*32 + c: a warp reads one row per step, no bank conflicts); each sum over dk is one FMA
+// chain in index order. Block = one warp per (32 value columns, value head, batch), grid
+// (ceil(dv/32), Hv, B). out [B, T, Hv, dv] and state_out [B, Hv, dk, dv] in A.
+// Shared memory: (32 dk + 2 dk) elements of A (34 KiB for f64 at dk = 128).
+constexpr int REC_COLS = 32;
+
+template <typename A>
+__device__ void gdn_recurrent(const A *__restrict__ q, const A *__restrict__ k,
+                              const A *__restrict__ v, const A *__restrict__ decay,
+                              const A *__restrict__ beta, const A *__restrict__ init,
+                              A *__restrict__ out, A *__restrict__ state_out, int seq, int hv,
+                              int dk, int dv) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    A *S = reinterpret_cast<A *>(smem_raw);
+    A *qs = S + (i64)dk * REC_COLS;
+    A *ks = qs + dk;
+    const int c = threadIdx.x;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int col = blockIdx.x * REC_COLS + c;
+    const bool live = col < dv;
+    const i64 head = (i64)b * hv + h;
+    for (int i = 0; i < dk; ++i)
+        S[i * REC_COLS + c] = (live && init) ? init[(head * dk + i) * dv + col] : A(0);
+    for (int t = 0; t < seq; ++t) {
+        const i64 row = head * seq + t;
+        for (int i = c; i < dk; i += REC_COLS) {
+            qs[i] = q[row * dk + i];
+            ks[i] = k[row * dk + i];
+        }
+        __syncthreads();
+        if (live) {
+            const A dec = decay[row];
+            A p = A(0);
+            for (int i = 0; i < dk; ++i) {
+                const A s = S[i * REC_COLS + c] * dec;
+                S[i * REC_COLS + c] = s;
+                p = fma(s, ks[i], p);
+            }
+            const A u = (v[row * dv + col] - p) * beta[row];
+            A o = A(0);
+            for (int i = 0; i < dk; ++i) {
+                const A s = fma(ks[i], u, S[i * REC_COLS + c]);
+                S[i * REC_COLS + c] = s;
+                o = fma(s, qs[i], o);
+            }
+            out[(((i64)b * seq + t) * hv + h) * dv + col] = o;
+        }
+        __syncthreads();  // qs/ks are overwritten by the next token
+    }
+    if (live)
+        for (int i = 0; i < dk; ++i) state_out[(head * dk + i) * dv + col] = S[i * REC_COLS + c];
+}
+
+// ---------------------------------------------------------------------------------------------
+// The MoE router's choice (src/model/mlp.rs ranks the same way on the CPU): per token (a row of
+// probs [n, e]), the `keep` most probable experts, most probable first, equal probabilities in
+// ascending expert index (the CPU's stable order; a NaN ranks above every number, as
+// f64::total_cmp puts a positive NaN). Writes their indices and probabilities, [n, keep]; the
+// host takes the routing weights and the flip margin (k-th minus (k+1)-th) from them in f64.
+// One thread per token, a sorted insertion list of keep <= TOPK_MAX entries in registers.
+constexpr int TOPK_MAX = 33;
+
+template <typename A> __device__ __forceinline__ bool ranks_above(A a, A b) {
+    return a != a ? b == b : (b == b && a > b);
+}
+
+template <typename A>
+__device__ void router_rank(const A *__restrict__ probs, unsigned *__restrict__ idx,
+                            A *__restrict__ top, i64 n, int e, int keep) {
+    for (i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x; r < n;
+         r += (i64)gridDim.x * blockDim.x) {
+        const A *p = probs + r * e;
+        unsigned best[TOPK_MAX];
+        A val[TOPK_MAX];
+        int m = 0;
+        for (int x = 0; x < e; ++x) {
+            const A v = p[x];
+            if (m < keep) {
+                ++m;
+            } else if (!ranks_above(v, val[keep - 1])) {
+                continue;  // ties keep the lower index, which came first
+            }
+            int pos = m - 1;
+            while (pos > 0 && ranks_above(v, val[pos - 1])) {
+                val[pos] = val[pos - 1];
+                best[pos] = best[pos - 1];
+                --pos;
+            }
+            val[pos] = v;
+            best[pos] = (unsigned)x;
+        }
+        for (int j = 0; j < keep; ++j) {
+            idx[r * keep + j] = best[j];
+            top[r * keep + j] = val[j];
+        }
+    }
+}
+
 }  // namespace
 
 #define HSDIFF_GDN_ENTRIES(SUFFIX, T, C)                                                        \
@@ -832,3 +962,21 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS)
     gdn_chunk_tc(q, k, v, g, beta, init, out, state_out, seq, hk, hv, dk, dv, qk_stride, v_stride,
                  scale);
 }
+
+// The shell's gate, the reference's recurrence and the router's ranking, per accumulation type.
+#define HSDIFF_ACC_ENTRIES(SUFFIX, A)                                                           \
+    extern "C" __global__ void gdn_gate_##SUFFIX(const A *a, const A *neg_a, const A *dt_bias, \
+                                                 A *out, i64 n, int hv) {                      \
+        gdn_gate<A>(a, neg_a, dt_bias, out, n, hv);                                            \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(REC_COLS) gdn_recurrent_##SUFFIX(             \
+        const A *q, const A *k, const A *v, const A *decay, const A *beta, const A *init,      \
+        A *out, A *state_out, int seq, int hv, int dk, int dv) {                               \
+        gdn_recurrent<A>(q, k, v, decay, beta, init, out, state_out, seq, hv, dk, dv);         \
+    }                                                                                          \
+    extern "C" __global__ void router_rank_##SUFFIX(const A *probs, unsigned *idx, A *top,     \
+                                                    i64 n, int e, int keep) {                  \
+        router_rank<A>(probs, idx, top, n, e, keep);                                           \
+    }
+HSDIFF_ACC_ENTRIES(f32, float)
+HSDIFF_ACC_ENTRIES(f64, double)

@@ -8,12 +8,20 @@
 //! runs the exact f32/f64 SIMT kernel `gdn_chunk_*`. [`implementation`] states this rule, and
 //! [`delta_rule_kernel`] names the kernel a call runs.
 //!
-//! Every launch is followed by a stream synchronisation, so an asynchronous fault is reported
-//! by the kernel that caused it (hsdiff compares numbers; it is not a serving stack). Inputs
-//! are made contiguous first; outputs are fresh buffers, optionally NaN-poisoned (`poison`) so
-//! that a test can prove every element was written.
+//! Launches are asynchronous: an asynchronous fault surfaces at the next synchronisation (the
+//! forward checks the device after every layer, [`crate::device::check_device`], and every
+//! read-back checks too). `HSDIFF_CUDA_SYNC=1` synchronises the stream after every launch
+//! instead, so that a fault is reported by the kernel that caused it, by name (debugging; it
+//! costs a host round trip per launch). Inputs are made contiguous first; outputs are fresh
+//! buffers, optionally NaN-poisoned (`poison`) so that a test can prove every element was written.
+//!
+//! `shell` holds two kernels for code outside this backend: the gate of the layer shell and the
+//! `reference` backend's recurrence, and the MoE router's ranking.
 //!
 //! The kernels' logic can be run without a GPU through `scripts/cuda-emu-test.sh`.
+
+mod shell;
+pub use shell::{RANK_MAX, log_decay, recurrent_rule, router_rank};
 
 use candle_core::cuda_backend::cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use candle_core::cuda_backend::cudarc::driver::{
@@ -172,7 +180,17 @@ fn wrap<T: CudaDType>(slice: CudaSlice<T>, dev: CudaDevice, shape: impl Into<Sha
     )
 }
 
-/// Launches, then waits for the stream so that a fault is reported here, naming the kernel.
+/// The environment variable that makes every launch wait for its kernel ([`launch`]).
+pub const SYNC_ENV: &str = "HSDIFF_CUDA_SYNC";
+
+/// Whether `HSDIFF_CUDA_SYNC` is set to 1 (read once).
+pub fn sync_every_launch() -> bool {
+    static SYNC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SYNC.get_or_init(|| std::env::var(SYNC_ENV).is_ok_and(|v| v == "1"))
+}
+
+/// Launches on the device's stream; with `HSDIFF_CUDA_SYNC=1`, then waits for the stream so
+/// that a fault is reported here, naming the kernel.
 fn launch(
     mut args: LaunchArgs<'_>,
     cfg: LaunchConfig,
@@ -182,6 +200,9 @@ fn launch(
     // SAFETY: argument lists match the kernels' signatures in gdn.cu (checked by the callers'
     // shapes), and every buffer extent was validated against what the kernel indexes.
     unsafe { args.launch(cfg) }.map_err(|e| err(format!("launching {kernel}: {e}")))?;
+    if !sync_every_launch() {
+        return Ok(());
+    }
     dev.cuda_stream()
         .synchronize()
         .map_err(|e| err(format!("CUDA error in {kernel}: {e}")))

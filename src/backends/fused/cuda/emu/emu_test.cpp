@@ -135,6 +135,11 @@ template <typename T> struct Entry;
 template <> struct Entry<float> {
     static constexpr const char *name = "f32";
     static constexpr double bound = 1e-5;
+    // gate: one f32 add, expf/log1pf (CUDA: <= 2 ulp each) and one multiply per element
+    static constexpr double gate_bound = 1e-6;
+    template <class... X> static void gate(X... a) { gdn_gate_f32(a...); }
+    template <class... X> static void rec(X... a) { gdn_recurrent_f32(a...); }
+    template <class... X> static void rank(X... a) { router_rank_f32(a...); }
     template <class... X> static void conv(X... a) { conv1d_silu_f32(a...); }
     template <class... X> static void norm(X... a) { gated_rms_norm_f32(a...); }
     template <class... X> static void gdn(X... a) { gdn_chunk_f32(a...); }
@@ -142,6 +147,10 @@ template <> struct Entry<float> {
 template <> struct Entry<double> {
     static constexpr const char *name = "f64";
     static constexpr double bound = 1e-12;
+    static constexpr double gate_bound = 1e-14;
+    template <class... X> static void gate(X... a) { gdn_gate_f64(a...); }
+    template <class... X> static void rec(X... a) { gdn_recurrent_f64(a...); }
+    template <class... X> static void rank(X... a) { router_rank_f64(a...); }
     template <class... X> static void conv(X... a) { conv1d_silu_f64(a...); }
     template <class... X> static void norm(X... a) { gated_rms_norm_f64(a...); }
     template <class... X> static void gdn(X... a) { gdn_chunk_f64(a...); }
@@ -277,6 +286,156 @@ template <typename T> void all() {
     test_gdn<T>(1, 150, 1, 2, 128, 72, 0.0, true, false);
 }
 
+// The shell's gate, g = -exp(A_log) softplus(a + dt_bias) (torch's softplus: threshold 20), with
+// A_log ~ log U(0.05, 2) and dt_bias ~ U(-3, 0.5) as in the weight recipe, and a spread wide
+// enough (sd 8) that some a + dt_bias pass the threshold and some underflow exp.
+template <typename A> void test_gate(int rows, int hv) {
+    std::uniform_real_distribution<double> Ua(0.05, 2.0), Ud(-3.0, 0.5);
+    std::vector<A> neg_a(hv), dt(hv);
+    for (int h = 0; h < hv; ++h) {
+        neg_a[h] = (A)(-std::exp(std::log(Ua(rng))));
+        dt[h] = (A)Ud(rng);
+    }
+    std::vector<A> a;
+    for (double x : normals((size_t)rows * hv, 8.0)) a.push_back((A)x);
+    std::vector<A> out(a.size(), (A)NAN);
+    const long long n = (long long)a.size();
+    emu_launch({(unsigned)std::min<long long>((n + 255) / 256, 3), 1, 1}, {256, 1, 1},
+               [&] { Entry<A>::gate(a.data(), neg_a.data(), dt.data(), out.data(), n, hv); });
+    std::vector<double> want(a.size());
+    int passed = 0;
+    for (size_t e = 0; e < a.size(); ++e) {
+        const double x = (double)a[e] + (double)dt[e % hv];
+        passed += x > 20;
+        want[e] = (double)neg_a[e % hv] * (x > 20 ? x : std::log1p(std::exp(x)));
+    }
+    check(std::string("gate ") + Entry<A>::name + " rows" + std::to_string(rows) + " hv" +
+              std::to_string(hv) + " (" + std::to_string(passed) + " above the threshold)",
+          std::vector<double>(out.begin(), out.end()), want, Entry<A>::gate_bound);
+}
+
+// The reference's recurrence (gdn_recurrent_*) on prepared inputs: q (normalised, scaled), k
+// (normalised) [B, Hv, T, dk], v [B, Hv, T, dv], decay = exp(g), beta [B, Hv, T].
+template <typename A> void test_rec(int B, int Tn, int Hv, int dk, int dv, double gscale, bool with_init) {
+    const size_t rows = (size_t)B * Hv * Tn;
+    std::vector<double> qd = normals(rows * dk, 1.0), kd = normals(rows * dk, 1.0);
+    const double scale = 1 / std::sqrt((double)dk);
+    for (size_t r = 0; r < rows; ++r) {
+        double sq = 0, sk = 0;
+        for (int i = 0; i < dk; ++i) {
+            sq += qd[r * dk + i] * qd[r * dk + i];
+            sk += kd[r * dk + i] * kd[r * dk + i];
+        }
+        for (int i = 0; i < dk; ++i) {
+            qd[r * dk + i] *= scale / std::sqrt(sq + 1e-6);
+            kd[r * dk + i] /= std::sqrt(sk + 1e-6);
+        }
+    }
+    std::vector<double> vd = normals(rows * dv, 1.0), dd(rows), bd(rows);
+    std::uniform_real_distribution<double> U(0.5, 1.5);
+    std::normal_distribution<double> N(0, 1);
+    for (size_t r = 0; r < rows; ++r) {
+        dd[r] = std::exp(gscale > 0 ? -gscale * U(rng) : -std::exp(N(rng) * 1.5 - 2.0));
+        bd[r] = 1 / (1 + std::exp(-N(rng)));
+    }
+    std::vector<double> init_d = with_init ? normals((size_t)B * Hv * dk * dv, 0.5) : std::vector<double>();
+    auto cast = [](std::vector<double> &x) {  // the kernel's inputs, and the reference reads the same values
+        std::vector<A> r(x.size());
+        for (size_t i = 0; i < x.size(); ++i) x[i] = r[i] = (A)x[i];
+        return r;
+    };
+    auto q = cast(qd), k = cast(kd), v = cast(vd), dec = cast(dd), beta = cast(bd), init = cast(init_d);
+    std::vector<A> out((size_t)B * Tn * Hv * dv, (A)NAN), fin((size_t)B * Hv * dk * dv, (A)NAN);
+    const size_t smem = (size_t)(REC_COLS * dk + 2 * dk) * sizeof(A);
+    std::memset(smem_raw, 0xff, smem);
+    emu_launch({(unsigned)((dv + 31) / 32), (unsigned)Hv, (unsigned)B}, {32, 1, 1}, [&] {
+        Entry<A>::rec(q.data(), k.data(), v.data(), dec.data(), beta.data(),
+                      with_init ? init.data() : nullptr, out.data(), fin.data(), Tn, Hv, dk, dv);
+    });
+    std::vector<double> ro((size_t)B * Tn * Hv * dv), rf((size_t)B * Hv * dk * dv);
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < Hv; ++h) {
+            const size_t head = (size_t)b * Hv + h;
+            std::vector<double> S((size_t)dk * dv, 0);
+            if (with_init) for (size_t i = 0; i < S.size(); ++i) S[i] = init_d[head * dk * dv + i];
+            for (int t = 0; t < Tn; ++t) {
+                const size_t row = head * Tn + t;
+                for (auto &s : S) s *= dd[row];
+                for (int c = 0; c < dv; ++c) {
+                    double p = 0;
+                    for (int i = 0; i < dk; ++i) p += S[(size_t)i * dv + c] * kd[row * dk + i];
+                    const double u = (vd[row * dv + c] - p) * bd[row];
+                    double o = 0;
+                    for (int i = 0; i < dk; ++i) {
+                        S[(size_t)i * dv + c] += kd[row * dk + i] * u;
+                        o += S[(size_t)i * dv + c] * qd[row * dk + i];
+                    }
+                    ro[(((size_t)b * Tn + t) * Hv + h) * dv + c] = o;
+                }
+            }
+            for (size_t i = 0; i < S.size(); ++i) rf[head * dk * dv + i] = S[i];
+        }
+    char label[160];
+    std::snprintf(label, sizeof label, "recurrent %s B%d T%d Hv%d dk%d dv%d g%s%s", Entry<A>::name, B, Tn,
+                  Hv, dk, dv, gscale > 0 ? std::to_string(gscale).substr(0, 5).c_str() : "mixed",
+                  with_init ? " +init" : "");
+    check(std::string(label) + " out", std::vector<double>(out.begin(), out.end()), ro, Entry<A>::bound);
+    check(std::string(label) + " state", std::vector<double>(fin.begin(), fin.end()), rf, Entry<A>::bound);
+}
+
+// The router's ranking against a stable sort (ties: lower expert first), on softmax rows with
+// planted exact ties (duplicated logits) and a NaN row: every index and value must be equal.
+template <typename A> void test_rank(int n, int e, int keep) {
+    std::vector<A> probs((size_t)n * e);
+    std::uniform_int_distribution<int> pick(0, e - 1);
+    for (int r = 0; r < n; ++r) {
+        std::vector<double> logit = normals(e, 2.0);
+        for (int t = 0; t < e / 4; ++t) logit[pick(rng)] = logit[pick(rng)];  // exact ties
+        double mx = *std::max_element(logit.begin(), logit.end()), sum = 0;
+        for (double &x : logit) sum += (x = std::exp(x - mx));
+        for (int x = 0; x < e; ++x) probs[(size_t)r * e + x] = (A)(logit[x] / sum);
+    }
+    if (n > 2) probs[(size_t)2 * e + e / 2] = (A)NAN;  // a NaN ranks first
+    std::vector<unsigned> idx((size_t)n * keep, 0xffffffffu);
+    std::vector<A> top((size_t)n * keep, (A)NAN);
+    emu_launch({(unsigned)std::min(n, 2), 1, 1}, {64, 1, 1},
+               [&] { Entry<A>::rank(probs.data(), idx.data(), top.data(), (long long)n, e, keep); });
+    int wrong = 0;
+    for (int r = 0; r < n; ++r) {
+        std::vector<int> order(e);
+        for (int x = 0; x < e; ++x) order[x] = x;
+        const A *p = &probs[(size_t)r * e];
+        auto key = [&](int x) { return std::isnan((double)p[x]) ? INFINITY : (double)p[x]; };
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return key(a) > key(b); });
+        for (int j = 0; j < keep; ++j) {
+            const A got = top[(size_t)r * keep + j], want = p[order[j]];
+            const bool same_val = std::isnan((double)want) ? std::isnan((double)got) : got == want;
+            wrong += idx[(size_t)r * keep + j] != (unsigned)order[j] || !same_val;
+        }
+    }
+    const bool ok = wrong == 0;
+    std::printf("%-4s %-62s %d of %d entries differ\n", ok ? "ok" : "FAIL",
+                (std::string("router rank ") + Entry<A>::name + " n" + std::to_string(n) + " e" +
+                 std::to_string(e) + " keep" + std::to_string(keep)).c_str(), wrong, n * keep);
+    if (!ok) ++failures;
+}
+
+// Cases per accumulation type: the gate (a row count that is not a multiple of the block, Hv 48
+// of Qwen3.5-27B), the recurrence at T = 1 / 65 / 300, dv a partial column tile, dk 24 and 128,
+// B 2, with and without an initial state, strong / weak / mixed decays; the router ranking.
+template <typename A> void all_acc() {
+    test_gate<A>(1, 4);
+    test_gate<A>(333, 48);
+    test_rec<A>(1, 1, 2, 32, 48, 5.0, true);
+    test_rec<A>(2, 65, 3, 24, 40, 1e-3, true);
+    test_rec<A>(1, 300, 2, 128, 72, 0.0, false);
+    test_rec<A>(2, 64, 1, 16, 32, 3.0, false);
+    test_rank<A>(1, 1, 1);     // one expert, no (k+1)-th
+    test_rank<A>(77, 8, 3);    // the golden MoE model: 8 experts, top-2 (+1)
+    test_rank<A>(130, 512, 11); // Qwen3-Next: 512 experts, top-10 (+1)
+    test_rank<A>(5, 40, 33);   // the most the kernel keeps
+}
+
 // The tensor-core kernel: chunk edges (T = 1, 63, 64, 65, 300, 2048), grouped value heads
 // (Hv > Hk), with/without initial state, strong/weak/mixed decays, dk not a multiple of 16 (zero
 // padding) or of 8 and dv not a multiple of 8 (the plain-load path instead of cp.async), strided
@@ -299,6 +458,10 @@ int main(int argc, char **argv) {
     if (only.empty() || only == "f64") all<double>();
     if (only.empty() || only == "bf16") all<__nv_bfloat16>();
     if (only.empty() || only == "tc") all_tc();
+    if (only.empty() || only == "acc") {
+        all_acc<float>();
+        all_acc<double>();
+    }
     std::printf("%s: %d failure(s)\n", failures ? "FAILED" : "passed", failures);
     return failures ? 1 : 0;
 }
