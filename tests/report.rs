@@ -141,8 +141,10 @@ fn live_report(
             is_reference_run: b.name() == "reference",
         },
     );
-    let calibration =
-        planner::execute(plan, |d| Ok(forward(s, &Reference, d, ops, feed))).expect("calibration");
+    let calibration = planner::execute(plan, &s.device, |backend, d| {
+        Ok(forward(s, backend, d, ops, feed))
+    })
+    .expect("calibration");
     let rows = plan_rows(
         &TensorSource::names(&caps_a),
         Some(&s.model.config.layer_types),

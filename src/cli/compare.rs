@@ -14,7 +14,6 @@ use serde_json::Value;
 use super::common::{Session, command_line, find_model, parse_layer_list};
 use super::diff::{ReportArgs, emit};
 use crate::alignment::{self, Alignment};
-use crate::backends::backend_by_name;
 use crate::capture::names;
 use crate::compare::{Kind, RowSpec, TensorSource, plan_rows};
 use crate::device::{dtype_label, parse_dtype};
@@ -214,16 +213,8 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
                     is_reference_run: false,
                 },
             );
-            let reference = backend_by_name("reference", &session.device)?;
-            Some(planner::execute(plan, |d| {
-                forward_through(
-                    session,
-                    reference.as_ref(),
-                    d,
-                    capture_ops,
-                    None,
-                    last_layer,
-                )
+            Some(planner::execute(plan, &session.device, |backend, d| {
+                forward_through(session, backend, d, capture_ops, None, last_layer)
             })?)
         }
         None => None,

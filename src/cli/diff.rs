@@ -167,10 +167,11 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
                 is_reference_run: b.name() == "reference",
             },
         );
-        let reference = backend_by_name("reference", &session.device)?;
-        Some(planner::execute(plan, |dtype| {
-            forward(&session, reference.as_ref(), dtype, args.ops, feed)
-        })?)
+        Some(planner::execute(
+            plan,
+            &session.device,
+            |backend, dtype| forward(&session, backend, dtype, args.ops, feed),
+        )?)
     };
 
     let rows = plan_rows(
