@@ -430,6 +430,13 @@ impl Checkpoint {
     }
 
     /// The file holding `name`, which must have exactly `shape`.
+    /// The stored bytes of `name` when it is stored in bf16 with exactly `shape` (`None` for
+    /// another stored dtype): what a bf16 consumer can read without a copy.
+    pub fn stored_bf16(&self, name: &str, shape: &[usize]) -> Result<Option<&[u8]>> {
+        let (info, data) = self.locate(name, shape)?.raw(name)?;
+        Ok((info.dtype == StDtype::BF16).then_some(data))
+    }
+
     fn locate(&self, name: &str, shape: &[usize]) -> Result<&SafetensorsFile> {
         let Some(&i) = self.index.get(name) else {
             if let Some(shard) = self.declared.get(name) {

@@ -39,6 +39,17 @@ impl PackedBf16 {
     /// Packs `w` (`n` rows of `k`, row-major).
     pub fn pack(w: &[bf16], n: usize, k: usize) -> Self {
         assert_eq!(w.len(), n * k, "weight of {n} × {k}");
+        Self::pack_with(n, k, |i| w[i].to_bits())
+    }
+
+    /// Packs the little-endian bf16 bytes `w` (`n` rows of `k`, row-major; any alignment).
+    pub fn pack_le_bytes(w: &[u8], n: usize, k: usize) -> Self {
+        assert_eq!(w.len(), 2 * n * k, "weight of {n} × {k}");
+        Self::pack_with(n, k, |i| u16::from_le_bytes([w[2 * i], w[2 * i + 1]]))
+    }
+
+    /// Packs the weight whose element `i` (row-major) has the bf16 bits `bits(i)`.
+    fn pack_with(n: usize, k: usize, bits: impl Fn(usize) -> u16 + Sync) -> Self {
         let pairs = k.div_ceil(2);
         let panels = n.div_ceil(NR);
         let mut data = vec![0u32; panels * pairs * NR];
@@ -46,10 +57,14 @@ impl PackedBf16 {
             .enumerate()
             .for_each(|(panel, out)| {
                 for col in 0..NR.min(n - panel * NR) {
-                    let row = &w[(panel * NR + col) * k..][..k];
+                    let row = (panel * NR + col) * k;
                     for p in 0..pairs {
-                        let lo = row[2 * p].to_bits();
-                        let hi = row.get(2 * p + 1).map_or(0, |h| h.to_bits());
+                        let lo = bits(row + 2 * p);
+                        let hi = if 2 * p + 1 < k {
+                            bits(row + 2 * p + 1)
+                        } else {
+                            0
+                        };
                         out[p * NR + col] = u32::from(lo) | (u32::from(hi) << 16);
                     }
                 }
@@ -326,6 +341,21 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn packing_the_stored_bytes_equals_packing_the_values() {
+        let mut rng = SplitMix::new(0x5a_01);
+        let (n, k) = (70, 131);
+        let w = random(&mut rng, n * k, 0.05);
+        let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        // Misaligned on purpose: stored tensors start at any byte offset.
+        let shifted = [&[0u8][..], &bytes].concat();
+        let x = random(&mut rng, 5 * k, 1.0);
+        assert_eq!(
+            matmul(&x, 5, &PackedBf16::pack_le_bytes(&shifted[1..], n, k)),
+            matmul(&x, 5, &PackedBf16::pack(&w, n, k))
+        );
     }
 
     #[test]

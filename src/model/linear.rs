@@ -22,16 +22,16 @@ enum Weight {
 impl Linear {
     /// Reads `weight` `[out, in]` (and `bias` `[out]` when `bias`) under `w`.
     pub fn new(w: &Weights, out_features: usize, in_features: usize, bias: bool) -> Result<Self> {
-        let weight = w.get("weight", &[out_features, in_features])?;
+        let weight = match w.packed_bf16("weight", out_features, in_features)? {
+            Some(packed) => Weight::PackedBf16(packed),
+            None => Weight::new(w.get("weight", &[out_features, in_features])?)?,
+        };
         let bias = if bias {
             Some(w.get("bias", &[out_features])?)
         } else {
             None
         };
-        Ok(Linear {
-            weight: Weight::new(weight)?,
-            bias,
-        })
+        Ok(Linear { weight, bias })
     }
 
     pub fn from_weight(weight: Tensor) -> Result<Self> {

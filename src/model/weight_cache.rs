@@ -24,6 +24,11 @@ impl WeightCache {
         device.is_cpu() && fits && self.kept.set(dtype).is_ok()
     }
 
+    /// Whether `dtype`'s tensors are kept.
+    pub fn keeps(&self, dtype: DType) -> bool {
+        self.kept.get() == Some(&dtype)
+    }
+
     /// The tensor under `key` in `dtype`: kept from an earlier pass, or made by `load` (and kept
     /// when `dtype` is the kept one).
     pub fn get_or_load(
