@@ -199,6 +199,13 @@ impl Checkpoint {
         crate::device::to_dtype_on(t, dtype, device)
     }
 
+    /// The stored bytes of `name` when it is stored in bf16 with exactly `shape` (`None` for
+    /// another stored dtype): what a bf16 consumer can read without a copy.
+    pub fn stored_bf16(&self, name: &str, shape: &[usize]) -> Result<Option<&[u8]>> {
+        let (info, data) = self.locate(name, shape)?.raw(name)?;
+        Ok((info.dtype == safetensors::Dtype::BF16).then_some(data))
+    }
+
     /// The file holding `name`, which must have exactly `shape`.
     fn locate(&self, name: &str, shape: &[usize]) -> Result<&SafetensorsFile> {
         let Some(&i) = self.index.get(name) else {

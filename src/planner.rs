@@ -1,20 +1,28 @@
 //! Which runs a comparison needs, and which capture already at hand can stand in for one.
 //!
-//! Every comparison — a live run, `check`, `compare` — is judged against the float64 truth (the
-//! `reference` backend at f64 on the same input) and, for each side, the rounding floor at that
-//! side's dtype (the `reference` backend at that dtype, measured against the truth). This module
-//! is the one place that decides which of those runs to make:
+//! Every comparison — a live run, `check`, `compare` — is judged against the float64 truth (an
+//! exact float64 forward on the same input) and, for each side, the rounding floor at that side's
+//! dtype (the `reference` backend at that dtype, measured against the truth). This module is the
+//! one place that decides which of those runs to make and with which backend:
+//! - the truth is computed by [`TRUTH_BACKEND`] (`fused`) at f64. The `reference` backend stays the
+//!   *definition* of the computation (one token at a time, transformers' recurrent form), but its
+//!   token loop is the slowest part of a live run (3–4× a whole `fused` forward at T = 512). In
+//!   f64 both are exact to the last few bits: every backend matches transformers' strict-float64
+//!   captures of the golden models to ~1e-14 relative L2 (`tests/golden_parity.rs` holds them to
+//!   1e-10, `selftest` checks fused against reference), six orders below the f32 floor and twelve
+//!   below bf16's, so the truth is the same number whichever exact form computes it;
 //! - a side that *is* such a run (the reference backend, on the same input, fed the same way as
-//!   the calibration runs) stands in for it instead of running again;
-//! - the floor at f64 is the truth itself (so `--dtype f64` makes one f64 reference run, not two);
+//!   the calibration runs) stands in for it instead of running again — an f64 reference side
+//!   stands in for the truth, being its definition;
+//! - the floor at f64 is the truth itself (so `--dtype f64` makes one f64 run, not two);
 //! - two sides of the same dtype share one floor run.
 //!
 //! The caller says what each side is ([`SideRun`]) and supplies the forward pass; [`execute`]
 //! makes the planned runs in order and [`Calibration`] hands out the sources.
 
-use candle_core::DType;
+use candle_core::{DType, Device};
 
-use crate::backends::backend_by_name;
+use crate::backends::{LinearAttentionBackend, backend_by_name};
 use crate::capture::Captures;
 use crate::compare::TensorSource;
 use crate::device::dtype_label;
@@ -95,42 +103,54 @@ pub fn plan(a: SideRun, b: SideRun) -> Plan {
     }
 }
 
+/// The backend of the float64 truth run (see the module comment for why not `reference`).
+pub const TRUTH_BACKEND: &str = "fused";
+
+/// The backend of the rounding-floor runs: the reference at the side's dtype.
+pub const FLOOR_BACKEND: &str = "reference";
+
+/// The backend that makes a planned run at `dtype`: the truth's at f64, the floor's otherwise.
+pub fn calibration_backend(dtype: DType) -> &'static str {
+    if dtype == DType::F64 {
+        TRUTH_BACKEND
+    } else {
+        FLOOR_BACKEND
+    }
+}
+
 /// The planned runs, made.
 pub struct Calibration {
     pub plan: Plan,
     runs: Vec<Captures>,
 }
 
-/// Makes the runs of `plan` with `run(dtype)` (the reference backend at that dtype, on the
-/// comparison's input, fed as the caller's calibration runs are).
-pub fn execute(plan: Plan, mut run: impl FnMut(DType) -> Result<Captures>) -> Result<Calibration> {
+/// Makes the runs of `plan` on `device` with `run(backend, dtype)` (a forward pass of `backend` at
+/// `dtype` on the comparison's input, fed as the caller's calibration runs are), each with
+/// [`calibration_backend`]`(dtype)`.
+pub fn execute(
+    plan: Plan,
+    device: &Device,
+    mut run: impl FnMut(&dyn LinearAttentionBackend, DType) -> Result<Captures>,
+) -> Result<Calibration> {
     let runs = plan
         .runs
         .iter()
-        .map(|d| run(*d))
+        .map(|&d| run(backend_by_name(calibration_backend(d), device)?.as_ref(), d))
         .collect::<Result<Vec<_>>>()?;
     Ok(Calibration { plan, runs })
 }
 
-/// [`execute`] with the reference backend on `session`'s input: fed `feed`'s layer inputs when
-/// given (isolate mode), stopping after decoder layer `last_layer` when given.
-pub fn execute_reference(
+/// [`execute`] on `session`'s input: fed `feed`'s layer inputs when given (isolate mode),
+/// stopping after decoder layer `last_layer` when given.
+pub fn execute_on_session(
     plan: Plan,
     session: &Session,
     capture_ops: bool,
     feed: Option<&Captures>,
     last_layer: Option<usize>,
 ) -> Result<Calibration> {
-    let reference = backend_by_name("reference", &session.device)?;
-    execute(plan, |dtype| {
-        forward_through(
-            session,
-            reference.as_ref(),
-            dtype,
-            capture_ops,
-            feed,
-            last_layer,
-        )
+    execute(plan, &session.device, |backend, dtype| {
+        forward_through(session, backend, dtype, capture_ops, feed, last_layer)
     })
 }
 
@@ -178,13 +198,18 @@ impl Calibration {
                 dtype_label(b_dtype)
             )
         };
+        // A reference side standing in for the truth is the reference at f64.
+        let truth_backend = match self.plan.truth {
+            Source::Run(_) => TRUTH_BACKEND,
+            Source::SideA | Source::SideB => FLOOR_BACKEND,
+        };
         Calibrated {
             truth: self.source(self.plan.truth, a, b),
             floor_a: floor(self.plan.floor_a, a_dtype),
             floor_b: (self.plan.floor_b != self.plan.floor_a)
                 .then(|| floor(self.plan.floor_b, b_dtype)),
             source: format!(
-                "reference backend at {dtypes} vs reference at f64, same input, {model}"
+                "{FLOOR_BACKEND} backend at {dtypes} vs {truth_backend} at f64, same input, {model}"
             ),
         }
     }
@@ -218,6 +243,23 @@ mod tests {
         let p = plan(side(DType::F64, true), side(DType::F64, false));
         assert!(p.runs.is_empty());
         assert_eq!(p.truth, Source::SideA);
+    }
+
+    #[test]
+    fn the_truth_is_run_by_the_fast_exact_backend_and_floors_by_the_reference() {
+        assert_eq!(calibration_backend(DType::F64), TRUTH_BACKEND);
+        for d in [DType::F32, DType::BF16, DType::F16] {
+            assert_eq!(calibration_backend(d), "reference");
+        }
+        let plan = plan(side(DType::BF16, false), side(DType::BF16, false));
+        let mut made = Vec::new();
+        let cal = execute(plan, &Device::Cpu, |backend, dtype| {
+            made.push((backend.name(), dtype));
+            Ok(Captures::new(vec![1]))
+        })
+        .expect("planned runs");
+        assert_eq!(made, [("fused", DType::F64), ("reference", DType::BF16)]);
+        assert!(cal.truth_run().is_some());
     }
 
     #[test]

@@ -130,7 +130,7 @@ fn live_report(
     let caps_b = forward(s, b, s.dtype, ops, feed);
     // The truth and floor as the CLI plans and runs them (src/planner.rs).
     let plan = planner::plan_live(s.dtype, a.name(), b.name(), isolate);
-    let calibration = planner::execute_reference(plan, s, ops, feed, None).expect("calibration");
+    let calibration = planner::execute_on_session(plan, s, ops, feed, None).expect("calibration");
     let rows = plan_rows(
         &TensorSource::names(&caps_a),
         Some(&s.model.config.layer_types),

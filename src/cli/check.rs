@@ -332,9 +332,8 @@ fn check_one(
                 is_reference_run: backend.name() == "reference",
             },
         );
-        let reference = backend_by_name("reference", device)?;
-        Some(planner::execute(plan, |d| {
-            forward(session, reference.as_ref(), d, capture_ops, None)
+        Some(planner::execute(plan, device, |backend, d| {
+            forward(session, backend, d, capture_ops, None)
         })?)
     };
 

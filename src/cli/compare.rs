@@ -157,7 +157,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
                     is_reference_run: false,
                 },
             );
-            Some(planner::execute_reference(
+            Some(planner::execute_on_session(
                 plan,
                 session,
                 capture_ops,

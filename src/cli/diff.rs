@@ -82,7 +82,7 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
         None
     } else {
         let plan = planner::plan_live(session.dtype, a.name(), b.name(), isolate);
-        Some(planner::execute_reference(
+        Some(planner::execute_on_session(
             plan, &session, args.ops, feed, None,
         )?)
     };

@@ -338,9 +338,9 @@ fn unpack_qwen3_next(
     let b = select(&ba, rows(0, r, 2 * r))?;
     let a = select(&ba, rows(r, r, 2 * r))?;
     Ok((
-        Linear::from_weight(qkv),
-        Linear::from_weight(z),
-        Linear::from_weight(b),
-        Linear::from_weight(a),
+        Linear::from_weight(qkv)?,
+        Linear::from_weight(z)?,
+        Linear::from_weight(b)?,
+        Linear::from_weight(a)?,
     ))
 }

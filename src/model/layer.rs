@@ -20,7 +20,7 @@ enum Mixer {
 
 enum FeedForward<'a> {
     Dense(Mlp),
-    Sparse(SparseMoe<'a>),
+    Sparse(Box<SparseMoe<'a>>),
 }
 
 pub struct DecoderLayer<'a> {
@@ -52,7 +52,7 @@ impl<'a> DecoderLayer<'a> {
         };
         let ffn = match &cfg.moe {
             Some(moe) if cfg.is_moe_layer(index) => {
-                FeedForward::Sparse(SparseMoe::new(cfg, moe, &w.pp("mlp"))?)
+                FeedForward::Sparse(Box::new(SparseMoe::new(cfg, moe, &w.pp("mlp"))?))
             }
             _ => FeedForward::Dense(Mlp::new(&w.pp("mlp"), h, cfg.intermediate_size)?),
         };

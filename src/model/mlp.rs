@@ -24,12 +24,12 @@ impl Mlp {
         })
     }
 
-    fn from_parts(gate: Tensor, up: Tensor, down: Tensor) -> Self {
-        Mlp {
-            gate_proj: Linear::from_weight(gate),
-            up_proj: Linear::from_weight(up),
-            down_proj: Linear::from_weight(down),
-        }
+    fn from_parts(gate: Tensor, up: Tensor, down: Tensor) -> Result<Self> {
+        Ok(Mlp {
+            gate_proj: Linear::from_weight(gate)?,
+            up_proj: Linear::from_weight(up)?,
+            down_proj: Linear::from_weight(down)?,
+        })
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -84,11 +84,7 @@ impl Experts<'_> {
                 .w
                 .get_rows("experts.down_proj", &[e, h, i], &[x])?
                 .squeeze(0)?;
-            Ok(Mlp::from_parts(
-                gu.narrow(0, 0, i)?,
-                gu.narrow(0, i, i)?,
-                down,
-            ))
+            Mlp::from_parts(gu.narrow(0, 0, i)?, gu.narrow(0, i, i)?, down)
         } else {
             Mlp::new(&self.w.pp("experts").pp(x), h, i)
         }

@@ -5,6 +5,7 @@
 //! layer's weights in the compute dtype plus activations, whatever the size of the model.
 
 mod attention;
+mod bf16_gemm;
 mod cache;
 mod cached;
 mod decode;
@@ -303,8 +304,8 @@ fn blocked_logits(
     let mut parts = Vec::with_capacity(vocab.div_ceil(block));
     for start in (0..vocab).step_by(block) {
         let rows: Vec<usize> = (start..(start + block).min(vocab)).collect();
-        let w = head.get_rows(name, shape, &rows)?;
-        parts.push(normed.broadcast_matmul(&w.t()?)?);
+        let w = linear::Linear::from_weight(head.get_rows(name, shape, &rows)?)?;
+        parts.push(w.forward(normed)?);
     }
     Ok(Tensor::cat(&parts, normed.rank() - 1)?)
 }

@@ -59,6 +59,15 @@ impl WeightSource {
         }
     }
 
+    /// The stored little-endian bytes of `name` (exactly `shape`) when it is stored in bf16 in a
+    /// checkpoint; `None` for another stored dtype and for generated weights.
+    pub fn stored_bf16(&self, name: &str, shape: &[usize]) -> Result<Option<&[u8]>> {
+        match self {
+            WeightSource::Checkpoint(c) => c.stored_bf16(name, shape),
+            WeightSource::Random(_) => Ok(None),
+        }
+    }
+
     /// Rows `rows` (along the first dimension) of the tensor `want` names.
     pub fn get_rows(&self, want: &TensorRequest, rows: &[usize]) -> Result<Tensor> {
         match self {

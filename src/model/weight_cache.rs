@@ -30,6 +30,11 @@ impl WeightCache {
         fits && self.kept.set((dtype, device.location())).is_ok()
     }
 
+    /// Whether `dtype`'s tensors on `device` are kept.
+    pub fn keeps(&self, dtype: DType, device: &Device) -> bool {
+        self.kept.get() == Some(&(dtype, device.location()))
+    }
+
     /// The tensor under `key` in `dtype` on `device`: kept from an earlier pass, or made by
     /// `load` (and kept when `dtype` and `device` are the kept ones).
     pub fn get_or_load(

@@ -4,6 +4,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::WeightSource;
+use super::bf16_gemm::PackedBf16;
 use super::weight_cache::WeightCache;
 use crate::checkpoint::TensorRequest;
 use crate::error::Result;
@@ -72,6 +73,21 @@ impl<'a> Weights<'a> {
         self.cache.get_or_load(&full, self.dtype, self.device, || {
             self.src.get(&self.request(&full, shape))
         })
+    }
+
+    /// `name` (`[n, k]`) packed for the bf16 GEMM straight from the checkpoint's bf16 bytes — one
+    /// pass over the weight instead of a copy into a tensor and a pass over that — when the
+    /// compute dtype is bf16 on the CPU, the stored dtype is bf16 and the weight cache does not
+    /// keep bf16 tensors (then the kept tensor is packed instead). `None` otherwise.
+    pub fn packed_bf16(&self, name: &str, n: usize, k: usize) -> Result<Option<PackedBf16>> {
+        if self.dtype != DType::BF16
+            || !self.device.is_cpu()
+            || self.cache.keeps(DType::BF16, self.device)
+        {
+            return Ok(None);
+        }
+        let bytes = self.src.stored_bf16(&self.full_name(name), &[n, k])?;
+        Ok(bytes.map(|b| PackedBf16::pack_le_bytes(b, n, k)))
     }
 
     /// Rows `rows` (along the first dimension) of `name`, which has exactly `shape`, in the
