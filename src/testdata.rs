@@ -4,7 +4,9 @@
 
 use candle_core::DType;
 
-use crate::backends::fused::cpu::{Accum, Element, GdnDims};
+use crate::backends::fused::cpu::{
+    Accum, Element, GdnDims, KernelError, fused_gdn, gated_delta_rule, truth,
+};
 
 /// SplitMix64: tiny, seeded, reproducible on every platform.
 pub struct SplitMix(u64);
@@ -234,6 +236,126 @@ pub fn kernel_bound(dtype: DType) -> Option<f64> {
         DType::F16 => Some(2e-3),
         _ => None,
     }
+}
+
+/// `case` as a kernel storing in `S` sees it (as f64): the inputs rounded to `S`, the gates and
+/// the initial state to its accumulation type.
+pub fn rounded<S: Element>(case: &GdnCase) -> GdnCase {
+    GdnCase {
+        dims: case.dims,
+        mixed: round_to_storage::<S>(&case.mixed),
+        w: round_to_storage::<S>(&case.w),
+        g: round_to_accum::<S::Acc>(&case.g),
+        beta: round_to_storage::<S>(&case.beta),
+        init: case.init.as_deref().map(round_to_accum::<S::Acc>),
+    }
+}
+
+/// The attention scale of a case, 1/√dk.
+pub fn gdn_scale(dims: &GdnDims) -> f64 {
+    1.0 / (dims.k_dim as f64).sqrt()
+}
+
+/// The f64 truth of a case: (core out, final state, conv out).
+pub fn gdn_truth(case: &GdnCase) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    truth::gdn(
+        &case.mixed,
+        &case.w,
+        &case.g,
+        &case.beta,
+        gdn_scale(&case.dims),
+        case.init.as_deref(),
+        &case.dims,
+    )
+}
+
+/// What the fused CPU kernel gave for a case (as f64).
+pub struct FusedRun {
+    pub out: Vec<f64>,
+    pub state: Vec<f64>,
+    pub conv: Vec<f64>,
+    /// The standalone delta rule on the captured conv output gave the same output and state
+    /// bit for bit (same recurrence, same inputs).
+    pub standalone_same: bool,
+    /// With `also_without_capture`: the run without conv capture gave the same output and state
+    /// bit for bit.
+    pub uncaptured_same: Option<bool>,
+}
+
+/// The fused CPU kernel on `case` in storage type `S`, outputs NaN-poisoned first (an unwritten
+/// element stays NaN and fails every bound), then the standalone delta rule on its conv output;
+/// with `also_without_capture`, the fused kernel once more without conv capture.
+pub fn run_fused_cpu<S: Element>(
+    case: &GdnCase,
+    also_without_capture: bool,
+) -> Result<FusedRun, KernelError> {
+    let d = case.dims;
+    let scale = gdn_scale(&d);
+    let nan = S::from_acc(S::Acc::from_f64(f64::NAN));
+    let nan_acc = S::Acc::from_f64(f64::NAN);
+    let (mixed, w, beta) = (
+        to_storage::<S>(&case.mixed),
+        to_storage::<S>(&case.w),
+        to_storage::<S>(&case.beta),
+    );
+    let g = to_accum::<S::Acc>(&case.g);
+    let init = case.init.as_ref().map(|s| to_accum::<S::Acc>(s));
+    let n_out = d.batch * d.seq * d.v_heads * d.v_dim;
+    let n_state = d.batch * d.v_heads * d.k_dim * d.v_dim;
+    let fused = |conv: Option<&mut [S]>| {
+        let (mut out, mut state) = (vec![nan; n_out], vec![nan_acc; n_state]);
+        fused_gdn::<S>(
+            &mixed,
+            &w,
+            &g,
+            &beta,
+            scale,
+            init.as_deref(),
+            d,
+            &mut out,
+            &mut state,
+            conv,
+        )
+        .map(|()| (storage_to_f64(&out), accum_to_f64(&state)))
+    };
+    let mut conv = vec![nan; mixed.len()];
+    let (out, state) = fused(Some(&mut conv))?;
+
+    let c = d.conv_dim()?;
+    let kd = d.k_heads * d.k_dim;
+    let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
+    for row in conv.chunks(c) {
+        q.extend_from_slice(&row[..kd]);
+        k.extend_from_slice(&row[kd..2 * kd]);
+        v.extend_from_slice(&row[2 * kd..]);
+    }
+    let (mut out2, mut state2) = (vec![nan; n_out], vec![nan_acc; n_state]);
+    gated_delta_rule::<S>(
+        &q,
+        &k,
+        &v,
+        &g,
+        &beta,
+        scale,
+        init.as_deref(),
+        d,
+        &mut out2,
+        &mut state2,
+    )?;
+    let standalone_same = storage_to_f64(&out2) == out && accum_to_f64(&state2) == state;
+    let uncaptured_same = if also_without_capture {
+        let (out3, state3) = fused(None)?;
+        Some(out3 == out && state3 == state)
+    } else {
+        None
+    };
+    Ok(FusedRun {
+        out,
+        state,
+        conv: storage_to_f64(&conv),
+        standalone_same,
+        uncaptured_same,
+    })
 }
 
 #[cfg(test)]

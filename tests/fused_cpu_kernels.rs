@@ -16,8 +16,8 @@ use hsdiff::backends::fused::cpu::{
 use hsdiff::metrics::stats;
 use hsdiff::testdata::{
     CONV_CASES, CONV_SEED, GdnCase as Inputs, NORM_CASES, NORM_EPS, NORM_SEED, SplitMix as Rng,
-    accum_to_f64, gdn_dims as dims, kernel_bound, kernel_cases, storage_to_f64, to_accum,
-    to_storage,
+    gdn_dims as dims, gdn_truth, kernel_bound, kernel_cases, rounded, run_fused_cpu,
+    storage_to_f64, to_storage,
 };
 
 /// ‖a − b‖₂ / ‖b‖₂, asserting everything is finite first (NaN never passes).
@@ -35,43 +35,13 @@ fn bound<S: WithDType>() -> f64 {
 }
 
 fn check_fused<S: Element + WithDType>(inp: &Inputs, label: &str) {
-    let d = inp.dims;
-    let scale = 1.0 / (d.k_dim as f64).sqrt();
     // Round the inputs to what the kernel sees, and compute the truth from those.
-    let mixed: Vec<S> = to_storage(&inp.mixed);
-    let w: Vec<S> = to_storage(&inp.w);
-    let beta: Vec<S> = to_storage(&inp.beta);
-    let g: Vec<S::Acc> = to_accum(&inp.g);
-    let init: Option<Vec<S::Acc>> = inp.init.as_ref().map(|s| to_accum(s));
-    let (t_out, t_fin, t_conv) = truth::gdn(
-        &storage_to_f64(&mixed),
-        &storage_to_f64(&w),
-        &accum_to_f64(&g),
-        &storage_to_f64(&beta),
-        scale,
-        init.as_ref().map(|s| accum_to_f64(s)).as_deref(),
-        &d,
-    );
-    let nan_s = S::from_acc(S::Acc::from_f64(f64::NAN));
-    let mut out = vec![nan_s; t_out.len()];
-    let mut fin = vec![S::Acc::from_f64(f64::NAN); t_fin.len()];
-    let mut conv = vec![nan_s; t_conv.len()];
-    fused_gdn::<S>(
-        &mixed,
-        &w,
-        &g,
-        &beta,
-        scale,
-        init.as_deref(),
-        d,
-        &mut out,
-        &mut fin,
-        Some(&mut conv),
-    )
-    .unwrap();
-    let e_out = rel_l2("core_out", &storage_to_f64(&out), &t_out);
-    let e_fin = rel_l2("final_state", &accum_to_f64(&fin), &t_fin);
-    let e_conv = rel_l2("conv_out", &storage_to_f64(&conv), &t_conv);
+    let inp = rounded::<S>(inp);
+    let (t_out, t_fin, t_conv) = gdn_truth(&inp);
+    let run = run_fused_cpu::<S>(&inp, true).unwrap();
+    let e_out = rel_l2("core_out", &run.out, &t_out);
+    let e_fin = rel_l2("final_state", &run.state, &t_fin);
+    let e_conv = rel_l2("conv_out", &run.conv, &t_conv);
     println!(
         "fused {:>4} {label:<44} out {e_out:.2e}  state {e_fin:.2e}  conv {e_conv:.2e}",
         S::NAME
@@ -81,61 +51,14 @@ fn check_fused<S: Element + WithDType>(inp: &Inputs, label: &str) {
     assert!(e_fin <= b, "{label}: final_state rel L2 {e_fin:e} > {b:e}");
     // The conv is one accumulation of K products and one rounding: ≤ a few u.
     assert!(e_conv <= b, "{label}: conv rel L2 {e_conv:e} > {b:e}");
-
     // Without conv capture the results must be bit-identical (same routine, same order).
-    let mut out2 = vec![nan_s; t_out.len()];
-    let mut fin2 = vec![S::Acc::from_f64(f64::NAN); t_fin.len()];
-    fused_gdn::<S>(
-        &mixed,
-        &w,
-        &g,
-        &beta,
-        scale,
-        init.as_deref(),
-        d,
-        &mut out2,
-        &mut fin2,
-        None,
-    )
-    .unwrap();
     assert_eq!(
-        storage_to_f64(&out2),
-        storage_to_f64(&out),
+        run.uncaptured_same,
+        Some(true),
         "{label}: conv capture changed outputs"
     );
-    assert_eq!(accum_to_f64(&fin2), accum_to_f64(&fin));
-
-    // The standalone rule on the captured conv output must match the fused kernel bit for bit
-    // (same recurrence, same inputs).
-    let c = d.conv_dim().unwrap();
-    let kd = d.k_heads * d.k_dim;
-    let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
-    for row in conv.chunks(c) {
-        q.extend_from_slice(&row[..kd]);
-        k.extend_from_slice(&row[kd..2 * kd]);
-        v.extend_from_slice(&row[2 * kd..]);
-    }
-    let mut out3 = vec![nan_s; t_out.len()];
-    let mut fin3 = vec![S::Acc::from_f64(f64::NAN); t_fin.len()];
-    gated_delta_rule::<S>(
-        &q,
-        &k,
-        &v,
-        &g,
-        &beta,
-        scale,
-        init.as_deref(),
-        d,
-        &mut out3,
-        &mut fin3,
-    )
-    .unwrap();
-    assert_eq!(
-        storage_to_f64(&out3),
-        storage_to_f64(&out),
-        "{label}: standalone rule differs"
-    );
-    assert_eq!(accum_to_f64(&fin3), accum_to_f64(&fin));
+    // The standalone rule on the captured conv output must match the fused kernel bit for bit.
+    assert!(run.standalone_same, "{label}: standalone rule differs");
 }
 
 fn run_all<S: Element + WithDType>() {

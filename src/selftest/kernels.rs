@@ -13,20 +13,10 @@ use crate::device::dtype_label;
 use crate::error::{Error, Result};
 use crate::metrics::stats::rel_l2;
 use crate::testdata::{
-    CONV_CASES, CONV_SEED, KernelCase, NORM_CASES, NORM_EPS, NORM_SEED, SplitMix, accum_to_f64,
-    kernel_bound, kernel_cases, round_to_accum, round_to_storage, storage_to_f64, to_accum,
+    CONV_CASES, CONV_SEED, GdnCase, NORM_CASES, NORM_EPS, NORM_SEED, SplitMix, gdn_truth,
+    kernel_bound, kernel_cases, round_to_storage, rounded, run_fused_cpu, storage_to_f64,
     to_storage,
 };
-
-/// Inputs of one delta-rule case, already rounded to what the kernel sees (as f64).
-struct RoundedInputs {
-    d: cpu::GdnDims,
-    mixed: Vec<f64>,
-    w: Vec<f64>,
-    g: Vec<f64>,
-    beta: Vec<f64>,
-    init: Option<Vec<f64>>,
-}
 
 /// The kernel's results as f64: (core out, final state, conv out, standalone == fused bitwise).
 type GdnResult = (Vec<f64>, Vec<f64>, Vec<f64>, bool);
@@ -43,18 +33,8 @@ pub(super) fn check<S: Element + WithDType>(device: &Device, quick: bool, list: 
     };
     for case in kernel_cases(quick) {
         let label = format!("gdn {dt} {}", case.label());
-        let inputs = rounded::<S>(&case);
-        let d = inputs.d;
-        let scale = 1.0 / (d.k_dim as f64).sqrt();
-        let (t_out, t_fin, t_conv) = truth::gdn(
-            &inputs.mixed,
-            &inputs.w,
-            &inputs.g,
-            &inputs.beta,
-            scale,
-            inputs.init.as_deref(),
-            &d,
-        );
+        let inputs = rounded::<S>(&case.inputs());
+        let (t_out, t_fin, t_conv) = gdn_truth(&inputs);
         match run_gdn::<S>(device, &inputs) {
             Ok((out, fin, conv, same)) => {
                 list.bound(format!("{label} out"), rel_l2(&out, &t_out), bound);
@@ -94,19 +74,6 @@ pub(super) fn check<S: Element + WithDType>(device: &Device, quick: bool, list: 
     }
 }
 
-/// The case's inputs rounded to `S` (and the gates and state to its accumulation type).
-fn rounded<S: Element>(case: &KernelCase) -> RoundedInputs {
-    let inputs = case.inputs();
-    RoundedInputs {
-        d: case.dims,
-        mixed: round_to_storage::<S>(&inputs.mixed),
-        w: round_to_storage::<S>(&inputs.w),
-        g: round_to_accum::<S::Acc>(&inputs.g),
-        beta: round_to_storage::<S>(&inputs.beta),
-        init: inputs.init.as_deref().map(round_to_accum::<S::Acc>),
-    }
-}
-
 #[cfg(feature = "cuda")]
 fn dev_tensor(x: &[f64], shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
     Ok(Tensor::from_vec(x.to_vec(), shape, device)?.to_dtype(dtype)?)
@@ -116,65 +83,17 @@ fn kernel_error(e: cpu::KernelError) -> Error {
     Error::backend("fused", e.to_string())
 }
 
-fn run_gdn<S: Element + WithDType>(device: &Device, case: &RoundedInputs) -> Result<GdnResult> {
-    let d = case.d;
-    let scale = 1.0 / (d.k_dim as f64).sqrt();
-    let c = 2 * d.k_heads * d.k_dim + d.v_heads * d.v_dim;
+/// The fused kernel of the device on `case` (already rounded to `S`).
+fn run_gdn<S: Element + WithDType>(device: &Device, case: &GdnCase) -> Result<GdnResult> {
     if !device.is_cuda() {
-        let nan = S::from_acc(S::Acc::from_f64(f64::NAN));
-        let nan_a = S::Acc::from_f64(f64::NAN);
-        let (mixed, w, beta) = (
-            to_storage::<S>(&case.mixed),
-            to_storage::<S>(&case.w),
-            to_storage::<S>(&case.beta),
-        );
-        let g = to_accum::<S::Acc>(&case.g);
-        let init = case.init.as_ref().map(|s| to_accum::<S::Acc>(s));
-        let n_out = d.batch * d.seq * d.v_heads * d.v_dim;
-        let n_fin = d.batch * d.v_heads * d.k_dim * d.v_dim;
-        let (mut out, mut fin, mut conv) =
-            (vec![nan; n_out], vec![nan_a; n_fin], vec![nan; mixed.len()]);
-        cpu::fused_gdn::<S>(
-            &mixed,
-            &w,
-            &g,
-            &beta,
-            scale,
-            init.as_deref(),
-            d,
-            &mut out,
-            &mut fin,
-            Some(&mut conv),
-        )
-        .map_err(kernel_error)?;
-        let kd = d.k_heads * d.k_dim;
-        let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
-        for row in conv.chunks(c) {
-            q.extend_from_slice(&row[..kd]);
-            k.extend_from_slice(&row[kd..2 * kd]);
-            v.extend_from_slice(&row[2 * kd..]);
-        }
-        let (mut out2, mut fin2) = (vec![nan; n_out], vec![nan_a; n_fin]);
-        cpu::gated_delta_rule::<S>(
-            &q,
-            &k,
-            &v,
-            &g,
-            &beta,
-            scale,
-            init.as_deref(),
-            d,
-            &mut out2,
-            &mut fin2,
-        )
-        .map_err(kernel_error)?;
-        let (o, f) = (storage_to_f64(&out), accum_to_f64(&fin));
-        let same = storage_to_f64(&out2) == o && accum_to_f64(&fin2) == f;
-        return Ok((o, f, storage_to_f64(&conv), same));
+        let run = run_fused_cpu::<S>(case, false).map_err(kernel_error)?;
+        return Ok((run.out, run.state, run.conv, run.standalone_same));
     }
     #[cfg(feature = "cuda")]
     {
         use crate::backends::{self, fused::cuda};
+        let d = case.dims;
+        let c = 2 * d.k_heads * d.k_dim + d.v_heads * d.v_dim;
         let dt = S::DTYPE;
         let acc = backends::accumulation_dtype(dt);
         let (b, t, hv) = (d.batch, d.seq, d.v_heads);
