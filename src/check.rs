@@ -142,7 +142,7 @@ pub fn worst(outcomes: &[CheckOutcome]) -> Verdict {
 /// A set of checks as JSON, schema [`SET_SCHEMA`]: `{checks: [{backend, dtype, implementation,
 /// name, report, verdict}], schema, verdict}` with keys sorted, each `report` a full
 /// `hsdiff.report/v1` object.
-pub fn set_json(outcomes: &[CheckOutcome]) -> Result<String> {
+pub fn set_json(outcomes: &[CheckOutcome]) -> Result<Vec<u8>> {
     let encode = |e: serde_json::Error| Error::Internal(format!("cannot encode the report: {e}"));
     let checks = outcomes
         .iter()
@@ -162,23 +162,28 @@ pub fn set_json(outcomes: &[CheckOutcome]) -> Result<String> {
         "verdict": worst(outcomes),
         "checks": checks,
     });
-    let mut s = serde_json::to_string_pretty(&doc).map_err(encode)?;
-    s.push('\n');
-    Ok(s)
+    let mut bytes = serde_json::to_vec_pretty(&doc).map_err(encode)?;
+    bytes.push(b'\n');
+    Ok(bytes)
 }
 
 /// A set of checks as text: each report rendered by `render` under a `== check NAME ==`
 /// heading, then one [`line`] per check.
-pub fn set_text(outcomes: &[CheckOutcome], render: impl Fn(&Report) -> String) -> String {
-    let mut s = String::new();
+pub fn set_text(
+    outcomes: &[CheckOutcome],
+    render: impl Fn(&Report) -> Result<Vec<u8>>,
+) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
     for o in outcomes {
-        s.push_str(&format!("== check {} ==\n{}\n", o.name, render(&o.report)));
+        out.extend_from_slice(format!("== check {} ==\n", o.name).as_bytes());
+        out.extend_from_slice(&render(&o.report)?);
+        out.push(b'\n');
     }
     for o in outcomes {
-        s.push_str(&line(&o.name, &o.report));
-        s.push('\n');
+        out.extend_from_slice(line(&o.name, &o.report).as_bytes());
+        out.push(b'\n');
     }
-    s
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -272,27 +272,26 @@ fn check_one(
 /// Several checks: each report rendered in turn (JSON: one object with every report), one line
 /// per check at the end, and the exit code of the worst.
 fn render_set(outcomes: &[CheckOutcome], args: &ReportArgs) -> Result<i32> {
-    let to_terminal = args.out.is_none() && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let color = args.out.is_none() && std::io::IsTerminal::is_terminal(&std::io::stdout());
     let env_all = args.env == EnvList::All;
     let text = match args.format {
         Format::Json => set_json(outcomes)?,
-        Format::Markdown => set_text(outcomes, |r| Markdown { env_all }.render(r)),
+        Format::Markdown => set_text(outcomes, |r| {
+            Ok(Markdown { env_all }.render(r).into_bytes())
+        })?,
         Format::Table => set_text(outcomes, |r| {
-            Table {
-                color: to_terminal,
-                env_all,
-            }
-            .render(r)
-        }),
+            Ok(Table { color, env_all }.render(r).into_bytes())
+        })?,
     };
     match &args.out {
         Some(path) => {
-            crate::output::write_bytes(path, text.as_bytes())?;
+            crate::output::write_bytes(path, &text)?;
             for o in outcomes {
                 eprintln!("{}", line(&o.name, &o.report));
             }
         }
-        None => print!("{text}"),
+        // Both renderings are UTF-8 (built from Strings).
+        None => print!("{}", String::from_utf8_lossy(&text)),
     }
     Ok(i32::from(args.fail_on.flags(worst(outcomes))))
 }
