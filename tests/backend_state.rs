@@ -4,11 +4,11 @@
 //! holds exactly the last K inputs.
 
 use candle_core::{DType, Device, Tensor};
-use hsdiff::backends::fused::cpu;
 use hsdiff::backends::{
     GdnDims, GdnInputs, GdnState, LinearAttentionBackend, available_backends, backend_by_name,
 };
-use hsdiff::testdata::{Decay, SplitMix, gdn_case};
+use hsdiff::metrics::stats::rel_l2_tensors;
+use hsdiff::testdata::{Decay, SplitMix, gdn_case, gdn_dims};
 
 /// Continuing changes only where roundings fall (a chunk boundary moves, a sum is split), so
 /// the pieces agree with the whole call to a few f64 ulps per step; 1e-12 over ~100 dependent
@@ -27,20 +27,7 @@ struct Data {
 
 fn data(seed: u64) -> Data {
     let (b, t, hk, hv, dk, dv, k) = (2, 100, 2, 4, 16, 24, 4);
-    let case = gdn_case(
-        cpu::GdnDims {
-            batch: b,
-            seq: t,
-            k_heads: hk,
-            v_heads: hv,
-            k_dim: dk,
-            v_dim: dv,
-            conv_kernel: k,
-        },
-        Decay::Mixed,
-        false,
-        seed,
-    );
+    let case = gdn_case(gdn_dims(b, t, hk, hv, dk, dv), Decay::Mixed, false, seed);
     let mut rng = SplitMix::new(seed ^ 0x5eed);
     let c = 2 * hk * dk + hv * dv;
     let dev = Device::Cpu;
@@ -95,12 +82,8 @@ fn run(
 }
 
 fn rel(a: &Tensor, b: &Tensor) -> f64 {
-    let a: Vec<f64> = a.flatten_all().and_then(|t| t.to_vec1()).expect("a");
-    let b: Vec<f64> = b.flatten_all().and_then(|t| t.to_vec1()).expect("b");
-    assert_eq!(a.len(), b.len());
-    let num: f64 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum();
-    let den: f64 = b.iter().map(|y| y * y).sum();
-    (num / den).sqrt()
+    assert_eq!(a.elem_count(), b.elem_count());
+    rel_l2_tensors(a, b).expect("rel L2")
 }
 
 #[test]

@@ -231,3 +231,67 @@ fn f64_dump_of_the_builtin_model_matches_the_golden_truth() {
         Some("f64")
     );
 }
+
+/// `hsdiff selftest --device cpu --quick` from the repository root: every check passes (kernels,
+/// golden parity, the live run, whose report is where its line says), exit 0; with a golden
+/// folder that holds no states, the golden check fails and the exit code is 1.
+#[test]
+fn selftest_passes_on_cpu_and_fails_without_golden_states() {
+    let o = hsdiff(&["selftest", "--device", "cpu", "--quick"], &repo_root());
+    let out = stdout_of(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", stderr_of(&o));
+    let checks: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("PASS") || l.starts_with("FAIL"))
+        .collect();
+    assert!(checks.iter().all(|l| l.starts_with("PASS  ")), "{out}");
+    for what in [
+        "gdn bf16 B1 T1 ",
+        "conv f16 ",
+        "gated norm f64 ",
+        "golden fizzbuzz f32 ",
+    ] {
+        assert!(
+            checks.iter().any(|l| l.contains(what)),
+            "no `{what}` row:\n{out}"
+        );
+    }
+    let live = checks
+        .iter()
+        .find(|l| l.contains("library diff fused vs reference"))
+        .expect("the live run's row");
+    let report = live
+        .rsplit("report in ")
+        .next()
+        .expect("report path")
+        .trim();
+    let text = std::fs::read_to_string(report).expect("the live run's report");
+    std::fs::remove_file(report).expect("remove the report");
+    assert!(text.contains("final_norm"), "{text}");
+    assert!(
+        out.contains(&format!("selftest: {} passed, 0 failed", checks.len())),
+        "{out}"
+    );
+
+    let empty = tempdir();
+    let empty_golden = empty.path().join("qwen3_5_tiny");
+    std::fs::create_dir(&empty_golden).expect("mkdir");
+    let golden = empty.path().to_str().expect("utf-8 path");
+    let o = hsdiff(
+        &["selftest", "--device", "cpu", "--quick", "--golden", golden],
+        &repo_root(),
+    );
+    let out = stdout_of(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}\n{}", stderr_of(&o));
+    let fail = out
+        .lines()
+        .find(|l| l.starts_with("FAIL  golden parity"))
+        .unwrap_or_else(|| panic!("no failed golden row:\n{out}"));
+    assert!(fail.contains("holds no *.f64.safetensors"), "{fail}");
+    let report = out
+        .rsplit("report in ")
+        .next()
+        .and_then(|s| s.lines().next())
+        .expect("report path");
+    std::fs::remove_file(report.trim()).expect("remove the report");
+}

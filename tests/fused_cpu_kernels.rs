@@ -6,15 +6,18 @@
 //! output buffers are pre-filled with NaN so that an unwritten element fails the test.
 //! Run with `--nocapture` to see the measured errors.
 
+use candle_core::WithDType;
 use half::{bf16, f16};
 use hsdiff::backends::fused::cpu::{
     Accum, ConvDims, Element, GdnDims, KernelError, NormDims, causal_conv1d_silu, fused_gdn,
     gated_delta_rule, gated_rms_norm, truth,
 };
 
+use hsdiff::metrics::stats;
 use hsdiff::testdata::{
-    Decay, GdnCase as Inputs, SplitMix as Rng, accum_to_f64, gdn_case as make_inputs,
-    storage_to_f64, to_accum, to_storage,
+    CONV_CASES, CONV_SEED, GdnCase as Inputs, NORM_CASES, NORM_EPS, NORM_SEED, SplitMix as Rng,
+    gdn_dims as dims, gdn_truth, kernel_bound, kernel_cases, rounded, run_fused_cpu,
+    storage_to_f64, to_storage,
 };
 
 /// ‖a − b‖₂ / ‖b‖₂, asserting everything is finite first (NaN never passes).
@@ -22,71 +25,23 @@ fn rel_l2(what: &str, a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
     assert!(a.iter().all(|v| v.is_finite()), "{what}: non-finite output");
     assert!(b.iter().all(|v| v.is_finite()), "{what}: non-finite truth");
-    let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
-    let den: f64 = b.iter().map(|y| y * y).sum();
-    assert!(den > 0.0, "{what}: truth is all zeros");
-    (num / den).sqrt()
+    assert!(b.iter().any(|&y| y != 0.0), "{what}: truth is all zeros");
+    stats::rel_l2(a, b)
 }
 
-/// Relative-L2 bound per storage type.
-///
-/// - f64: u = 1.1e-16; a few hundred roundings along the longest dependency chain (dk-long dots
-///   through ≤ 1000 recurrent steps) stay far below 1e-12.
-/// - f32: u = 6e-8 times a growth factor of ~100 (dots of length dk, the recurrence) gives
-///   ~6e-6; measured transformers fp32 floors are 2–5e-7, so 1e-5 leaves margin without hiding a
-///   bug (a wrong operation order or a missed token gives ≥ 1e-3).
-/// - bf16: u = 3.9e-3; conv output rounded once to bf16 (≈ u/√3 relative noise per element)
-///   then propagated through the L2 norm and the recurrence, plus the output rounding: a correct
-///   bf16 layer sits ≈ 3e-3 from the truth; bound 1e-2.
-/// - f16: u = 4.9e-4, the same structure as bf16 ⇒ ≈ 4e-4 expected; bound 2e-3.
-fn bound<S: Element>() -> f64 {
-    match S::NAME {
-        "f64" => 1e-12,
-        "f32" => 1e-5,
-        "bf16" => 1e-2,
-        "f16" => 2e-3,
-        _ => unreachable!(),
-    }
+/// Relative-L2 bound per storage type (`hsdiff::testdata::kernel_bound`, reasoning there).
+fn bound<S: WithDType>() -> f64 {
+    kernel_bound(S::DTYPE).expect("a storage type of the kernels")
 }
 
-fn check_fused<S: Element>(inp: &Inputs, label: &str) {
-    let d = inp.dims;
-    let scale = 1.0 / (d.k_dim as f64).sqrt();
+fn check_fused<S: Element + WithDType>(inp: &Inputs, label: &str) {
     // Round the inputs to what the kernel sees, and compute the truth from those.
-    let mixed: Vec<S> = to_storage(&inp.mixed);
-    let w: Vec<S> = to_storage(&inp.w);
-    let beta: Vec<S> = to_storage(&inp.beta);
-    let g: Vec<S::Acc> = to_accum(&inp.g);
-    let init: Option<Vec<S::Acc>> = inp.init.as_ref().map(|s| to_accum(s));
-    let (t_out, t_fin, t_conv) = truth::gdn(
-        &storage_to_f64(&mixed),
-        &storage_to_f64(&w),
-        &accum_to_f64(&g),
-        &storage_to_f64(&beta),
-        scale,
-        init.as_ref().map(|s| accum_to_f64(s)).as_deref(),
-        &d,
-    );
-    let nan_s = S::from_acc(S::Acc::from_f64(f64::NAN));
-    let mut out = vec![nan_s; t_out.len()];
-    let mut fin = vec![S::Acc::from_f64(f64::NAN); t_fin.len()];
-    let mut conv = vec![nan_s; t_conv.len()];
-    fused_gdn::<S>(
-        &mixed,
-        &w,
-        &g,
-        &beta,
-        scale,
-        init.as_deref(),
-        d,
-        &mut out,
-        &mut fin,
-        Some(&mut conv),
-    )
-    .unwrap();
-    let e_out = rel_l2("core_out", &storage_to_f64(&out), &t_out);
-    let e_fin = rel_l2("final_state", &accum_to_f64(&fin), &t_fin);
-    let e_conv = rel_l2("conv_out", &storage_to_f64(&conv), &t_conv);
+    let inp = rounded::<S>(inp);
+    let (t_out, t_fin, t_conv) = gdn_truth(&inp);
+    let run = run_fused_cpu::<S>(&inp, true).unwrap();
+    let e_out = rel_l2("core_out", &run.out, &t_out);
+    let e_fin = rel_l2("final_state", &run.state, &t_fin);
+    let e_conv = rel_l2("conv_out", &run.conv, &t_conv);
     println!(
         "fused {:>4} {label:<44} out {e_out:.2e}  state {e_fin:.2e}  conv {e_conv:.2e}",
         S::NAME
@@ -96,108 +51,19 @@ fn check_fused<S: Element>(inp: &Inputs, label: &str) {
     assert!(e_fin <= b, "{label}: final_state rel L2 {e_fin:e} > {b:e}");
     // The conv is one accumulation of K products and one rounding: ≤ a few u.
     assert!(e_conv <= b, "{label}: conv rel L2 {e_conv:e} > {b:e}");
-
     // Without conv capture the results must be bit-identical (same routine, same order).
-    let mut out2 = vec![nan_s; t_out.len()];
-    let mut fin2 = vec![S::Acc::from_f64(f64::NAN); t_fin.len()];
-    fused_gdn::<S>(
-        &mixed,
-        &w,
-        &g,
-        &beta,
-        scale,
-        init.as_deref(),
-        d,
-        &mut out2,
-        &mut fin2,
-        None,
-    )
-    .unwrap();
     assert_eq!(
-        storage_to_f64(&out2),
-        storage_to_f64(&out),
+        run.uncaptured_same,
+        Some(true),
         "{label}: conv capture changed outputs"
     );
-    assert_eq!(accum_to_f64(&fin2), accum_to_f64(&fin));
-
-    // The standalone rule on the captured conv output must match the fused kernel bit for bit
-    // (same recurrence, same inputs).
-    let c = d.conv_dim();
-    let kd = d.k_heads * d.k_dim;
-    let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
-    for row in conv.chunks(c) {
-        q.extend_from_slice(&row[..kd]);
-        k.extend_from_slice(&row[kd..2 * kd]);
-        v.extend_from_slice(&row[2 * kd..]);
-    }
-    let mut out3 = vec![nan_s; t_out.len()];
-    let mut fin3 = vec![S::Acc::from_f64(f64::NAN); t_fin.len()];
-    gated_delta_rule::<S>(
-        &q,
-        &k,
-        &v,
-        &g,
-        &beta,
-        scale,
-        init.as_deref(),
-        d,
-        &mut out3,
-        &mut fin3,
-    )
-    .unwrap();
-    assert_eq!(
-        storage_to_f64(&out3),
-        storage_to_f64(&out),
-        "{label}: standalone rule differs"
-    );
-    assert_eq!(accum_to_f64(&fin3), accum_to_f64(&fin));
+    // The standalone rule on the captured conv output must match the fused kernel bit for bit.
+    assert!(run.standalone_same, "{label}: standalone rule differs");
 }
 
-#[allow(clippy::too_many_arguments)]
-fn dims(b: usize, t: usize, hk: usize, hv: usize, dk: usize, dv: usize) -> GdnDims {
-    GdnDims {
-        batch: b,
-        seq: t,
-        k_heads: hk,
-        v_heads: hv,
-        k_dim: dk,
-        v_dim: dv,
-        conv_kernel: 4,
-    }
-}
-
-/// (dims, decay, initial state) — covers T = 1, 63, 64, 65, 300, 1000; r = 1, 2, 3; dk ≠ dv;
-/// dv not a multiple of the 32-column state block; B = 1 and 2.
-fn cases() -> Vec<(GdnDims, Decay, bool)> {
-    vec![
-        (dims(1, 1, 2, 4, 32, 48), Decay::Strong, true),
-        (dims(2, 1, 2, 2, 16, 8), Decay::NearZero, false),
-        (dims(2, 63, 2, 6, 24, 40), Decay::NearZero, false),
-        (dims(1, 64, 3, 3, 40, 32), Decay::Strong, false),
-        (dims(2, 65, 2, 4, 64, 96), Decay::NearZero, true),
-        (dims(1, 300, 1, 3, 128, 128), Decay::Mixed, true),
-        (dims(2, 300, 2, 4, 48, 20), Decay::Strong, true),
-        (dims(2, 1000, 2, 4, 32, 36), Decay::Strong, true),
-        (dims(1, 1000, 2, 2, 48, 64), Decay::NearZero, false),
-        (dims(1, 1000, 1, 2, 64, 64), Decay::Mixed, false),
-    ]
-}
-
-fn run_all<S: Element>() {
-    for (i, (d, decay, init)) in cases().into_iter().enumerate() {
-        let inp = make_inputs(d, decay, init, 1000 + i as u64);
-        let label = format!(
-            "B{} T{} Hk{} Hv{} dk{} dv{} {:?}{}",
-            d.batch,
-            d.seq,
-            d.k_heads,
-            d.v_heads,
-            d.k_dim,
-            d.v_dim,
-            decay,
-            if init { " +init" } else { "" }
-        );
-        check_fused::<S>(&inp, &label);
+fn run_all<S: Element + WithDType>() {
+    for case in kernel_cases(false) {
+        check_fused::<S>(&case.inputs(), &case.label());
     }
 }
 
@@ -218,9 +84,9 @@ fn fused_f16_vs_truth() {
     run_all::<f16>();
 }
 
-fn check_conv<S: Element>() {
-    let mut rng = Rng::new(7);
-    for (b, t, c, k) in [(1, 1, 5, 4), (2, 70, 300, 4), (1, 129, 17, 3), (2, 5, 9, 1)] {
+fn check_conv<S: Element + WithDType>() {
+    let mut rng = Rng::new(CONV_SEED);
+    for (b, t, c, k) in CONV_CASES {
         let x: Vec<S> = to_storage(&rng.normals(b * t * c, 1.0));
         let w: Vec<S> = to_storage(&rng.normals(c * k, 0.5));
         let want = truth::causal_conv1d_silu(&storage_to_f64(&x), &storage_to_f64(&w), b, t, c, k);
@@ -247,13 +113,13 @@ fn conv_vs_truth() {
     check_conv::<f16>();
 }
 
-fn check_norm<S: Element>() {
-    let mut rng = Rng::new(11);
-    for (rows, dim) in [(1, 128), (300, 128), (77, 20)] {
+fn check_norm<S: Element + WithDType>() {
+    let mut rng = Rng::new(NORM_SEED);
+    for (rows, dim) in NORM_CASES {
         let x: Vec<S> = to_storage(&rng.normals(rows * dim, 2.0));
         let z: Vec<S> = to_storage(&rng.normals(rows * dim, 1.5));
         let w: Vec<S> = to_storage(&rng.normals(dim, 1.0));
-        let eps = 1e-6;
+        let eps = NORM_EPS;
         let want = truth::gated_rms_norm(
             &storage_to_f64(&x),
             &storage_to_f64(&z),

@@ -14,6 +14,7 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::*;
 use hsdiff::backends::{LinearAttentionBackend, available_backends, backend_by_name};
+use hsdiff::capture::dump::Dump;
 use hsdiff::capture::{Captures, names};
 use hsdiff::metrics::diff_stats;
 use hsdiff::model::{DecodePlan, Model, RunOptions};
@@ -35,14 +36,8 @@ fn decode_golden(model: &str, mode: &str) -> State {
 
 /// P and K of the golden decode, from its `hsdiff` metadata (`decode_from`) and its shapes.
 fn plan_of(golden: &State) -> DecodePlan {
-    let bytes = std::fs::read(&golden.path).expect("read golden");
-    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).expect("safetensors header");
-    let meta = header
-        .metadata()
-        .as_ref()
-        .and_then(|m| m.get("hsdiff"))
-        .expect("hsdiff metadata");
-    let meta: serde_json::Value = serde_json::from_str(meta).expect("metadata JSON");
+    let dump = Dump::open(&golden.path).unwrap_or_else(|e| panic!("{e}"));
+    let meta = dump.fingerprint.expect("hsdiff metadata").extra;
     let from = meta["decode_from"].as_u64().expect("decode_from") as usize;
     let steps = golden
         .get(names::DECODE_LOGITS)

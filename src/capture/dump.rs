@@ -7,9 +7,10 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 
 use super::{Captures, names};
+use crate::device::parse_dtype;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
-use crate::safetensors_file::SafetensorsFile;
+use crate::safetensors_file::{SafetensorsFile, candle_dtype};
 
 pub const METADATA_KEY: &str = "hsdiff";
 
@@ -38,7 +39,8 @@ pub fn write(path: &Path, caps: &Captures, fingerprint: &Fingerprint) -> Result<
     })
 }
 
-/// A dump opened for reading, tensor by tensor from a memory map.
+/// A dump opened for reading, tensor by tensor from a memory map (or from bytes compiled into
+/// the binary: the built-in golden set).
 pub struct Dump {
     file: SafetensorsFile,
     pub fingerprint: Option<Fingerprint>,
@@ -46,10 +48,21 @@ pub struct Dump {
 
 impl Dump {
     pub fn open(path: &Path) -> Result<Self> {
-        let file = SafetensorsFile::open(path)?;
+        Self::new(SafetensorsFile::open(path)?)
+    }
+
+    /// A dump compiled into the binary; `label` stands for its path in messages.
+    pub fn from_static(label: &str, bytes: &'static [u8]) -> Result<Self> {
+        Self::new(SafetensorsFile::from_static(label, bytes)?)
+    }
+
+    fn new(file: SafetensorsFile) -> Result<Self> {
         let fingerprint = match file.user_metadata().and_then(|m| m.get(METADATA_KEY)) {
             Some(json) => Some(serde_json::from_str(json).map_err(|e| {
-                Error::file(path, format!("metadata `{METADATA_KEY}` is not valid: {e}"))
+                Error::file(
+                    file.path(),
+                    format!("metadata `{METADATA_KEY}` is not valid: {e}"),
+                )
             })?),
             None => None,
         };
@@ -73,39 +86,114 @@ impl Dump {
         self.file.load(name)
     }
 
-    /// The token ids, if the dump carries them (`input_ids`, `[1, T]` or `[T]`, integer).
+    /// The token ids, if the dump carries them (see [`token_ids`]).
     pub fn input_ids(&self) -> Result<Option<Vec<u32>>> {
         if !self.contains(names::INPUT_IDS) {
             return Ok(None);
         }
         let t = self.tensor(names::INPUT_IDS)?;
-        let bad = || {
-            Error::tensor(
-                self.path(),
-                names::INPUT_IDS,
-                "must be integer token ids, [1, T] or [T]",
-            )
-        };
-        if !matches!(t.dtype(), DType::I64 | DType::U32 | DType::U8) {
-            return Err(bad());
+        token_ids(self.path(), names::INPUT_IDS, &t).map(Some)
+    }
+
+    /// The token ids of a dump that is to be recomputed (golden files): present and not empty.
+    pub fn required_input_ids(&self) -> Result<Vec<u32>> {
+        let bad = |msg: &str| Error::tensor(self.path(), names::INPUT_IDS, msg.to_string());
+        let ids = self.input_ids()?.ok_or_else(|| {
+            bad("missing: a golden file must carry the token ids it was computed from")
+        })?;
+        if ids.is_empty() {
+            return Err(bad("holds no token ids"));
         }
-        let t = match t.rank() {
-            1 => t,
-            2 if t.dim(0)? == 1 => t.squeeze(0)?,
-            _ => return Err(bad()),
-        };
-        let ids: Vec<i64> = t.to_dtype(DType::I64)?.to_vec1()?;
-        ids.into_iter()
-            .map(|x| {
-                u32::try_from(x).map_err(|_| {
-                    Error::tensor(
-                        self.path(),
-                        names::INPUT_IDS,
-                        format!("token id {x} out of range"),
-                    )
-                })
+        Ok(ids)
+    }
+
+    /// The dtype the states were computed in: the fingerprint's `dtype`, else the dtype of the
+    /// first hidden state stored (`embed` or `layers.N`).
+    pub fn states_dtype(&self) -> Result<DType> {
+        if let Some(d) = self.fingerprint.as_ref().and_then(|f| f.dtype.as_deref()) {
+            return parse_dtype(d).map_err(|_| {
+                Error::file(
+                    self.path(),
+                    format!("fingerprint dtype `{d}` is not one hsdiff computes in"),
+                )
+            });
+        }
+        let name = self
+            .names()
+            .into_iter()
+            .find(|n| n == names::EMBED || names::parse_layer(n).is_some())
+            .ok_or_else(|| {
+                Error::file(
+                    self.path(),
+                    "no `embed` or `layers.N` tensor: not a dump of hidden states",
+                )
+            })?;
+        let info = self
+            .file
+            .info(&name)
+            .ok_or_else(|| Error::tensor(self.path(), &name, "not in this file"))?;
+        candle_dtype(info.dtype)
+            .filter(|d| d.is_float())
+            .ok_or_else(|| {
+                Error::tensor(
+                    self.path(),
+                    &name,
+                    format!("dtype {:?} is not a float type", info.dtype),
+                )
             })
-            .collect::<Result<Vec<u32>>>()
-            .map(Some)
+    }
+}
+
+/// Token ids from the tensor `name` of the file `path`: integers, one sequence (`[1, T]` or
+/// `[T]`), each a valid `u32`. The one check every reader of token ids uses.
+pub fn token_ids(path: &Path, name: &str, t: &Tensor) -> Result<Vec<u32>> {
+    let bad = |msg: &str| Error::tensor(path, name, msg.to_string());
+    if !matches!(
+        t.dtype(),
+        DType::I64 | DType::I32 | DType::I16 | DType::U32 | DType::U8
+    ) {
+        return Err(bad("must be integer token ids, [1, T] or [T]"));
+    }
+    let t = match t.rank() {
+        1 => t.clone(),
+        2 if t.dim(0)? == 1 => t.squeeze(0)?,
+        _ => return Err(bad("must be token ids of one sequence, [1, T] or [T]")),
+    };
+    ids_in_range(path, t.to_dtype(DType::I64)?.to_vec1()?)
+}
+
+/// `ids` as `u32`, or an error naming the first that is out of range.
+pub fn ids_in_range(path: &Path, ids: Vec<i64>) -> Result<Vec<u32>> {
+    ids.into_iter()
+        .map(|x| {
+            u32::try_from(x).map_err(|_| {
+                Error::tensor(path, names::INPUT_IDS, format!("token id {x} out of range"))
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(t: Tensor) -> Result<Vec<u32>> {
+        token_ids(Path::new("d.safetensors"), names::INPUT_IDS, &t)
+    }
+
+    #[test]
+    fn token_ids_take_one_integer_sequence_in_range() -> Result<()> {
+        let cpu = &Device::Cpu;
+        assert_eq!(ids(Tensor::new(&[[5i64, 7, 9]], cpu)?)?, vec![5, 7, 9]);
+        assert_eq!(ids(Tensor::new(&[3u32, 4], cpu)?)?, vec![3, 4]);
+        let float = ids(Tensor::new(&[1.0f32], cpu)?).unwrap_err().to_string();
+        assert!(float.contains("must be integer token ids"), "{float}");
+        let batch = ids(Tensor::new(&[[1i64], [2]], cpu)?)
+            .unwrap_err()
+            .to_string();
+        assert!(batch.contains("one sequence"), "{batch}");
+        let negative = ids(Tensor::new(&[[-1i64]], cpu)?).unwrap_err().to_string();
+        assert!(negative.contains("token id -1 out of range"), "{negative}");
+        Ok(())
     }
 }

@@ -4,7 +4,7 @@
 //! the built-in golden set: transformers' states of the built-in model at f64 (strict), f32 and
 //! bf16, compiled into the binary.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use candle_core::{DType, Device};
 use clap::Args;
@@ -13,20 +13,20 @@ use super::common::command_line;
 use super::report_args::ReportArgs;
 use crate::backends::{LinearAttentionBackend, backend_by_name};
 use crate::builtin;
-use crate::capture::{dump::METADATA_KEY, names};
+use crate::capture::{dump::Dump, names};
+use crate::check::{
+    BUILTIN_SET, CheckOutcome, builtin_golden, golden_side, line, note_model_differences, set_json,
+    set_text, shared_states, worst,
+};
 use crate::compare::{TensorSource, plan_rows};
 use crate::device::{parse_device, parse_dtype};
 use crate::error::{Error, Result};
-use crate::fingerprint::Fingerprint;
 use crate::model::Model;
 use crate::planner::{self, SideRun};
 use crate::report::emit::{Format, emit};
-use crate::report::json::Json;
-use crate::report::{Comparison, Render, Report, Side, TokenIds, build_report};
+use crate::report::{Comparison, Report, Side, TokenIds, build_report};
 use crate::run::{fingerprint_for, forward};
-use crate::safetensors_file::SafetensorsFile;
 use crate::session::{Session, check_layer_list, find_model};
-use crate::verdict::Verdict;
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
@@ -60,159 +60,26 @@ pub struct CheckArgs {
     pub report: ReportArgs,
 }
 
-/// The built-in golden set: transformers 5.24's states of the built-in model on `fizzbuzz`
-/// (scripts/make_golden.py; docs/golden.md).
-const BUILTIN_SET: &[(&str, &[u8])] = &[
-    (
-        "fizzbuzz.f64",
-        include_bytes!("../../golden/states/qwen3_5_tiny/fizzbuzz.f64.safetensors"),
-    ),
-    (
-        "fizzbuzz.f32",
-        include_bytes!("../../golden/states/qwen3_5_tiny/fizzbuzz.f32.safetensors"),
-    ),
-    (
-        "fizzbuzz.bf16",
-        include_bytes!("../../golden/states/qwen3_5_tiny/fizzbuzz.bf16.safetensors"),
-    ),
-];
-
-/// A golden file: its tensors, read one by one, and its fingerprint.
-struct Golden {
-    file: SafetensorsFile,
-    fingerprint: Option<Fingerprint>,
-    /// Folder of the file, for finding the model it names (none for built-in files).
-    dir: Option<PathBuf>,
-}
-
-impl Golden {
-    fn new(file: SafetensorsFile, dir: Option<PathBuf>) -> Result<Self> {
-        let fingerprint = match file.user_metadata().and_then(|m| m.get(METADATA_KEY)) {
-            Some(json) => Some(serde_json::from_str(json).map_err(|e| {
-                Error::file(
-                    file.path(),
-                    format!("metadata `{METADATA_KEY}` is not valid: {e}"),
-                )
-            })?),
-            None => None,
-        };
-        Ok(Golden {
-            file,
-            fingerprint,
-            dir,
-        })
+/// The model a golden file's fingerprint names ([`find_model`]), looked for beside the file too.
+fn named_model(golden: &Dump) -> Result<Model> {
+    let fp = golden.fingerprint.as_ref();
+    let name = fp.and_then(|f| f.model.as_deref());
+    match find_model(
+        name,
+        fp.and_then(|f| f.weights_digest.as_deref()),
+        golden.path().parent(),
+    )? {
+        Some((model, _)) => Ok(model),
+        None => Err(Error::file(
+            golden.path(),
+            match name {
+                Some(name) => {
+                    format!("the model it names, `{name}`, is not a folder here; pass --model DIR")
+                }
+                None => "the fingerprint names no model; pass --model DIR".to_string(),
+            },
+        )),
     }
-
-    fn open(path: &Path) -> Result<Self> {
-        let file = SafetensorsFile::open(path)?;
-        Self::new(file, path.parent().map(Path::to_path_buf))
-    }
-
-    fn path(&self) -> &Path {
-        self.file.path()
-    }
-
-    fn input_ids(&self) -> Result<Vec<u32>> {
-        let bad = |msg: &str| Error::tensor(self.path(), names::INPUT_IDS, msg.to_string());
-        if !self.file.contains(names::INPUT_IDS) {
-            return Err(bad(
-                "missing: a golden file must carry the token ids it was computed from",
-            ));
-        }
-        let t = self.file.load(names::INPUT_IDS)?;
-        if !matches!(t.dtype(), DType::I64 | DType::U32 | DType::U8) {
-            return Err(bad("must be integer token ids, [1, T] or [T]"));
-        }
-        let t = match t.rank() {
-            1 => t,
-            2 if t.dim(0)? == 1 => t.squeeze(0)?,
-            _ => return Err(bad("must be integer token ids, [1, T] or [T]")),
-        };
-        let ids: Vec<i64> = t.to_dtype(DType::I64)?.to_vec1()?;
-        if ids.is_empty() {
-            return Err(bad("holds no token ids"));
-        }
-        ids.into_iter()
-            .map(|x| u32::try_from(x).map_err(|_| bad(&format!("token id {x} out of range"))))
-            .collect()
-    }
-
-    /// The dtype the golden states were computed in.
-    fn dtype(&self) -> Result<DType> {
-        if let Some(d) = self.fingerprint.as_ref().and_then(|f| f.dtype.as_deref()) {
-            return parse_dtype(d).map_err(|_| {
-                Error::file(
-                    self.path(),
-                    format!("fingerprint dtype `{d}` is not one hsdiff computes in"),
-                )
-            });
-        }
-        let name = self
-            .file
-            .names()
-            .into_iter()
-            .find(|n| n == names::EMBED || names::parse_layer(n).is_some())
-            .ok_or_else(|| {
-                Error::file(
-                    self.path(),
-                    "no `embed` or `layers.N` tensor: not a dump of hidden states",
-                )
-            })?;
-        let info = self
-            .file
-            .info(&name)
-            .ok_or_else(|| Error::tensor(self.path(), &name, "not in this file"))?;
-        crate::safetensors_file::candle_dtype(info.dtype)
-            .filter(|d| d.is_float())
-            .ok_or_else(|| {
-                Error::tensor(
-                    self.path(),
-                    &name,
-                    format!("dtype {:?} is not a float type", info.dtype),
-                )
-            })
-    }
-
-    /// The model the fingerprint names ([`find_model`]).
-    fn model(&self) -> Result<Model> {
-        let fp = self.fingerprint.as_ref();
-        let name = fp.and_then(|f| f.model.as_deref());
-        match find_model(
-            name,
-            fp.and_then(|f| f.weights_digest.as_deref()),
-            self.dir.as_deref(),
-        )? {
-            Some((model, _)) => Ok(model),
-            None => Err(Error::file(
-                self.path(),
-                match name {
-                    Some(name) => format!(
-                        "the model it names, `{name}`, is not a folder here; pass --model DIR"
-                    ),
-                    None => "the fingerprint names no model; pass --model DIR".to_string(),
-                },
-            )),
-        }
-    }
-}
-
-impl TensorSource for Golden {
-    fn tensor(&self, name: &str) -> Result<Option<candle_core::Tensor>> {
-        if self.file.contains(name) {
-            self.file.load(name).map(Some)
-        } else {
-            Ok(None)
-        }
-    }
-    fn names(&self) -> Vec<String> {
-        self.file.names()
-    }
-}
-
-/// One check's outcome.
-struct Outcome {
-    name: String,
-    report: Report,
 }
 
 pub fn run(args: &CheckArgs) -> Result<i32> {
@@ -236,10 +103,10 @@ pub fn run(args: &CheckArgs) -> Result<i32> {
 
     match &args.golden {
         Some(path) => {
-            let golden = Golden::open(path)?;
+            let golden = Dump::open(path)?;
             let model = match &args.model {
                 Some(dir) => Model::load(dir)?,
-                None => golden.model()?,
+                None => named_model(&golden)?,
             };
             let session = session_for(&golden, model, dtype_override, &device)?;
             let mut outcomes = Vec::new();
@@ -247,7 +114,7 @@ pub fn run(args: &CheckArgs) -> Result<i32> {
                 let report = check_one(&golden, &session, backend.as_ref(), args)?;
                 let name = path.display().to_string();
                 eprintln!("{}", line(&name, &report));
-                outcomes.push(Outcome { name, report });
+                outcomes.push(CheckOutcome { name, report });
             }
             if let [only] = outcomes.as_slice() {
                 return emit(&only.report, &args.report.options());
@@ -263,8 +130,7 @@ pub fn run(args: &CheckArgs) -> Result<i32> {
             }
             let mut outcomes = Vec::new();
             for (name, bytes) in BUILTIN_SET {
-                let label = format!("<built-in golden {name}>");
-                let golden = Golden::new(SafetensorsFile::from_static(&label, bytes)?, None)?;
+                let golden = builtin_golden(name, bytes)?;
                 let model = match &args.model {
                     Some(dir) => Model::load(dir)?,
                     None => builtin::model()?,
@@ -272,7 +138,7 @@ pub fn run(args: &CheckArgs) -> Result<i32> {
                 let session = session_for(&golden, model, dtype_override, &device)?;
                 for backend in &backends {
                     let report = check_one(&golden, &session, backend.as_ref(), args)?;
-                    outcomes.push(Outcome {
+                    outcomes.push(CheckOutcome {
                         name: (*name).to_string(),
                         report,
                     });
@@ -285,16 +151,16 @@ pub fn run(args: &CheckArgs) -> Result<i32> {
 
 /// The run a golden file describes: its ids, its dtype (unless overridden), this model.
 fn session_for(
-    golden: &Golden,
+    golden: &Dump,
     model: Model,
     dtype_override: Option<DType>,
     device: &Device,
 ) -> Result<Session> {
-    let ids = golden.input_ids()?;
+    let ids = golden.required_input_ids()?;
     model.check_tokens(&ids)?;
     let dtype = match dtype_override {
         Some(d) => d,
-        None => golden.dtype()?,
+        None => golden.states_dtype()?,
     };
     if let Some(fp) = &golden.fingerprint {
         note_model_differences(golden.path(), fp, &model);
@@ -309,7 +175,7 @@ fn session_for(
 }
 
 fn check_one(
-    golden: &Golden,
+    golden: &Dump,
     session: &Session,
     backend: &dyn LinearAttentionBackend,
     args: &CheckArgs,
@@ -318,7 +184,7 @@ fn check_one(
     let golden_names = golden.names();
     let capture_ops = golden_names.iter().any(|n| names::parse_op(n).is_some());
     let ours = forward(session, backend, dtype, capture_ops, None)?;
-    let golden_dtype = golden.dtype()?;
+    let golden_dtype = golden.states_dtype()?;
     let calibration = if args.no_floor {
         None
     } else {
@@ -337,31 +203,7 @@ fn check_one(
         })?)
     };
 
-    let ours_names = TensorSource::names(&ours);
-    let common: Vec<String> = golden_names
-        .iter()
-        .filter(|n| ours_names.contains(n))
-        .cloned()
-        .collect();
-    let missing: Vec<&String> = golden_names
-        .iter()
-        .filter(|n| {
-            !ours_names.contains(n)
-                && (n.as_str() == names::EMBED
-                    || n.as_str() == names::FINAL_NORM
-                    || n.as_str() == names::LOGITS
-                    || names::parse_layer(n).is_some())
-        })
-        .collect();
-    if !missing.is_empty() {
-        return Err(Error::Compare(format!(
-            "{}: holds {} hidden state(s) this model does not produce (first: `{}`); is it the \
-             same model?",
-            golden.path().display(),
-            missing.len(),
-            missing[0]
-        )));
-    }
+    let common = shared_states(golden, &TensorSource::names(&ours))?;
     let layers = args.report.layers()?;
     if let Some(layers) = &layers {
         check_layer_list(layers, session.model.config.num_hidden_layers, "the model")?;
@@ -377,15 +219,6 @@ fn check_one(
             "holds no hidden states hsdiff captures (embed, layers.N, final_norm, logits)",
         ));
     }
-    let a_fp = golden.fingerprint.clone().unwrap_or_default();
-    let a_side = Side {
-        label: "golden".to_string(),
-        backend: a_fp.backend.clone().or_else(|| Some(a_fp.source.clone())),
-        implementation: a_fp.implementation.clone(),
-        dtype: a_fp.dtype.clone(),
-        device: a_fp.device.clone(),
-        fingerprint: a_fp,
-    };
     let b_fp = fingerprint_for(session, backend);
     let b_side = Side {
         label: format!("{} (here)", backend.name()),
@@ -398,7 +231,7 @@ fn check_one(
     let comparison = Comparison {
         a: golden,
         b: &ours,
-        a_side,
+        a_side: golden_side(golden),
         b_side,
         calibration: calibration.as_ref().map(|cal| {
             cal.calibrated(
@@ -426,107 +259,19 @@ fn check_one(
     build_report(&comparison)
 }
 
-/// Says on stderr when the golden file was made from other config or weights than the model
-/// about to run; the numbers will then disagree, and this says why.
-fn note_model_differences(path: &Path, fp: &Fingerprint, model: &Model) {
-    if let Some(want) = &fp.config_sha256
-        && want != &model.config.sha256
-    {
-        eprintln!(
-            "hsdiff: note: {} was made from a config.json with sha256 {}, this model's is {}",
-            path.display(),
-            short(want),
-            short(&model.config.sha256)
-        );
-    }
-    if let Some(want) = &fp.weights_digest
-        && let Ok(here) = model.weights.digest()
-        && want != &here
-    {
-        eprintln!(
-            "hsdiff: note: {} was made from other weights (digest {}, this model's {})",
-            path.display(),
-            short(want),
-            short(&here)
-        );
-    }
-}
-
-fn short(s: &str) -> String {
-    let hex = s.rsplit(':').next().unwrap_or(s);
-    hex.chars().take(12).collect()
-}
-
-/// `check fizzbuzz.f64  reference/cpu-candle  f64: ok — <summary>`
-fn line(name: &str, r: &Report) -> String {
-    format!(
-        "check {name}  {}  {}: {} — {}",
-        r.b.implementation.as_deref().unwrap_or("?"),
-        r.thresholds.dtype,
-        r.verdict.as_str(),
-        r.summary
-    )
-}
-
 /// Several checks: each report rendered in turn (JSON: one object with every report), one line
 /// per check at the end, and the exit code of the worst.
-fn render_set(outcomes: &[Outcome], args: &ReportArgs) -> Result<i32> {
+fn render_set(outcomes: &[CheckOutcome], args: &ReportArgs) -> Result<i32> {
     let options = args.options();
-    let worst = outcomes
-        .iter()
-        .map(|o| o.report.verdict)
-        .max()
-        .unwrap_or(Verdict::Ok);
-    let lines: Vec<String> = outcomes.iter().map(|o| line(&o.name, &o.report)).collect();
-    let text = match args.format {
-        Format::Json => {
-            let checks: Vec<serde_json::Value> = outcomes
-                .iter()
-                .map(|o| {
-                    let report = Json.render(&o.report)?;
-                    Ok(serde_json::json!({
-                        "name": o.name,
-                        "backend": o.report.b.backend,
-                        "implementation": o.report.b.implementation,
-                        "dtype": o.report.thresholds.dtype,
-                        "verdict": o.report.verdict,
-                        "report": serde_json::from_slice::<serde_json::Value>(&report)
-                            .unwrap_or(serde_json::Value::Null),
-                    }))
-                })
-                .collect::<Result<_>>()?;
-            let doc = serde_json::json!({
-                "schema": "hsdiff.check/v1",
-                "verdict": worst,
-                "checks": checks,
-            });
-            let mut s = serde_json::to_string_pretty(&doc)
-                .map_err(|e| Error::Internal(format!("cannot encode the report: {e}")))?;
-            s.push('\n');
-            s
-        }
-        Format::Table | Format::Markdown => {
-            let mut s = String::new();
-            for o in outcomes {
-                let body = options.renderer().render(&o.report)?;
-                let body = String::from_utf8_lossy(&body);
-                s.push_str(&format!("== check {} ==\n{body}\n", o.name));
-            }
-            for l in &lines {
-                s.push_str(l);
-                s.push('\n');
-            }
-            s
+    let text = match options.format {
+        Format::Json => set_json(outcomes)?,
+        Format::Markdown | Format::Table => {
+            let renderer = options.renderer();
+            set_text(outcomes, |r| renderer.render(r))?
         }
     };
-    match &args.out {
-        Some(path) => {
-            crate::output::write_bytes(path, text.as_bytes())?;
-            for l in &lines {
-                eprintln!("{l}");
-            }
-        }
-        None => print!("{text}"),
-    }
-    Ok(i32::from(args.fail_on.flags(worst)))
+    let lines: Vec<String> = outcomes.iter().map(|o| line(&o.name, &o.report)).collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    options.write(&text, &lines)?;
+    Ok(i32::from(args.fail_on.flags(worst(outcomes))))
 }

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use candle_core::{DType, Device, Tensor};
 
 use super::{Entry, FileSource, Loc, npy};
+use crate::capture::dump::{ids_in_range, token_ids};
 use crate::capture::names;
 use crate::error::{Error, Result};
 
@@ -183,39 +184,14 @@ impl FileSource {
 
     /// The token ids the file carries, if any (`input_ids`, `[1, T]` or `[T]`, integers).
     pub fn input_ids(&self) -> Result<Option<Vec<u32>>> {
-        let raw_ids: Vec<i64> = if let Some(&idx) = self.names.get(names::INPUT_IDS) {
+        if let Some(&idx) = self.names.get(names::INPUT_IDS) {
             let t = self.load(idx)?;
-            let bad = |msg: &str| Error::tensor(&self.path, &self.entries[idx].raw, msg);
-            if !matches!(
-                t.dtype(),
-                DType::I64 | DType::I32 | DType::I16 | DType::U32 | DType::U8
-            ) {
-                return Err(bad("must be integer token ids"));
-            }
-            let t = match t.rank() {
-                1 => t,
-                2 if t.dim(0)? == 1 => t.squeeze(0)?,
-                _ => return Err(bad("must be token ids of one sequence, [1, T] or [T]")),
-            };
-            t.to_dtype(DType::I64)?.to_vec1()?
+            token_ids(&self.path, &self.entries[idx].raw, &t).map(Some)
         } else if let Some(ids) = &self.ids_list {
-            ids.clone()
+            ids_in_range(&self.path, ids.clone()).map(Some)
         } else {
-            return Ok(None);
-        };
-        raw_ids
-            .into_iter()
-            .map(|x| {
-                u32::try_from(x).map_err(|_| {
-                    Error::tensor(
-                        &self.path,
-                        names::INPUT_IDS,
-                        format!("token id {x} out of range"),
-                    )
-                })
-            })
-            .collect::<Result<Vec<u32>>>()
-            .map(Some)
+            Ok(None)
+        }
     }
 }
 

@@ -1,0 +1,215 @@
+//! `hsdiff check`: recompute what a golden dump describes and compare. This module holds what
+//! does not depend on the command line: the built-in golden set, which of a golden file's states
+//! are compared, the golden side of the report, the notes on a model that differs from the one
+//! the file was made from, and the rendering of a set of checks (schema `hsdiff.check/v1`).
+//! The golden files themselves are read by [`Dump`].
+
+use std::path::Path;
+
+use crate::capture::dump::Dump;
+use crate::capture::names;
+use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
+use crate::model::Model;
+use crate::report::{Report, Side};
+use crate::verdict::Verdict;
+
+/// Schema of the JSON of a set of checks (docs/report-schema.md).
+pub const SET_SCHEMA: &str = "hsdiff.check/v1";
+
+/// The built-in golden set: transformers 5.24's states of the built-in model on `fizzbuzz`
+/// (scripts/make_golden.py; docs/golden.md), as (name, file bytes).
+pub const BUILTIN_SET: &[(&str, &[u8])] = &[
+    (
+        "fizzbuzz.f64",
+        include_bytes!("../golden/states/qwen3_5_tiny/fizzbuzz.f64.safetensors"),
+    ),
+    (
+        "fizzbuzz.f32",
+        include_bytes!("../golden/states/qwen3_5_tiny/fizzbuzz.f32.safetensors"),
+    ),
+    (
+        "fizzbuzz.bf16",
+        include_bytes!("../golden/states/qwen3_5_tiny/fizzbuzz.bf16.safetensors"),
+    ),
+];
+
+/// One built-in golden file, opened from the binary.
+pub fn builtin_golden(name: &str, bytes: &'static [u8]) -> Result<Dump> {
+    Dump::from_static(&format!("<built-in golden {name}>"), bytes)
+}
+
+/// One check's outcome: what was checked, and its report.
+pub struct CheckOutcome {
+    pub name: String,
+    pub report: Report,
+}
+
+/// The golden states the recomputed run also captured (`ours`), in the golden file's order.
+/// A hidden state (embed, layers.N, final_norm, logits) that the run does not produce means
+/// another model: an error rather than a shorter table.
+pub fn shared_states(golden: &Dump, ours: &[String]) -> Result<Vec<String>> {
+    let golden_names = golden.names();
+    let missing: Vec<&String> = golden_names
+        .iter()
+        .filter(|n| {
+            !ours.contains(n)
+                && (n.as_str() == names::EMBED
+                    || n.as_str() == names::FINAL_NORM
+                    || n.as_str() == names::LOGITS
+                    || names::parse_layer(n).is_some())
+        })
+        .collect();
+    if let Some(first) = missing.first() {
+        return Err(Error::Compare(format!(
+            "{}: holds {} hidden state(s) this model does not produce (first: `{first}`); is it \
+             the same model?",
+            golden.path().display(),
+            missing.len(),
+        )));
+    }
+    Ok(golden_names
+        .into_iter()
+        .filter(|n| ours.contains(n))
+        .collect())
+}
+
+/// Side A of a check's report: the golden file, as its fingerprint describes it.
+pub fn golden_side(golden: &Dump) -> Side {
+    let fp = golden.fingerprint.clone().unwrap_or_default();
+    Side {
+        label: "golden".to_string(),
+        backend: fp.backend.clone().or_else(|| Some(fp.source.clone())),
+        implementation: fp.implementation.clone(),
+        dtype: fp.dtype.clone(),
+        device: fp.device.clone(),
+        fingerprint: fp,
+    }
+}
+
+/// Says on stderr when the golden file was made from other config or weights than the model
+/// about to run; the numbers will then disagree, and this says why.
+pub fn note_model_differences(path: &Path, fp: &Fingerprint, model: &Model) {
+    if let Some(want) = &fp.config_sha256
+        && want != &model.config.sha256
+    {
+        eprintln!(
+            "hsdiff: note: {} was made from a config.json with sha256 {}, this model's is {}",
+            path.display(),
+            short(want),
+            short(&model.config.sha256)
+        );
+    }
+    if let Some(want) = &fp.weights_digest
+        && let Ok(here) = model.weights.digest()
+        && want != &here
+    {
+        eprintln!(
+            "hsdiff: note: {} was made from other weights (digest {}, this model's {})",
+            path.display(),
+            short(want),
+            short(&here)
+        );
+    }
+}
+
+/// The first 12 hex digits of a digest (`sha256:` prefix dropped).
+fn short(s: &str) -> String {
+    let hex = s.rsplit(':').next().unwrap_or(s);
+    hex.chars().take(12).collect()
+}
+
+/// `check fizzbuzz.f64  reference/cpu-candle  f64: ok — <summary>`
+pub fn line(name: &str, r: &Report) -> String {
+    format!(
+        "check {name}  {}  {}: {} — {}",
+        r.b.implementation.as_deref().unwrap_or("?"),
+        r.thresholds.dtype,
+        r.verdict.as_str(),
+        r.summary
+    )
+}
+
+/// The worst verdict of a set of checks (ok for none).
+pub fn worst(outcomes: &[CheckOutcome]) -> Verdict {
+    outcomes
+        .iter()
+        .map(|o| o.report.verdict)
+        .max()
+        .unwrap_or(Verdict::Ok)
+}
+
+/// A set of checks as JSON, schema [`SET_SCHEMA`]: `{checks: [{backend, dtype, implementation,
+/// name, report, verdict}], schema, verdict}` with keys sorted, each `report` a full
+/// `hsdiff.report/v1` object.
+pub fn set_json(outcomes: &[CheckOutcome]) -> Result<Vec<u8>> {
+    let encode = |e: serde_json::Error| Error::Internal(format!("cannot encode the report: {e}"));
+    let checks = outcomes
+        .iter()
+        .map(|o| {
+            Ok(serde_json::json!({
+                "name": o.name,
+                "backend": o.report.b.backend,
+                "implementation": o.report.b.implementation,
+                "dtype": o.report.thresholds.dtype,
+                "verdict": o.report.verdict,
+                "report": serde_json::to_value(&o.report).map_err(encode)?,
+            }))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let doc = serde_json::json!({
+        "schema": SET_SCHEMA,
+        "verdict": worst(outcomes),
+        "checks": checks,
+    });
+    let mut bytes = serde_json::to_vec_pretty(&doc).map_err(encode)?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+/// A set of checks as text: each report rendered by `render` under a `== check NAME ==`
+/// heading, then one [`line`] per check.
+pub fn set_text(
+    outcomes: &[CheckOutcome],
+    render: impl Fn(&Report) -> Result<Vec<u8>>,
+) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for o in outcomes {
+        out.extend_from_slice(format!("== check {} ==\n", o.name).as_bytes());
+        out.extend_from_slice(&render(&o.report)?);
+        out.push(b'\n');
+    }
+    for o in outcomes {
+        out.extend_from_slice(line(&o.name, &o.report).as_bytes());
+        out.push(b'\n');
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_are_shortened_to_twelve_hex_digits() {
+        assert_eq!(short("sha256:0123456789abcdef"), "0123456789ab");
+        assert_eq!(short("abc"), "abc");
+    }
+
+    #[test]
+    fn the_builtin_set_opens_with_ids_and_its_dtypes() -> Result<()> {
+        let want = [
+            candle_core::DType::F64,
+            candle_core::DType::F32,
+            candle_core::DType::BF16,
+        ];
+        for ((name, bytes), dtype) in BUILTIN_SET.iter().zip(want) {
+            let golden = builtin_golden(name, bytes)?;
+            assert!(!golden.required_input_ids()?.is_empty());
+            assert_eq!(golden.states_dtype()?, dtype, "{name}");
+            assert!(shared_states(&golden, &golden.names())?.len() > 2);
+            assert!(shared_states(&golden, &[]).is_err());
+        }
+        Ok(())
+    }
+}

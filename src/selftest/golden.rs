@@ -1,0 +1,98 @@
+//! Step 2: the built-in model on the device, every backend, f32 and f64, against the float64
+//! golden states.
+
+use std::path::Path;
+
+use candle_core::{DType, Device};
+
+use super::{Checklist, host};
+use crate::backends::{available_backends, backend_by_name};
+use crate::builtin;
+use crate::capture::dump::Dump;
+use crate::device::dtype_label;
+use crate::error::{Error, Result};
+use crate::metrics::stats::rel_l2;
+use crate::model::{Model, RunOptions};
+use crate::progress::Progress;
+
+/// Largest rel L2 against the f64 golden states per compute dtype (the bounds of
+/// tests/golden_parity.rs).
+const BOUNDS: [(DType, f64); 2] = [(DType::F32, 1e-5), (DType::F64, 1e-10)];
+
+/// Built-in model on `device`, every backend, f32 and f64, against each
+/// `{golden}/qwen3_5_tiny/{prompt}.f64.safetensors`.
+pub(super) fn check(device: &Device, golden: &Path, list: &mut Checklist) -> Result<()> {
+    let dir = golden.join("qwen3_5_tiny");
+    let mut prompts: Vec<String> = std::fs::read_dir(&dir)
+        .map_err(|e| Error::file(&dir, format!("cannot list: {e}")))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .strip_suffix(".f64.safetensors")
+                .map(str::to_string)
+        })
+        .collect();
+    prompts.sort();
+    if prompts.is_empty() {
+        return Err(Error::file(&dir, "holds no *.f64.safetensors"));
+    }
+    let model = builtin::model()?;
+    for prompt in &prompts {
+        let dump = Dump::open(&dir.join(format!("{prompt}.f64.safetensors")))?;
+        let ids = dump.required_input_ids()?;
+        let mut truth = Vec::new();
+        for name in dump.names() {
+            let t = dump.tensor(&name)?;
+            if name != crate::capture::names::INPUT_IDS && t.dtype().is_float() {
+                truth.push((name, host(&t)?));
+            }
+        }
+        for info in available_backends() {
+            for (dtype, bound) in BOUNDS {
+                let label = format!("golden {prompt} {} {}", dtype_label(dtype), info.name);
+                match run(&model, &ids, dtype, device, info.name, &truth) {
+                    Ok((worst, name)) => list.bound_note(label, worst, bound, name),
+                    Err(e) => list.error(label, &e),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Largest rel L2 over the golden tensors, and which tensor it was.
+fn run(
+    model: &Model,
+    ids: &[u32],
+    dtype: DType,
+    device: &Device,
+    backend: &str,
+    truth: &[(String, Vec<f64>)],
+) -> Result<(f64, String)> {
+    let b = backend_by_name(backend, device)?;
+    let opts = RunOptions {
+        dtype,
+        device: device.clone(),
+        backend: b.as_ref(),
+        capture_ops: false,
+        feed: None,
+        capture_state: false,
+    };
+    let caps = model.run(ids, &opts, &Progress::hidden())?;
+    let (mut worst, mut which) = (0.0f64, String::new());
+    for (name, want) in truth {
+        let got = caps
+            .get(name)
+            .ok_or_else(|| Error::Internal(format!("the run captured no `{name}`")))?;
+        let e = rel_l2(&host(got)?, want);
+        if e.is_nan() || e > worst {
+            worst = e;
+            which = name.clone();
+            if e.is_nan() {
+                break;
+            }
+        }
+    }
+    Ok((worst, which))
+}

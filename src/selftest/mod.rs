@@ -1,0 +1,226 @@
+//! `hsdiff selftest`: one run that proves a build works on a device (docs/cuda.md).
+//!
+//! 1. [`kernels`]: the fused kernels of that device (CPU: `fused::cpu`; CUDA: `fused::cuda`) on
+//!    fresh seeded random inputs against the f64 truth (`fused::cpu::truth`), with the cases and
+//!    bounds of [`crate::testdata`] (shared with tests/fused_cpu_kernels.rs); outputs
+//!    NaN-poisoned first, so an unwritten element fails; the standalone delta rule must equal the
+//!    fused one bit for bit.
+//! 2. [`golden`]: the built-in model on the device, every backend, f32 (≤ 1e-5) and f64
+//!    (≤ 1e-10) against the float64 golden states (`golden/states/qwen3_5_tiny`).
+//! 3. The live run `hsdiff --a fused --b reference --device D` on the built-in model, given by
+//!    the caller (it owns the report's options and where it goes).
+//! 4. `cuda_bench` (CUDA builds): both delta-rule kernels (tensor-core and exact) at
+//!    Qwen3.5-27B and Qwen3.5-397B-like linear-layer geometry: time, GB/s, nominal TFLOP/s,
+//!    error vs f64 truth.
+//!
+//! Each check prints its line as it finishes; [`run`] returns the exit code: 0 when everything
+//! passed, 1 when something failed.
+
+#[cfg(feature = "cuda")]
+mod cuda_bench;
+mod golden;
+mod kernels;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use half::{bf16, f16};
+
+use crate::backends::backend_by_name;
+use crate::error::{Error, Result};
+
+/// What to check, and where.
+pub struct Options {
+    pub device: Device,
+    /// The device as the user named it (`cpu`, `cuda:1`), for the headings.
+    pub device_name: String,
+    /// Folder of the golden states (the repository's golden/states).
+    pub golden: PathBuf,
+    /// Skip the long (T = 1000) kernel cases.
+    pub quick: bool,
+    /// Time the delta-rule kernels (CUDA builds, a CUDA device).
+    pub bench: Option<BenchOptions>,
+}
+
+/// The CUDA bench: sequence lengths, and where to write its inputs, outputs and timings.
+pub struct BenchOptions {
+    pub seqs: Vec<usize>,
+    pub dir: Option<PathBuf>,
+}
+
+/// What the live run reports: its exit code and where its report went.
+pub struct LiveRun {
+    pub exit_code: i32,
+    pub report: PathBuf,
+}
+
+/// One line of the result list.
+struct Check {
+    name: String,
+    measured: f64,
+    bound: f64,
+    pass: bool,
+    note: String,
+}
+
+/// The checks so far, each printed as it is recorded.
+#[derive(Default)]
+struct Checklist {
+    checks: Vec<Check>,
+}
+
+impl Checklist {
+    /// Records `measured ≤ bound` (NaN fails).
+    fn bound(&mut self, name: String, measured: f64, bound: f64) {
+        self.bound_note(name, measured, bound, String::new());
+    }
+    fn bound_note(&mut self, name: String, measured: f64, bound: f64, note: String) {
+        let pass = measured <= bound;
+        self.push(Check {
+            name,
+            measured,
+            bound,
+            pass,
+            note,
+        });
+    }
+    fn flag(&mut self, name: String, pass: bool, note: String) {
+        self.push(Check {
+            name,
+            measured: f64::NAN,
+            bound: f64::NAN,
+            pass,
+            note,
+        });
+    }
+    fn error(&mut self, name: String, e: &Error) {
+        self.flag(name, false, format!("error: {e}"));
+    }
+    fn push(&mut self, check: Check) {
+        println!("{}", line(&check));
+        self.checks.push(check);
+    }
+    fn failures(&self) -> usize {
+        self.checks.iter().filter(|c| !c.pass).count()
+    }
+}
+
+/// `PASS  name  measured ≤ bound note`, or `PASS  name note` for a check without a number.
+fn line(c: &Check) -> String {
+    let verdict = if c.pass { "PASS" } else { "FAIL" };
+    if c.measured.is_nan() && c.bound.is_nan() {
+        format!("{verdict}  {:<58} {}", c.name, c.note)
+    } else {
+        format!(
+            "{verdict}  {:<58} {:>10.3e} ≤ {:<8.0e} {}",
+            c.name, c.measured, c.bound, c.note
+        )
+    }
+}
+
+/// Runs every check, printing each line as it finishes, and returns the exit code (0 all
+/// passed, 1 something failed). `live` is step 3, run after the golden checks.
+pub fn run(opts: &Options, live: impl FnOnce() -> Result<LiveRun>) -> Result<i32> {
+    let device = &opts.device;
+    if opts.bench.is_some() && !device.is_cuda() {
+        return Err(Error::argument("--bench", "needs --device cuda"));
+    }
+    println!(
+        "hsdiff selftest on {} — fused backend: {}",
+        opts.device_name,
+        backend_by_name("fused", device)
+            .map(|b| b.implementation(device))
+            .unwrap_or_else(|e| format!("unavailable ({e})"))
+    );
+    let started = Instant::now();
+    let mut list = Checklist::default();
+
+    println!("\n== kernels vs the f64 truth ==");
+    kernels::check::<f64>(device, opts.quick, &mut list);
+    kernels::check::<f32>(device, opts.quick, &mut list);
+    kernels::check::<bf16>(device, opts.quick, &mut list);
+    kernels::check::<f16>(device, opts.quick, &mut list);
+
+    println!("\n== whole model vs the golden float64 states ==");
+    if let Err(e) = golden::check(device, &opts.golden, &mut list) {
+        list.error("golden parity".into(), &e);
+    }
+
+    println!(
+        "\n== hsdiff --a fused --b reference --device {} ==",
+        opts.device_name
+    );
+    match live() {
+        Ok(run) => list.flag(
+            "library diff fused vs reference (built-in model)".into(),
+            run.exit_code == 0,
+            format!("exit {}; report in {}", run.exit_code, run.report.display()),
+        ),
+        Err(e) => list.error("library diff fused vs reference".into(), &e),
+    }
+
+    if let Some(bench) = &opts.bench {
+        println!("\n== bench ==");
+        #[cfg(feature = "cuda")]
+        if let Err(e) = cuda_bench::run(device, &bench.seqs, bench.dir.as_deref(), &mut list) {
+            list.error("bench".into(), &e);
+        }
+        // A CUDA device (checked above) exists only in CUDA builds.
+        #[cfg(not(feature = "cuda"))]
+        let _ = bench;
+    }
+
+    let fails = list.failures();
+    println!(
+        "\nselftest: {} passed, {} failed ({:.1} s)",
+        list.checks.len() - fails,
+        fails,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(if fails == 0 { 0 } else { 1 })
+}
+
+/// A tensor's values as f64, on the host.
+fn host(t: &Tensor) -> Result<Vec<f64>> {
+    Ok(t.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(measured: f64, bound: f64) -> Check {
+        Check {
+            name: "gdn f32 B1 T1".into(),
+            measured,
+            bound,
+            pass: measured <= bound,
+            note: String::new(),
+        }
+    }
+
+    #[test]
+    fn nan_never_passes_a_bound() {
+        let mut list = Checklist::default();
+        list.bound("nan".into(), f64::NAN, 1e-5);
+        list.bound("inside".into(), 3e-6, 1e-5);
+        assert_eq!(list.failures(), 1);
+        assert!(!list.checks[0].pass);
+    }
+
+    #[test]
+    fn lines_show_measured_and_bound_or_the_note() {
+        assert_eq!(
+            line(&check(2.5e-6, 1e-5)),
+            format!("PASS  {:<58}   2.500e-6 ≤ 1e-5     ", "gdn f32 B1 T1")
+        );
+        let mut flagged = check(f64::NAN, f64::NAN);
+        flagged.pass = false;
+        flagged.note = "differs".into();
+        assert_eq!(
+            line(&flagged),
+            format!("FAIL  {:<58} differs", "gdn f32 B1 T1")
+        );
+    }
+}
