@@ -10,6 +10,7 @@ use crate::device::{parse_device, parse_dtype};
 use crate::error::{Error, Result};
 use crate::input::{PromptSource, Tokenizer, parse_token_list, resolve_prompt};
 use crate::model::Model;
+use crate::report::{ComparedInput, TokenIds};
 
 /// A model, its input and where to run it: everything a run needs besides the backend.
 pub struct Session {
@@ -39,6 +40,16 @@ pub struct SessionSpec<'a> {
 }
 
 impl Session {
+    /// The input both sides of a live run or check are fed: this session's token ids, as given.
+    pub fn compared_input(&self) -> ComparedInput {
+        ComparedInput {
+            input_ids: self.ids.clone(),
+            token_ids: TokenIds::Match,
+            tokens: self.ids.len(),
+            num_layers: Some(self.model.config.num_hidden_layers),
+        }
+    }
+
     /// Loads the model and reads the input `spec` names: the input first, so that a bad token
     /// list or prompt file is refused before the model loads.
     pub fn open(spec: &SessionSpec) -> Result<Session> {

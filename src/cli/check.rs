@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::planner::{self, SideRun};
 use crate::report::emit::{Format, emit};
-use crate::report::{Comparison, Report, Side, TokenIds, build_report};
+use crate::report::{Comparison, Report, Side, build_report};
 use crate::run::{fingerprint_for, forward};
 use crate::session::{Session, check_layer_list, find_model};
 
@@ -219,15 +219,10 @@ fn check_one(
             "holds no hidden states hsdiff captures (embed, layers.N, final_norm, logits)",
         ));
     }
-    let b_fp = fingerprint_for(session, backend);
-    let b_side = Side {
-        label: format!("{} (here)", backend.name()),
-        backend: b_fp.backend.clone(),
-        implementation: b_fp.implementation.clone(),
-        dtype: b_fp.dtype.clone(),
-        device: b_fp.device.clone(),
-        fingerprint: b_fp,
-    };
+    let b_side = Side::from_fingerprint(
+        format!("{} (here)", backend.name()),
+        fingerprint_for(session, backend),
+    );
     let comparison = Comparison {
         a: golden,
         b: &ours,
@@ -248,10 +243,7 @@ fn check_one(
             .max_by_key(|d| crate::formats::coarseness(*d))
             .unwrap_or(dtype),
         mode: "check".to_string(),
-        input_ids: session.ids.clone(),
-        token_ids: TokenIds::Match,
-        tokens: session.ids.len(),
-        num_layers: Some(session.model.config.num_hidden_layers),
+        input: session.compared_input(),
         command: Some(command_line()),
         alignment: None,
         notes: Vec::new(),

@@ -20,7 +20,7 @@ use crate::formats::{FileSource, coarseness};
 use crate::pairing;
 use crate::planner::{self, SideRun};
 use crate::report::emit::emit;
-use crate::report::{Comparison, build_report};
+use crate::report::{ComparedInput, Comparison, build_report};
 use crate::session::Session;
 use crate::verdict::thresholds;
 
@@ -222,10 +222,12 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         rows,
         dtype,
         mode: "files".to_string(),
-        input_ids,
-        token_ids,
-        tokens,
-        num_layers,
+        input: ComparedInput {
+            input_ids,
+            token_ids,
+            tokens,
+            num_layers,
+        },
         command: Some(command_line()),
         alignment,
         notes,

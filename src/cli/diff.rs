@@ -11,7 +11,7 @@ use crate::compare::plan_rows;
 use crate::error::{Error, Result};
 use crate::planner;
 use crate::report::emit::emit;
-use crate::report::{Comparison, Side, TokenIds, build_report};
+use crate::report::{Comparison, Side, build_report};
 use crate::run::{fingerprint_for, forward};
 use crate::session::{Session, check_layer_list};
 
@@ -113,10 +113,7 @@ pub fn run(args: &DiffArgs) -> Result<i32> {
             Mode::Isolate => "isolate",
         }
         .to_string(),
-        input_ids: session.ids.clone(),
-        token_ids: TokenIds::Match,
-        tokens: session.ids.len(),
-        num_layers: Some(session.model.config.num_hidden_layers),
+        input: session.compared_input(),
         command: Some(command_line()),
         alignment: None,
         notes: Vec::new(),

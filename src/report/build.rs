@@ -34,15 +34,20 @@ pub struct Comparison<'a> {
     /// The coarsest dtype compared: its bands judge the rows.
     pub dtype: DType,
     pub mode: String,
+    pub input: ComparedInput,
+    pub command: Option<String>,
+    pub alignment: Option<Alignment>,
+    pub notes: Vec<String>,
+}
+
+/// What was fed to both sides.
+pub struct ComparedInput {
     pub input_ids: Vec<u32>,
     pub token_ids: TokenIds,
     /// Tokens compared (the ids' count, or the captures' length when no side carries ids).
     pub tokens: usize,
     /// Decoder layers of the model, when known (depth of `final_norm`/`logits`).
     pub num_layers: Option<usize>,
-    pub command: Option<String>,
-    pub alignment: Option<Alignment>,
-    pub notes: Vec<String>,
 }
 
 /// The f64 truth and each side's rounding floor (the reference backend at that side's dtype).
@@ -88,7 +93,7 @@ fn depth(row: &PlannedRow, num_layers: usize) -> (usize, Option<usize>) {
 
 pub fn build_report(c: &Comparison) -> Result<Report> {
     let th = thresholds(c.dtype);
-    let num_layers = c.num_layers.unwrap_or_else(|| {
+    let num_layers = c.input.num_layers.unwrap_or_else(|| {
         c.rows
             .iter()
             .filter_map(|r| r.layer)
@@ -270,7 +275,7 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
     };
 
     let mut sha = Sha256::new();
-    for id in &c.input_ids {
+    for id in &c.input.input_ids {
         sha.update(id.to_le_bytes());
     }
     Ok(Report {
@@ -281,10 +286,10 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         a: c.a_side.clone(),
         b: c.b_side.clone(),
         inputs: Inputs {
-            tokens: c.tokens,
+            tokens: c.input.tokens,
             token_ids_sha256: format!("{:x}", sha.finalize()),
-            token_ids_match: c.token_ids == TokenIds::Match,
-            token_ids: c.token_ids,
+            token_ids_match: c.input.token_ids == TokenIds::Match,
+            token_ids: c.input.token_ids,
         },
         thresholds: ThresholdInfo {
             dtype: dtype_label(c.dtype).to_string(),

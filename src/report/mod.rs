@@ -23,7 +23,7 @@ use crate::metrics::Location;
 use crate::metrics::logits::LogitStats;
 use crate::verdict::{Thresholds, Verdict};
 
-pub use build::{Calibrated, Comparison, Floor, build_report};
+pub use build::{Calibrated, ComparedInput, Comparison, Floor, build_report};
 
 pub const SCHEMA: &str = "hsdiff.report/v1";
 
