@@ -7,6 +7,7 @@ use std::path::Path;
 use candle_core::{DType, Device, IndexOp, Tensor};
 
 use super::{Checklist, host};
+use crate::backends::DeltaInputs;
 use crate::backends::fused::cpu::{self, truth};
 use crate::backends::fused::cuda::{self, RuleKernel};
 use crate::error::{Error, Result};
@@ -49,17 +50,12 @@ fn bytes_moved(t: usize, hk: usize, hv: usize) -> usize {
 }
 
 /// CUDA-event times in ms of `kernel` (3 warm-ups, then 5–50 calls within ~3 s), sorted.
-#[allow(clippy::too_many_arguments)]
 fn time_kernel(
     dev: &candle_core::CudaDevice,
     kernel: RuleKernel,
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    g: &Tensor,
-    beta: &Tensor,
+    x: DeltaInputs,
 ) -> Result<Vec<f64>> {
-    let call = || cuda::gated_delta_rule_using(kernel, q, k, v, g, beta, None, false).map(|_| ());
+    let call = || cuda::gated_delta_rule_using(kernel, x, None, false).map(|_| ());
     for _ in 0..3 {
         call()?;
     }
@@ -123,7 +119,14 @@ pub(super) fn run(
             let mut default_out = None;
             for (kernel, label) in KERNELS {
                 let name = cuda::delta_rule_kernel::<half::bf16>(kernel, DK);
-                let times = time_kernel(dev, kernel, &q, &k, &v, &g, &beta)?;
+                let x = DeltaInputs {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    g: &g,
+                    beta: &beta,
+                };
+                let times = time_kernel(dev, kernel, x)?;
                 let med = median(&times);
                 let p90 = times[(times.len() * 9 / 10).min(times.len() - 1)];
                 let gbs = bytes as f64 / (med * 1e-3) / 1e9;
@@ -135,8 +138,7 @@ pub(super) fn run(
                     bytes as f64 / 1e6,
                     100.0 * gbs / bw
                 );
-                let (out, _state) =
-                    cuda::gated_delta_rule_using(kernel, &q, &k, &v, &g, &beta, None, false)?;
+                let (out, _state) = cuda::gated_delta_rule_using(kernel, x, None, false)?;
                 let mut accuracy = None;
                 if let Some(want) = &truth {
                     let nh = truth_heads(hk, hv);

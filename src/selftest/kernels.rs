@@ -91,9 +91,9 @@ fn run_gdn<S: Element + WithDType>(device: &Device, case: &GdnCase) -> Result<Gd
     }
     #[cfg(feature = "cuda")]
     {
-        use crate::backends::{self, fused::cuda};
+        use crate::backends::{self, DeltaInputs, fused::cuda};
         let d = case.dims;
-        let c = 2 * d.k_heads * d.k_dim + d.v_heads * d.v_dim;
+        let c = d.conv_dim();
         let dt = S::DTYPE;
         let acc = backends::accumulation_dtype(dt);
         let (b, t, hv) = (d.batch, d.seq, d.v_heads);
@@ -106,19 +106,19 @@ fn run_gdn<S: Element + WithDType>(device: &Device, case: &GdnCase) -> Result<Gd
             .as_ref()
             .map(|s| dev_tensor(s, &[b, hv, d.k_dim, d.v_dim], acc, device))
             .transpose()?;
-        let dims = backends::GdnDims {
-            batch: b,
-            seq: t,
-            num_key_heads: d.k_heads,
-            num_value_heads: hv,
-            key_head_dim: d.k_dim,
-            value_head_dim: d.v_dim,
-            conv_kernel: d.conv_kernel,
-        };
-        let (core, state, conv) =
-            cuda::fused_core(&mixed, &w, &g, &beta, init.as_ref(), &dims, true)?;
-        let (q, k, v) = backends::split_qkv(&conv, &dims)?;
-        let (core2, state2) = cuda::gated_delta_rule(&q, &k, &v, &g, &beta, init.as_ref(), true)?;
+        let (core, state, conv) = cuda::fused_core(&mixed, &w, &g, &beta, init.as_ref(), &d, true)?;
+        let (q, k, v) = backends::split_qkv(&conv, &d)?;
+        let (core2, state2) = cuda::gated_delta_rule(
+            DeltaInputs {
+                q: &q,
+                k: &k,
+                v: &v,
+                g: &g,
+                beta: &beta,
+            },
+            init.as_ref(),
+            true,
+        )?;
         let (o, f) = (host(&core)?, host(&state)?);
         let same = host(&core2)? == o && host(&state2)? == f;
         Ok((o, f, host(&conv)?, same))

@@ -114,7 +114,7 @@ impl LinearAttentionBackend for Fused {
         let d = check_delta_rule_shapes(NAME, x, state)?;
         #[cfg(feature = "cuda")]
         if x.q.device().is_cuda() {
-            return cuda::gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, state, false);
+            return cuda::gated_delta_rule(x, state, false);
         }
         require_cpu(x.q)?;
         dispatch_dtype!(x.q.dtype(), "CPU kernels", delta_rule_typed(x, state, d))

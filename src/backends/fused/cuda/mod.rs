@@ -346,30 +346,22 @@ pub fn gdn_tc_shared_bytes(dk: usize) -> usize {
 /// beta `[B, T, Hv]`, optional initial state `[B, Hv, dk, dv]`. Returns the output (v's dtype)
 /// and the final state (accumulation dtype).
 pub fn gated_delta_rule(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    g: &Tensor,
-    beta: &Tensor,
+    x: DeltaInputs,
     initial_state: Option<&Tensor>,
     poison: bool,
 ) -> Result<(Tensor, Tensor)> {
-    gated_delta_rule_using(RuleKernel::Default, q, k, v, g, beta, initial_state, poison)
+    gated_delta_rule_using(RuleKernel::Default, x, initial_state, poison)
 }
 
 /// [`gated_delta_rule`] with the kernel choice made by the caller (the bench times both).
-#[allow(clippy::too_many_arguments)]
 pub fn gated_delta_rule_using(
     kernel: RuleKernel,
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    g: &Tensor,
-    beta: &Tensor,
+    x: DeltaInputs,
     initial_state: Option<&Tensor>,
     poison: bool,
 ) -> Result<(Tensor, Tensor)> {
-    let d = check_delta_rule_shapes(NAME, DeltaInputs { q, k, v, g, beta }, initial_state)?;
+    let d = check_delta_rule_shapes(NAME, x, initial_state)?;
+    let DeltaInputs { q, k, v, g, beta } = x;
     dispatch_dtype!(
         v.dtype(),
         "CUDA kernels",
