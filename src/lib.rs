@@ -22,6 +22,7 @@ pub mod fingerprint;
 pub mod formats;
 pub mod input;
 pub mod limits;
+pub mod live;
 pub mod metrics;
 pub mod model;
 pub mod output;

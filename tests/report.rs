@@ -22,26 +22,24 @@ use candle_core::{DType, Device, Tensor};
 use hsdiff::backends::{
     DeltaInputs, GdnInputs, GdnOutputs, LinearAttentionBackend, Reference, backend_by_name,
 };
-use hsdiff::capture::Captures;
 use hsdiff::capture::dump::Dump;
 use hsdiff::capture::names;
-use hsdiff::compare::{Kind, TensorSource, plan_rows};
+use hsdiff::compare::Kind;
 use hsdiff::config::LayerType;
 use hsdiff::error::{Error, Result};
 use hsdiff::fingerprint::Fingerprint;
+use hsdiff::live::{self, LiveRun, Mode};
 use hsdiff::metrics::Location;
 use hsdiff::metrics::logits::LogitStats;
-use hsdiff::model::{Model, RunOptions};
-use hsdiff::planner;
-use hsdiff::progress::Progress;
+use hsdiff::model::Model;
 use hsdiff::report::emit::{EnvList, FailOn, Format, ReportOptions, emit};
 use hsdiff::report::json::Json;
 use hsdiff::report::markdown::Markdown;
 use hsdiff::report::plot::{Plot, PlotFormat, check_path, write_plot};
 use hsdiff::report::table::TerminalTable;
 use hsdiff::report::{
-    Comparison, Inputs, Render, Report, RouterRow, RoutingFlip, SCHEMA, Side, TensorRow,
-    ThresholdInfo, TokenIds, build_report,
+    Inputs, Render, Report, RouterRow, RoutingFlip, SCHEMA, Side, TensorRow, ThresholdInfo,
+    TokenIds,
 };
 use hsdiff::session::Session;
 use hsdiff::verdict::{K_DRIFT, K_MISMATCH, Thresholds, Verdict};
@@ -89,34 +87,6 @@ fn golden_moe_session(dtype: DType) -> Session {
     }
 }
 
-fn forward(
-    s: &Session,
-    backend: &dyn LinearAttentionBackend,
-    dtype: DType,
-    capture_ops: bool,
-    feed: Option<&Captures>,
-) -> Captures {
-    let opts = RunOptions {
-        dtype,
-        device: s.device.clone(),
-        backend,
-        capture_ops,
-        feed,
-        // As the CLI's live run (src/run.rs): final states recorded.
-        capture_state: true,
-    };
-    s.model
-        .run(&s.ids, &opts, &Progress::hidden())
-        .unwrap_or_else(|e| panic!("{} run: {e}", backend.name()))
-}
-
-fn side(s: &Session, backend: &dyn LinearAttentionBackend) -> Side {
-    Side::from_fingerprint(
-        backend.name().to_string(),
-        hsdiff::run::fingerprint_for(s, backend),
-    )
-}
-
 /// What `hsdiff --a A --b B [--mode isolate] [--ops]` computes, as a report.
 fn live_report(
     s: &Session,
@@ -125,33 +95,20 @@ fn live_report(
     isolate: bool,
     ops: bool,
 ) -> Report {
-    let caps_a = forward(s, a, s.dtype, ops, None);
-    let feed = isolate.then_some(&caps_a);
-    let caps_b = forward(s, b, s.dtype, ops, feed);
-    // The truth and floor as the CLI plans and runs them (src/planner.rs).
-    let plan = planner::plan_live(s.dtype, a.name(), b.name(), isolate);
-    let calibration = planner::execute_on_session(plan, s, ops, feed, None).expect("calibration");
-    let rows = plan_rows(
-        &TensorSource::names(&caps_a),
-        Some(&s.model.config.layer_types),
-        None,
-    );
-    let comparison = Comparison {
-        a: &caps_a,
-        b: &caps_b,
-        a_side: side(s, a),
-        b_side: side(s, b),
-        calibration: Some(calibration.calibrated(&caps_a, &caps_b, (s.dtype, s.dtype), "test")),
-        floor_skipped: false,
-        rows,
-        dtype: s.dtype,
-        mode: if isolate { "isolate" } else { "propagate" }.to_string(),
-        input: s.compared_input(),
+    let run = LiveRun {
+        a,
+        b,
+        mode: if isolate {
+            Mode::Isolate
+        } else {
+            Mode::Propagate
+        },
+        ops,
+        no_floor: false,
+        layers: None,
         command: None,
-        alignment: None,
-        notes: Vec::new(),
     };
-    build_report(&comparison).expect("build_report")
+    live::report(s, &run).expect("live run")
 }
 
 fn row<'a>(r: &'a Report, name: &str) -> &'a TensorRow {

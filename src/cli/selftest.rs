@@ -1,6 +1,5 @@
 //! `hsdiff selftest --device cpu|cuda [--bench]`: one command that proves a build works on a
-//! device (docs/cuda.md). The checks are [`crate::selftest`]; this file holds the options and
-//! the live run's report options.
+//! device (docs/cuda.md). The checks are [`crate::selftest`]; this file holds the options.
 //!
 //! Prints a pass/fail list; exit 0 when everything passed, 1 when something failed, 2 when
 //! the device cannot be used.
@@ -9,13 +8,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::common::RunArgs;
-use super::diff::{DiffArgs, Mode};
-use super::report_args::ReportArgs;
 use crate::device::parse_device;
 use crate::error::Result;
-use crate::report::emit::{EnvList, FailOn, Format};
-use crate::selftest::{self, BenchOptions, LiveRun, Options};
+use crate::selftest::{self, BenchOptions, Options};
 
 #[derive(Args, Debug)]
 pub struct SelftestArgs {
@@ -56,39 +51,5 @@ pub fn run(args: &SelftestArgs) -> Result<i32> {
             dir: args.bench_dir.clone(),
         }),
     };
-    selftest::run(&opts, || live_diff(&args.device))
-}
-
-/// `hsdiff --a fused --b reference --device D --out <temp file>` on the built-in model and the
-/// default prompt, at f32, with the floor; the report goes to a file the selftest line names.
-fn live_diff(device: &str) -> Result<LiveRun> {
-    let report =
-        std::env::temp_dir().join(format!("hsdiff-selftest-diff-{}.txt", std::process::id()));
-    let args = DiffArgs {
-        a: Some("fused".to_string()),
-        b: Some("reference".to_string()),
-        run: RunArgs {
-            model: None,
-            prompt: None,
-            tokens: None,
-            dtype: "f32".to_string(),
-            device: device.to_string(),
-            random_weights: None,
-        },
-        mode: Mode::Propagate,
-        ops: false,
-        no_floor: false,
-        report: ReportArgs {
-            format: Format::Table,
-            out: Some(report.clone()),
-            fail_on: FailOn::Mismatch,
-            layers: None,
-            env: EnvList::Ran,
-            plot: None,
-        },
-    };
-    Ok(LiveRun {
-        exit_code: super::diff::run(&args)?,
-        report,
-    })
+    selftest::run(&opts)
 }

@@ -7,8 +7,8 @@
 //!    fused one bit for bit.
 //! 2. [`golden`]: the built-in model on the device, every backend, f32 (≤ 1e-5) and f64
 //!    (≤ 1e-10) against the float64 golden states (`golden/states/qwen3_5_tiny`).
-//! 3. The live run `hsdiff --a fused --b reference --device D` on the built-in model, given by
-//!    the caller (it owns the report's options and where it goes).
+//! 3. The live run `hsdiff --a fused --b reference --dtype f32 --device D` on the built-in model
+//!    ([`crate::live`]), its report written to a temporary file the line names.
 //! 4. `cuda_bench` (CUDA builds): both delta-rule kernels (tensor-core and exact) at
 //!    Qwen3.5-27B and Qwen3.5-397B-like linear-layer geometry: time, GB/s, nominal TFLOP/s,
 //!    error vs f64 truth.
@@ -29,6 +29,9 @@ use half::{bf16, f16};
 
 use crate::backends::backend_by_name;
 use crate::error::{Error, Result};
+use crate::live::{self, LiveRun, Mode};
+use crate::report::emit::{EnvList, FailOn, Format, ReportOptions, emit};
+use crate::session::{Session, SessionSpec};
 
 /// What to check, and where.
 pub struct Options {
@@ -49,10 +52,52 @@ pub struct BenchOptions {
     pub dir: Option<PathBuf>,
 }
 
-/// What the live run reports: its exit code and where its report went.
-pub struct LiveRun {
-    pub exit_code: i32,
-    pub report: PathBuf,
+/// What the live run reported: its exit code and where its report went.
+struct LiveOutcome {
+    exit_code: i32,
+    report: PathBuf,
+}
+
+/// `hsdiff --a fused --b reference --dtype f32 --device D` on the built-in model and the default
+/// prompt, with the truth and floor; the report (a terminal table) goes to a temporary file.
+fn live_run(device_name: &str) -> Result<LiveOutcome> {
+    let session = Session::open(&SessionSpec {
+        model: None,
+        random_weights: None,
+        tokens: None,
+        prompt: None,
+        dtype: "f32",
+        device: device_name,
+    })?;
+    let fused = backend_by_name("fused", &session.device)?;
+    let reference = backend_by_name("reference", &session.device)?;
+    let report = live::report(
+        &session,
+        &LiveRun {
+            a: fused.as_ref(),
+            b: reference.as_ref(),
+            mode: Mode::Propagate,
+            ops: false,
+            no_floor: false,
+            layers: None,
+            command: Some(format!(
+                "hsdiff --a fused --b reference --dtype f32 --device {device_name}"
+            )),
+        },
+    )?;
+    let path =
+        std::env::temp_dir().join(format!("hsdiff-selftest-diff-{}.txt", std::process::id()));
+    let options = ReportOptions {
+        format: Format::Table,
+        out: Some(path.clone()),
+        fail_on: FailOn::Mismatch,
+        env: EnvList::Ran,
+        plot: None,
+    };
+    Ok(LiveOutcome {
+        exit_code: emit(&report, &options)?,
+        report: path,
+    })
 }
 
 /// One line of the result list.
@@ -120,8 +165,8 @@ fn line(c: &Check) -> String {
 }
 
 /// Runs every check, printing each line as it finishes, and returns the exit code (0 all
-/// passed, 1 something failed). `live` is step 3, run after the golden checks.
-pub fn run(opts: &Options, live: impl FnOnce() -> Result<LiveRun>) -> Result<i32> {
+/// passed, 1 something failed).
+pub fn run(opts: &Options) -> Result<i32> {
     let device = &opts.device;
     if opts.bench.is_some() && !device.is_cuda() {
         return Err(Error::argument("--bench", "needs --device cuda"));
@@ -151,7 +196,7 @@ pub fn run(opts: &Options, live: impl FnOnce() -> Result<LiveRun>) -> Result<i32
         "\n== hsdiff --a fused --b reference --device {} ==",
         opts.device_name
     );
-    match live() {
+    match live_run(&opts.device_name) {
         Ok(run) => list.flag(
             "library diff fused vs reference (built-in model)".into(),
             run.exit_code == 0,
