@@ -26,8 +26,10 @@ struct Data {
 }
 
 fn data(seed: u64) -> Data {
-    let (b, t, hk, hv, dk, dv, k) = (2, 100, 2, 4, 16, 24, 4);
-    let case = gdn_case(gdn_dims(b, t, hk, hv, dk, dv), Decay::Mixed, false, seed);
+    let (b, t, hk, hv, dk, dv) = (2, 100, 2, 4, 16, 24);
+    let dims = gdn_dims(b, t, hk, hv, dk, dv);
+    let k = dims.conv_kernel;
+    let case = gdn_case(dims, Decay::Mixed, false, seed);
     let mut rng = SplitMix::new(seed ^ 0x5eed);
     let c = 2 * hk * dk + hv * dv;
     let dev = Device::Cpu;
@@ -39,15 +41,7 @@ fn data(seed: u64) -> Data {
         beta: t64(case.beta, &[b, t, hv]),
         z: t64(rng.normals(b * t * hv * dv, 1.0), &[b, t, hv, dv]),
         norm_w: t64((0..dv).map(|_| 0.5 + rng.uniform()).collect(), &[dv]),
-        dims: GdnDims {
-            batch: b,
-            seq: t,
-            k_heads: hk,
-            v_heads: hv,
-            k_dim: dk,
-            v_dim: dv,
-            conv_kernel: k,
-        },
+        dims,
     }
 }
 

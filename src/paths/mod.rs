@@ -23,7 +23,7 @@ use crate::model::Model;
 use crate::verdict::{Judged, K_DRIFT, Verdict, classify, ratio_to_floor, thresholds};
 
 pub use plan::{Cut, PathKind, PathPlan, Skipped, plan_paths};
-pub use run::{Observed, Runner};
+pub use run::{Observed, Pass, Runner};
 pub use signature::{RULES, Signature};
 
 /// One compared tensor of a path: the usual report fields.
@@ -124,7 +124,13 @@ pub fn run_paths(
             if let Some(o) = memo.get(&key) {
                 return Ok(o.clone());
             }
-            let o = runner.alone(plan, b, d)?;
+            let o = runner.alone(
+                plan,
+                Pass {
+                    backend: b,
+                    dtype: d,
+                },
+            )?;
             memo.insert(key, o.clone());
             Ok(o)
         };
@@ -137,7 +143,7 @@ pub fn run_paths(
             } => coarser(dtype, s),
             _ => dtype,
         };
-        let got = runner.path(plan, backend, dtype)?;
+        let got = runner.path(plan, Pass { backend, dtype })?;
         let want = alone(plan, backend, dtype)?;
         let truth = alone(plan, &reference, DType::F64)?;
         let floor = alone(plan, &reference, floor_dtype)?;

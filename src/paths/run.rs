@@ -37,12 +37,19 @@ pub fn hidden_names(model: &Model) -> Vec<String> {
     v
 }
 
+/// Which backend runs, at which dtype: the path's own, or the reference for the truth and floor.
+#[derive(Clone, Copy)]
+pub struct Pass<'b> {
+    pub backend: &'b dyn LinearAttentionBackend,
+    pub dtype: DType,
+}
+
 impl Runner<'_> {
-    fn opts<'b>(&self, backend: &'b dyn LinearAttentionBackend, dtype: DType) -> RunOptions<'b> {
+    fn opts<'b>(&self, pass: Pass<'b>) -> RunOptions<'b> {
         RunOptions {
-            dtype,
+            dtype: pass.dtype,
             device: self.device.clone(),
-            backend,
+            backend: pass.backend,
             capture_ops: false,
             feed: None,
             capture_state: false,
@@ -54,14 +61,13 @@ impl Runner<'_> {
         &self,
         rows: &[Vec<u32>],
         layout: &TokenLayout,
-        backend: &dyn LinearAttentionBackend,
-        dtype: DType,
+        pass: Pass,
     ) -> Result<(Captures, ModelCache)> {
         let mut cache = ModelCache::new(self.model.config.num_hidden_layers);
         let caps = self.model.run_cached(
             rows,
             layout,
-            &self.opts(backend, dtype),
+            &self.opts(pass),
             &mut cache,
             &Progress::hidden(),
         )?;
@@ -69,12 +75,7 @@ impl Runner<'_> {
     }
 
     /// The path itself.
-    pub fn path(
-        &self,
-        plan: &PathPlan,
-        backend: &dyn LinearAttentionBackend,
-        dtype: DType,
-    ) -> Result<Observed> {
+    pub fn path(&self, plan: &PathPlan, pass: Pass) -> Result<Observed> {
         let ids = self.ids;
         let names = hidden_names(self.model);
         match plan.cut {
@@ -90,7 +91,7 @@ impl Runner<'_> {
                         steps,
                         state_dtype,
                     },
-                    &self.opts(backend, dtype),
+                    &self.opts(pass),
                     &Progress::hidden(),
                 )?;
                 let mut hidden = Captures::new(ids[..from + steps].to_vec());
@@ -114,7 +115,7 @@ impl Runner<'_> {
             }
             Cut::Split { at, end } => {
                 let mut cache = ModelCache::new(self.model.config.num_hidden_layers);
-                let opts = self.opts(backend, dtype);
+                let opts = self.opts(pass);
                 let layout = TokenLayout::default();
                 self.model.run_cached(
                     &[ids[..at].to_vec()],
@@ -141,7 +142,7 @@ impl Runner<'_> {
                     real: None,
                     doc_starts: Some(vec![0, boundary]),
                 };
-                let (caps, _) = self.fresh(&[ids[..end].to_vec()], &layout, backend, dtype)?;
+                let (caps, _) = self.fresh(&[ids[..end].to_vec()], &layout, pass)?;
                 Ok(Observed {
                     hidden: select(&caps, &names, false)?,
                     positions: (0..end).collect(),
@@ -157,8 +158,7 @@ impl Runner<'_> {
                     real: Some(vec![real0, vec![true; end]]),
                     doc_starts: None,
                 };
-                let (caps, cache) =
-                    self.fresh(&[row0, ids[..end].to_vec()], &layout, backend, dtype)?;
+                let (caps, cache) = self.fresh(&[row0, ids[..end].to_vec()], &layout, pass)?;
                 // Row 0's real positions, then row 1: the same layout as `alone`.
                 let mut hidden = Captures::new(Vec::new());
                 for name in &names {
@@ -178,12 +178,7 @@ impl Runner<'_> {
     }
 
     /// What the path should equal: the same tokens, each sequence alone, in one fresh prefill.
-    pub fn alone(
-        &self,
-        plan: &PathPlan,
-        backend: &dyn LinearAttentionBackend,
-        dtype: DType,
-    ) -> Result<Observed> {
+    pub fn alone(&self, plan: &PathPlan, pass: Pass) -> Result<Observed> {
         let ids = self.ids;
         let names = hidden_names(self.model);
         let layout = TokenLayout::default();
@@ -197,7 +192,7 @@ impl Runner<'_> {
         match plan.cut {
             Cut::Decode { from, steps, .. } => {
                 let end = from + steps;
-                let (caps, cache) = self.fresh(&[ids[..end].to_vec()], &layout, backend, dtype)?;
+                let (caps, cache) = self.fresh(&[ids[..end].to_vec()], &layout, pass)?;
                 let mut hidden = window(&caps, from, steps)?;
                 hidden = select(&hidden, &names, true)?;
                 Ok(Observed {
@@ -207,7 +202,7 @@ impl Runner<'_> {
                 })
             }
             Cut::Split { at, end } => {
-                let (caps, cache) = self.fresh(&[ids[..end].to_vec()], &layout, backend, dtype)?;
+                let (caps, cache) = self.fresh(&[ids[..end].to_vec()], &layout, pass)?;
                 Ok(Observed {
                     hidden: window(&caps, at, end - at)?,
                     positions: (at..end).collect(),
@@ -215,8 +210,8 @@ impl Runner<'_> {
                 })
             }
             Cut::Packed { boundary, end } => {
-                let (a, _) = self.fresh(&[ids[..boundary].to_vec()], &layout, backend, dtype)?;
-                let (b, _) = self.fresh(&[ids[boundary..end].to_vec()], &layout, backend, dtype)?;
+                let (a, _) = self.fresh(&[ids[..boundary].to_vec()], &layout, pass)?;
+                let (b, _) = self.fresh(&[ids[boundary..end].to_vec()], &layout, pass)?;
                 Ok(Observed {
                     hidden: concat_tokens(&a, &b, &names)?,
                     positions: (0..end).collect(),
@@ -224,8 +219,8 @@ impl Runner<'_> {
                 })
             }
             Cut::Padded { pad, end } => {
-                let (a, ca) = self.fresh(&[ids[..end - pad].to_vec()], &layout, backend, dtype)?;
-                let (b, cb) = self.fresh(&[ids[..end].to_vec()], &layout, backend, dtype)?;
+                let (a, ca) = self.fresh(&[ids[..end - pad].to_vec()], &layout, pass)?;
+                let (b, cb) = self.fresh(&[ids[..end].to_vec()], &layout, pass)?;
                 let (sa, sb) = (states_of(&ca), states_of(&cb));
                 let mut states = Captures::new(Vec::new());
                 for (name, t) in sa.iter() {
