@@ -302,4 +302,20 @@ fn paths_cli_writes_json_and_refuses_unknown_paths() {
         err.starts_with("hsdiff: error: ") && err.contains("sideways"),
         "{err}"
     );
+
+    // An output that cannot be written is refused before any path runs, and nothing is written.
+    let folder = dir.path().join("a-folder");
+    std::fs::create_dir(&folder).expect("mkdir");
+    let folder_arg = folder.to_string_lossy().to_string();
+    let bad = hsdiff(
+        &["paths", "--paths", "decode", "--out", &folder_arg],
+        dir.path(),
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    let err = stderr_of(&bad);
+    assert!(
+        err.starts_with("hsdiff: error: ") && err.contains("--out") && !err.contains("decode"),
+        "{err}"
+    );
+    assert!(folder.is_dir());
 }

@@ -51,6 +51,10 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
             "hsdiff paths writes --format table or json",
         ));
     }
+    // The output target is checked before the (long) runs.
+    if let Some(out) = &args.out {
+        crate::output::check_target(out, "--out", &args.run.input_paths())?;
+    }
     let session = args.run.resolve()?;
     let backend = backend_by_name(&args.backend, &session.device)?;
     let (plans, skipped) = plan_paths(&kinds, session.ids.len(), args.seed);
@@ -79,8 +83,7 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
     };
     match &args.out {
         Some(path) => {
-            std::fs::write(path, text)
-                .map_err(|e| Error::file(path, format!("cannot write: {e}")))?;
+            crate::output::write_bytes(path, text.as_bytes())?;
             eprintln!("{}", report.summary);
         }
         None => print!("{text}"),
