@@ -21,8 +21,18 @@ F32_BAND = 1e-5
 
 
 @pytest.fixture(scope="module")
-def golden():
-    return read_dump(GOLDEN_FIZZBUZZ_F32)
+def golden(golden_here):
+    """make_golden.py's f32 capture made on this machine, and the committed file's fingerprint."""
+    return golden_here, read_dump(GOLDEN_FIZZBUZZ_F32)[1]
+
+
+def test_the_committed_golden_capture_is_this_machines_within_the_f32_band(golden):
+    committed, _ = read_dump(GOLDEN_FIZZBUZZ_F32)
+    assert sorted(committed) == sorted(golden[0])
+    assert torch.equal(committed["input_ids"], golden[0]["input_ids"])
+    for k in committed:
+        if k != "input_ids":
+            assert rel_l2(golden[0][k], committed[k]) <= F32_BAND, k
 
 
 @pytest.fixture(scope="module")

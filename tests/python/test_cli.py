@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import (GOLDEN_FIZZBUZZ_F32, assert_bit_identical, read_dump, rel_l2, run_cli)
+from conftest import assert_bit_identical, read_dump, rel_l2, run_cli
 
 # The stand-ins scale their outputs by 1.25: far outside any rounding difference (f32: ~1e-6).
 STANDIN_MIN_REL_L2 = 1e-2
@@ -22,11 +22,11 @@ def test_help_of_the_console_script_the_module_and_the_wrapper():
             assert opt in r.stdout
 
 
-def test_default_capture_is_the_golden_transformers_capture(absent_dump):
-    # make_golden.py's f32 hidden states of the same model and prompt: same keys, same bits.
+def test_default_capture_is_the_golden_transformers_capture(absent_dump, golden_here):
+    # make_golden.py's f32 hidden states of the same model and prompt (recorded on this machine):
+    # same keys, same bits.
     ours, meta = read_dump(absent_dump)
-    golden, _ = read_dump(GOLDEN_FIZZBUZZ_F32)
-    assert_bit_identical(ours, golden)
+    assert_bit_identical(ours, golden_here)
     assert meta["implementation"] == "transformers/torch-fallback"
 
 
