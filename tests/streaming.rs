@@ -87,11 +87,15 @@ fn a_model_four_times_the_memory_limit_runs_under_it() {
 
 #[test]
 fn the_limit_binds_a_model_whose_one_layer_exceeds_it() {
-    // One MLP of width 40960 is 503 MB in float64: the same limit must stop it, so the test
-    // above passes because of streaming, not because the limit does nothing.
+    // One MLP of width 163840 is 503 MB even as bf16 — the form an f64 pass keeps its linear
+    // weights in on an AVX-512 CPU (`matmul_wide`); 2 GB in float64 elsewhere: the same limit
+    // must stop it, so the test above passes because of streaming, not because the limit does
+    // nothing.
+    let inter = 163_840;
+    assert!(3 * 512 * inter * 2 > LIMIT);
     let tmp = tempfile::tempdir().unwrap();
     let model = tmp.path().join("model");
-    write_config(&model, 1, 40_960, 1000);
+    write_config(&model, 1, inter, 1000);
     let r = dump_under_limit(&model, &tmp.path().join("d.safetensors"), LIMIT);
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(

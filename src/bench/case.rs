@@ -12,7 +12,7 @@ use super::protocol::Measurement;
 use crate::backends::{DeltaInputs, LinearAttentionBackend, backend_by_name};
 use crate::capture::names;
 use crate::error::{Error, Result};
-use crate::model::{Model, RunOptions};
+use crate::model::{Bf16Kernel, Model, RunOptions};
 use crate::progress::Progress;
 use crate::safetensors_file::SafetensorsFile;
 use crate::sysinfo::own_status_kib;
@@ -91,7 +91,13 @@ pub fn run_case(req: &CaseRequest) -> Result<Measurement> {
     }
     let cpu = Device::Cpu;
     let backend = backend_by_name(&req.backend, &cpu)?;
-    let implementation = backend.implementation(&cpu);
+    let mut implementation = backend.implementation(&cpu);
+    if req.kind == CaseKind::Forward && req.dtype == DType::BF16 {
+        implementation = format!(
+            "{implementation}, bf16 GEMM {}",
+            Bf16Kernel::chosen().name()
+        );
+    }
     let (times_ms, rss_before_kib, output, out) = match req.kind {
         CaseKind::Core => {
             let [q, k, v, g, beta] = load_core_inputs(req)?;
@@ -117,6 +123,9 @@ pub fn run_case(req: &CaseRequest) -> Result<Measurement> {
                 Error::argument("--model", "bench case --kind forward needs --model")
             })?;
             let model = Model::load(dir)?;
+            // As in a live run: the warm-up pass reads (and packs) the weights, the timed passes
+            // reuse them — transformers' timed forwards also start from loaded weights.
+            model.keep_weights(req.dtype, &cpu);
             let ids = load_input_ids(req)?;
             let rss_before = own_status_kib("VmRSS");
             let (times, last) = time_calls(req.warmup, req.repeats, || {

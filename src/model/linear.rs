@@ -1,12 +1,16 @@
-//! A bias-optional linear layer, `y = x Wᵀ (+ b)`, in the compute dtype. bf16 on the CPU runs on
-//! [`bf16_gemm`](super::bf16_gemm) (weight packed once, here); everything else on candle's matmul.
+//! A bias-optional linear layer, `y = x Wᵀ (+ b)`, in the compute dtype. On the CPU a bf16 weight
+//! is packed once (here) for [`bf16_gemm`](super::bf16_gemm): its bf16 GEMM in a bf16 pass, its
+//! f32 / f64 kernels in an f32 / f64 pass where the CPU has AVX-512F; everything else runs on
+//! candle's matmul.
 
-use candle_core::{CpuStorage, DType, Storage, Tensor};
+use std::sync::Arc;
+
+use candle_core::{DType, Storage, Tensor, WithDType};
 use half::bf16;
 
 use super::Weights;
 use super::bf16_gemm::{self, PackedBf16};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 pub struct Linear {
     weight: Weight,
@@ -15,14 +19,14 @@ pub struct Linear {
 
 enum Weight {
     Tensor(Tensor),
-    /// A bf16 weight on the CPU, packed for the bf16 GEMM.
-    PackedBf16(PackedBf16),
+    /// A bf16 weight on the CPU, packed for the bf16 GEMM (possibly kept across passes).
+    PackedBf16(Arc<PackedBf16>),
 }
 
 impl Linear {
     /// Reads `weight` `[out, in]` (and `bias` `[out]` when `bias`) under `w`.
     pub fn new(w: &Weights, out_features: usize, in_features: usize, bias: bool) -> Result<Self> {
-        let weight = match w.packed_bf16("weight", out_features, in_features)? {
+        let weight = match w.packed("weight", out_features, in_features)? {
             Some(packed) => Weight::PackedBf16(packed),
             None => Weight::new(w.get("weight", &[out_features, in_features])?)?,
         };
@@ -58,51 +62,70 @@ impl Weight {
         if weight.dtype() != DType::BF16 || !weight.device().is_cpu() {
             return Ok(Weight::Tensor(weight));
         }
-        let (n, k) = weight.dims2()?;
-        let packed = with_bf16_slice(&weight, |w| PackedBf16::pack(w, n, k))?;
-        Ok(Weight::PackedBf16(packed))
+        Ok(Weight::PackedBf16(Arc::new(pack_tensor(&weight)?)))
     }
 }
 
-/// `x · wᵀ` over the last dimension of a bf16 CPU `x` (any leading dimensions).
+/// A bf16 CPU `[n, k]` weight packed for the bf16 GEMM.
+pub(super) fn pack_tensor(weight: &Tensor) -> Result<PackedBf16> {
+    let (n, k) = weight.dims2()?;
+    with_slice(weight, |w: &[bf16]| PackedBf16::pack(w, n, k))
+}
+
+/// `x · wᵀ` over the last dimension of a CPU `x` (any leading dimensions) in bf16 (the bf16 GEMM)
+/// or f32 / f64 (`matmul_wide`).
 fn packed_forward(x: &Tensor, w: &PackedBf16) -> Result<Tensor> {
     let dims = x.dims();
     let k = *dims.last().unwrap_or(&0);
-    if x.dtype() != DType::BF16 {
-        return Err(candle_core::Error::DTypeMismatchBinaryOp {
-            lhs: x.dtype(),
-            rhs: DType::BF16,
-            op: "linear (bf16 GEMM)",
-        }
-        .into());
-    }
     if k != w.cols() {
         return Err(candle_core::Error::ShapeMismatchBinaryOp {
             lhs: x.shape().clone(),
             rhs: (w.rows(), w.cols()).into(),
-            op: "linear (bf16 GEMM)",
+            op: "linear (bf16 weight)",
         }
         .into());
     }
     let m = x.elem_count() / k.max(1);
-    let y = with_bf16_slice(x, |x| bf16_gemm::matmul(x, m, w))?;
     let mut out_dims = dims.to_vec();
     if let Some(last) = out_dims.last_mut() {
         *last = w.rows();
     }
-    Ok(Tensor::from_vec(y, out_dims, x.device())?)
+    let no_wide = || Error::Internal("a weight was packed for a CPU without AVX-512F".into());
+    let device = x.device();
+    Ok(match x.dtype() {
+        DType::BF16 => {
+            let y = with_slice(x, |x: &[bf16]| bf16_gemm::matmul(x, m, w))?;
+            Tensor::from_vec(y, out_dims, device)?
+        }
+        DType::F32 => {
+            let y = with_slice(x, |x: &[f32]| bf16_gemm::matmul_wide(x, m, w))?;
+            Tensor::from_vec(y.ok_or_else(no_wide)?, out_dims, device)?
+        }
+        DType::F64 => {
+            let y = with_slice(x, |x: &[f64]| bf16_gemm::matmul_wide(x, m, w))?;
+            Tensor::from_vec(y.ok_or_else(no_wide)?, out_dims, device)?
+        }
+        other => {
+            return Err(candle_core::Error::DTypeMismatchBinaryOp {
+                lhs: other,
+                rhs: DType::BF16,
+                op: "linear (bf16 weight)",
+            }
+            .into());
+        }
+    })
 }
 
-/// `f` on the elements of a bf16 CPU tensor in row-major order: borrowed from its storage when
-/// contiguous (no copy of a 356 MB weight), copied otherwise.
-fn with_bf16_slice<R>(t: &Tensor, f: impl FnOnce(&[bf16]) -> R) -> Result<R> {
+/// `f` on the elements of a CPU tensor of element type `T` in row-major order: borrowed from its
+/// storage when contiguous (no copy of a 356 MB weight), copied otherwise.
+fn with_slice<T: WithDType, R>(t: &Tensor, f: impl FnOnce(&[T]) -> R) -> Result<R> {
     {
         let (storage, layout) = t.storage_and_layout();
-        if let (Storage::Cpu(CpuStorage::BF16(data)), Some((start, end))) =
-            (&*storage, layout.contiguous_offsets())
+        if let (Storage::Cpu(cpu), Some((start, end))) = (&*storage, layout.contiguous_offsets())
+            && let Ok(data) = cpu.as_slice::<T>()
         {
             return Ok(f(&data[start..end]));
         }
     }
-    Ok(f(&t.flatten_all()?.to_vec1::<bf16>()?))
+    Ok(f(&t.flatten_all()?.to_vec1::<T>()?))
 }

@@ -32,6 +32,7 @@ use crate::fingerprint::{Fingerprint, sha256_hex};
 use crate::progress::Progress;
 use crate::random_weights::RandomWeights;
 
+pub use bf16_gemm::Kernel as Bf16Kernel;
 pub use cache::{LayerCache, ModelCache};
 pub use cached::TokenLayout;
 pub use decode::{DecodePlan, push_states};

@@ -59,6 +59,11 @@ impl WeightSource {
         }
     }
 
+    /// Whether the weights are generated (`--random-weights`): bf16 values, like a checkpoint's.
+    pub fn is_generated(&self) -> bool {
+        matches!(self, WeightSource::Random(_))
+    }
+
     /// The stored little-endian bytes of `name` (exactly `shape`) when it is stored in bf16 in a
     /// checkpoint; `None` for another stored dtype and for generated weights.
     pub fn stored_bf16(&self, name: &str, shape: &[usize]) -> Result<Option<&[u8]>> {

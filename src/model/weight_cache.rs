@@ -3,10 +3,11 @@
 //! only where the whole model fits comfortably: a model bigger than memory keeps streaming.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use candle_core::{DType, Device, DeviceLocation, Tensor};
 
+use super::bf16_gemm::PackedBf16;
 use crate::error::Result;
 
 #[derive(Default)]
@@ -14,6 +15,10 @@ pub struct WeightCache {
     /// The dtype and device whose tensors are kept; unset: nothing is kept.
     kept: OnceLock<(DType, DeviceLocation)>,
     tensors: Mutex<HashMap<String, Tensor>>,
+    /// Linear layers' bf16 weights on the CPU, kept packed for the products with bf16 weights
+    /// (instead of as tensors: the packed form is what every pass needs whatever its dtype —
+    /// the bf16, f32 and f64 passes of a live run share it — and it is the bf16 size).
+    packed: Mutex<HashMap<String, Arc<PackedBf16>>>,
 }
 
 impl WeightCache {
@@ -54,6 +59,32 @@ impl WeightCache {
         let t = load()?;
         lock().insert(key.to_string(), t.clone());
         Ok(t)
+    }
+}
+
+impl WeightCache {
+    /// The bf16 weight under `key` packed for the products with bf16 weights on the CPU: kept
+    /// from an earlier pass, or made by `pack` (and kept when this cache keeps a dtype on the
+    /// CPU: the packed weights are never larger than the bf16 ones).
+    pub fn get_or_pack(
+        &self,
+        key: &str,
+        pack: impl FnOnce() -> Result<PackedBf16>,
+    ) -> Result<Arc<PackedBf16>> {
+        if self
+            .kept
+            .get()
+            .is_none_or(|(_, at)| *at != DeviceLocation::Cpu)
+        {
+            return Ok(Arc::new(pack()?));
+        }
+        let lock = || self.packed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = lock().get(key) {
+            return Ok(Arc::clone(p));
+        }
+        let p = Arc::new(pack()?);
+        lock().insert(key.to_string(), Arc::clone(&p));
+        Ok(p)
     }
 }
 

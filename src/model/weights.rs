@@ -1,10 +1,13 @@
 //! Typed access to one module's tensors: a weight source plus a name prefix, the compute dtype and
 //! the device, in the spirit of candle's `VarBuilder` — but never default-initialising.
 
+use std::sync::Arc;
+
 use candle_core::{DType, Device, Tensor};
 
 use super::WeightSource;
-use super::bf16_gemm::PackedBf16;
+use super::bf16_gemm::{self, PackedBf16};
+use super::linear::pack_tensor;
 use super::weight_cache::WeightCache;
 use crate::checkpoint::TensorRequest;
 use crate::error::Result;
@@ -75,19 +78,34 @@ impl<'a> Weights<'a> {
         })
     }
 
-    /// `name` (`[n, k]`) packed for the bf16 GEMM straight from the checkpoint's bf16 bytes — one
-    /// pass over the weight instead of a copy into a tensor and a pass over that — when the
-    /// compute dtype is bf16 on the CPU, the stored dtype is bf16 and the weight cache does not
-    /// keep bf16 tensors (then the kept tensor is packed instead). `None` otherwise.
-    pub fn packed_bf16(&self, name: &str, n: usize, k: usize) -> Result<Option<PackedBf16>> {
-        if self.dtype != DType::BF16
-            || !self.device.is_cpu()
-            || self.cache.keeps(DType::BF16, self.device)
-        {
+    /// `name` (`[n, k]`) packed for the products with bf16 weights (`bf16_gemm`) on the CPU, when
+    /// the compute dtype is bf16, or f32/f64 on a CPU that runs `matmul_wide` and a weight whose
+    /// values are bf16 (stored as bf16, or generated); `None` otherwise (candle's matmul then).
+    /// Straight from the checkpoint's bf16 bytes where it stores bf16 — one pass over the weight
+    /// instead of a copy into a tensor and a pass over that. Kept packed across passes when the
+    /// weight cache keeps weights on the CPU.
+    pub fn packed(&self, name: &str, n: usize, k: usize) -> Result<Option<Arc<PackedBf16>>> {
+        let wide = matches!(self.dtype, DType::F32 | DType::F64) && bf16_gemm::has_wide();
+        if !self.device.is_cpu() || !(self.dtype == DType::BF16 || wide) {
             return Ok(None);
         }
-        let bytes = self.src.stored_bf16(&self.full_name(name), &[n, k])?;
-        Ok(bytes.map(|b| PackedBf16::pack_le_bytes(b, n, k)))
+        let full = self.full_name(name);
+        let shape = [n, k];
+        let stored = self.src.stored_bf16(&full, &shape)?;
+        if stored.is_none() && self.dtype != DType::BF16 && !self.src.is_generated() {
+            return Ok(None);
+        }
+        let packed = self.cache.get_or_pack(&full, || match stored {
+            Some(bytes) => Ok(PackedBf16::pack_le_bytes(bytes, n, k)),
+            None => {
+                let request = TensorRequest {
+                    dtype: DType::BF16,
+                    ..self.request(&full, &shape)
+                };
+                pack_tensor(&self.src.get(&request)?)
+            }
+        })?;
+        Ok(Some(packed))
     }
 
     /// Rows `rows` (along the first dimension) of `name`, which has exactly `shape`, in the

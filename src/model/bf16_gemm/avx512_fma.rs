@@ -1,0 +1,107 @@
+//! The f32 microkernel on plain AVX-512F FMAs: bf16 operands widened to f32 (exact), then per
+//! output element, pair by pair, the odd product fused into the accumulator and then the even
+//! one — the order `vdpbf16ps` and [`super::portable`] use.
+//!
+//! It serves twice. For a bf16 product it runs with the MXCSR's denormals-are-zero and
+//! flush-to-zero bits set ([`FlushDenormals`]), and its results are then bit-identical to
+//! `vdpbf16ps`'s: two FMAs do the work of one `vdpbf16ps`, but on Intel cores (two 512-bit FMA
+//! ports, `vdpbf16ps` at half that rate) this is the faster kernel. For an f32 product
+//! ([`super::matmul_wide`]) it runs with gradual underflow, as any f32 GEMM.
+
+use std::arch::asm;
+use std::arch::x86_64::*;
+
+use super::{MR, NR};
+
+/// MXCSR bits: flush-to-zero (15) and denormals-are-zero (6).
+const FTZ_DAZ: u32 = 0x8040;
+
+/// Sets the MXCSR's flush-to-zero and denormals-are-zero bits on this thread until dropped, then
+/// restores the caller's MXCSR. Only this module's kernels run while it is held (a task holds it
+/// around its own microkernel calls and makes no rayon call meanwhile).
+pub struct FlushDenormals {
+    saved: u32,
+}
+
+impl FlushDenormals {
+    pub fn new() -> Self {
+        let mut saved = 0u32;
+        // SAFETY: stmxcsr/ldmxcsr read and write 4 bytes at valid addresses; every x86_64 CPU
+        // has SSE. The kernels' loads and stores order themselves after this statement (it may
+        // touch memory), so no FMA of theirs runs under the caller's MXCSR.
+        unsafe {
+            asm!("stmxcsr [{}]", in(reg) &mut saved, options(nostack, preserves_flags));
+            let flushing = saved | FTZ_DAZ;
+            asm!("ldmxcsr [{}]", in(reg) &flushing, options(nostack, preserves_flags));
+        }
+        FlushDenormals { saved }
+    }
+}
+
+impl Drop for FlushDenormals {
+    fn drop(&mut self) {
+        // SAFETY: as in `new`.
+        unsafe { asm!("ldmxcsr [{}]", in(reg) &self.saved, options(nostack, preserves_flags)) };
+    }
+}
+
+/// `rows` (≤ `MR`) rows of one block of `a` (f32: for each pair, `MR` rows of its even and odd
+/// element) times one panel block split by [`split_panel`], accumulated into `c` (`rows × NR`).
+///
+/// # Safety
+/// The CPU must have avx512f, and a [`FlushDenormals`] must be held on this thread; `a` holds
+/// `pairs · MR · 2` floats, `hi` and `lo` `pairs · NR` floats and `c` `rows · NR` floats.
+pub unsafe fn block(a: &[f32], hi: &[f32], lo: &[f32], pairs: usize, c: &mut [f32], rows: usize) {
+    assert!(rows <= MR && c.len() >= rows * NR);
+    assert!(hi.len() >= pairs * NR && lo.len() >= pairs * NR);
+    assert!(a.len() >= pairs * MR * 2);
+    // SAFETY: bounds asserted above; the feature and the MXCSR guaranteed by the caller.
+    unsafe {
+        match rows {
+            1 => kernel::<1>(a, hi, lo, pairs, c),
+            2 => kernel::<2>(a, hi, lo, pairs, c),
+            3 => kernel::<3>(a, hi, lo, pairs, c),
+            4 => kernel::<4>(a, hi, lo, pairs, c),
+            5 => kernel::<5>(a, hi, lo, pairs, c),
+            6 => kernel::<6>(a, hi, lo, pairs, c),
+            _ => {}
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+unsafe fn kernel<const R: usize>(a: &[f32], hi: &[f32], lo: &[f32], pairs: usize, c: &mut [f32]) {
+    let (a, hi, lo, c) = (a.as_ptr(), hi.as_ptr(), lo.as_ptr(), c.as_mut_ptr());
+    // SAFETY: every pointer stays inside the slices whose lengths `block` checked.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); 4]; R];
+        for (r, acc) in acc.iter_mut().enumerate() {
+            for (j, v) in acc.iter_mut().enumerate() {
+                *v = _mm512_loadu_ps(c.add(r * NR + 16 * j));
+            }
+        }
+        for p in 0..pairs {
+            // The odd (high) halves first, then the even ones: vdpbf16ps's order.
+            for (plane, half) in [(hi, 1), (lo, 0)] {
+                let wp = plane.add(p * NR);
+                let w = [
+                    _mm512_loadu_ps(wp),
+                    _mm512_loadu_ps(wp.add(16)),
+                    _mm512_loadu_ps(wp.add(32)),
+                    _mm512_loadu_ps(wp.add(48)),
+                ];
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let x = _mm512_set1_ps(*a.add((p * MR + r) * 2 + half));
+                    for (v, &w) in acc.iter_mut().zip(&w) {
+                        *v = _mm512_fmadd_ps(w, x, *v);
+                    }
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (j, v) in acc.iter().enumerate() {
+                _mm512_storeu_ps(c.add(r * NR + 16 * j), *v);
+            }
+        }
+    }
+}

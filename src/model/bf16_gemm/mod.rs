@@ -1,0 +1,682 @@
+//! `y = x · wᵀ` for bf16 `x` `[M, K]` and bf16 `w` `[N, K]` on the CPU, with the numerics of
+//! PyTorch's CPU bf16 matmul (oneDNN on an `avx512_bf16` machine): bf16 operands, products and
+//! sums in f32, the f32 result rounded to bf16 (round to nearest even) once at the end.
+//!
+//! candle 0.11's CPU matmul has no bf16 kernel: it widens both operands to f32 on every call and
+//! runs its f32 GEMM, so a bf16 forward costs what an f32 one does. Here the weight is packed
+//! once (when the layer is built) and the product runs on one of three microkernels.
+//!
+//! The accumulation order is fixed and the same on every machine and every kernel: for each
+//! output element, over the pairs `(2p, 2p + 1)` of the reduction index in increasing `p`, the
+//! odd product is fused into the f32 accumulator, then the even one, each rounded once (an FMA),
+//! with `vdpbf16ps`'s denormal handling: denormal inputs read as zero, denormal results flushed
+//! to zero. [`portable`] spells that out; [`avx512_bf16`] runs it on `vdpbf16ps`, [`avx512_fma`]
+//! on f32 FMAs under a flushing MXCSR. All three give the same bits (`tests` check them against
+//! each other on fresh random inputs, and against an f64 product), so which one runs — the
+//! fastest on this CPU, timed once per process ([`Kernel::chosen`]) — changes only the speed.
+//!
+//! Not AMX: Intel's `tdpbf16ps` sums its products in an order and precision of its own (on a
+//! Xeon with AMX it matched none of the sequential FMA orders bit for bit), so it cannot give
+//! these bits.
+
+#[cfg(target_arch = "x86_64")]
+mod avx512_bf16;
+#[cfg(target_arch = "x86_64")]
+mod avx512_f64;
+#[cfg(target_arch = "x86_64")]
+mod avx512_fma;
+mod portable;
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use half::bf16;
+use half::slice::HalfFloatSliceExt;
+use rayon::prelude::*;
+
+/// Output columns per packed panel: four 16-lane f32 vectors.
+const NR: usize = 64;
+/// Rows of `x` per microkernel call (6 × 4 accumulators + 4 weight vectors + 1 broadcast ≤ 32).
+const MR: usize = 6;
+/// Reduction pairs per block: one panel block is `KC_PAIRS · NR · 4` bytes = 16 KiB (L1).
+const KC_PAIRS: usize = 64;
+/// Rows of `x` per task, a multiple of every kernel's rows per call (6 and 3): a task's
+/// accumulators (`MC × NR`, 129 KiB in f32) stay in L2.
+const MC: usize = 86 * MR;
+
+/// A `[N, K]` bf16 weight packed for [`matmul`]: panels of `NR` output columns; within a panel,
+/// for each reduction pair `p`, `NR` words holding `(w[n, 2p], w[n, 2p + 1])` (low, high half).
+/// Columns past `N` and the odd `K`'s last high half are zero.
+pub struct PackedBf16 {
+    n: usize,
+    k: usize,
+    pairs: usize,
+    data: Vec<u32>,
+}
+
+impl PackedBf16 {
+    /// Packs `w` (`n` rows of `k`, row-major).
+    pub fn pack(w: &[bf16], n: usize, k: usize) -> Self {
+        assert_eq!(w.len(), n * k, "weight of {n} × {k}");
+        Self::pack_with(n, k, |i| w[i].to_bits())
+    }
+
+    /// Packs the little-endian bf16 bytes `w` (`n` rows of `k`, row-major; any alignment).
+    pub fn pack_le_bytes(w: &[u8], n: usize, k: usize) -> Self {
+        assert_eq!(w.len(), 2 * n * k, "weight of {n} × {k}");
+        Self::pack_with(n, k, |i| u16::from_le_bytes([w[2 * i], w[2 * i + 1]]))
+    }
+
+    /// Packs the weight whose element `i` (row-major) has the bf16 bits `bits(i)`.
+    fn pack_with(n: usize, k: usize, bits: impl Fn(usize) -> u16 + Sync) -> Self {
+        let pairs = k.div_ceil(2);
+        let panels = n.div_ceil(NR);
+        let mut data = vec![0u32; panels * pairs * NR];
+        data.par_chunks_mut(pairs * NR)
+            .enumerate()
+            .for_each(|(panel, out)| {
+                for col in 0..NR.min(n - panel * NR) {
+                    let row = (panel * NR + col) * k;
+                    for p in 0..pairs {
+                        let lo = bits(row + 2 * p);
+                        let hi = if 2 * p + 1 < k {
+                            bits(row + 2 * p + 1)
+                        } else {
+                            0
+                        };
+                        out[p * NR + col] = u32::from(lo) | (u32::from(hi) << 16);
+                    }
+                }
+            });
+        PackedBf16 { n, k, pairs, data }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.n
+    }
+
+    pub fn cols(&self) -> usize {
+        self.k
+    }
+
+    fn panel(&self, i: usize) -> &[u32] {
+        &self.data[i * self.pairs * NR..][..self.pairs * NR]
+    }
+}
+
+/// A microkernel of the bf16 GEMM. All of them give the same bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    Portable,
+    /// `vdpbf16ps` (avx512f + avx512bf16).
+    Avx512Bf16,
+    /// f32 FMAs on AVX-512F under a flushing MXCSR.
+    Avx512Fma,
+}
+
+impl Kernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Portable => "portable",
+            Kernel::Avx512Bf16 => "avx512-bf16",
+            Kernel::Avx512Fma => "avx512-fma",
+        }
+    }
+
+    /// The kernels this CPU can run, the portable one first.
+    pub fn available() -> Vec<Kernel> {
+        let mut kernels = vec![Kernel::Portable];
+        if has_avx512f() {
+            kernels.push(Kernel::Avx512Fma);
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx512bf16") {
+                kernels.push(Kernel::Avx512Bf16);
+            }
+        }
+        kernels
+    }
+
+    /// The kernel [`matmul`] uses: of the machine kernels this CPU has, the one that ran a
+    /// small product fastest (timed once per process, a few milliseconds); the portable one
+    /// where there is none.
+    pub fn chosen() -> Kernel {
+        static CHOSEN: OnceLock<Kernel> = OnceLock::new();
+        *CHOSEN.get_or_init(|| {
+            let machine: Vec<Kernel> = Kernel::available()
+                .into_iter()
+                .filter(|&k| k != Kernel::Portable)
+                .collect();
+            match machine.as_slice() {
+                [] => Kernel::Portable,
+                [only] => *only,
+                _ => machine
+                    .into_iter()
+                    .min_by_key(|&k| k.probe_time())
+                    .unwrap_or(Kernel::Portable),
+            }
+        })
+    }
+
+    /// The best of five runs of a 192 × 512 × 1024 product (≈ 1 ms): enough rows and panels that,
+    /// as in a forward pass, preparing the operands is a small part of the time.
+    fn probe_time(self) -> Duration {
+        let (m, n, k) = (32 * MR, 8 * NR, 1024);
+        let x: Vec<bf16> = (0..m * k)
+            .map(|i| bf16::from_f32(((i * 7919) % 257) as f32 / 257.0 - 0.5))
+            .collect();
+        let w: Vec<bf16> = (0..n * k)
+            .map(|i| bf16::from_f32(((i * 104_729) % 263) as f32 / 2630.0 - 0.05))
+            .collect();
+        let w = PackedBf16::pack(&w, n, k);
+        (0..6)
+            .map(|_| {
+                let t = Instant::now();
+                std::hint::black_box(matmul_with(self, &x, m, &w));
+                t.elapsed()
+            })
+            .skip(1)
+            .min()
+            .unwrap_or(Duration::MAX)
+    }
+}
+
+fn has_avx512f() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `x · wᵀ` for `x` `[m, k]` row-major, rounded to bf16: `[m, n]` row-major.
+pub fn matmul(x: &[bf16], m: usize, w: &PackedBf16) -> Vec<bf16> {
+    matmul_with(Kernel::chosen(), x, m, w)
+}
+
+/// [`matmul`] on `kernel`, which must be one of [`Kernel::available`] (else the portable one
+/// runs).
+pub fn matmul_with(kernel: Kernel, x: &[bf16], m: usize, w: &PackedBf16) -> Vec<bf16> {
+    assert_eq!(x.len(), m * w.k, "input of {m} × {}", w.k);
+    let kernel = if Kernel::available().contains(&kernel) {
+        kernel
+    } else {
+        Kernel::Portable
+    };
+    match kernel {
+        Kernel::Avx512Fma => {
+            let a = blocked_rows(x, w.k, MR, |v| v.to_f32());
+            let task = |planes: &mut Planes<f32>, panel, first_row, rows, c: &mut [f32]| {
+                #[cfg(target_arch = "x86_64")]
+                let _flushing = avx512_fma::FlushDenormals::new();
+                wide_task(&a, w.panel(panel), w.pairs, first_row, rows, planes, c);
+            };
+            tiled(m, w, Planes::default, task, bf16::from_f32)
+        }
+        Kernel::Portable | Kernel::Avx512Bf16 => {
+            let a = as_pairs(x, w.k);
+            let task = |_: &mut (), panel, first_row, rows, c: &mut [f32]| {
+                pairs_task(kernel, &a, w.panel(panel), w.pairs, first_row, rows, c)
+            };
+            tiled(m, w, || (), task, bf16::from_f32)
+        }
+    }
+}
+
+/// Whether this CPU runs [`matmul_wide`] (AVX-512F).
+pub fn has_wide() -> bool {
+    has_avx512f()
+}
+
+/// `x · wᵀ` for f32 or f64 `x` `[m, k]` row-major and the bf16 weight `w` (its values exact in
+/// either type), in `x`'s type: per output element, for each pair of the reduction index in
+/// order, the odd product fused into the accumulator, then the even one — each step one FMA in
+/// `x`'s type, with gradual underflow (no flushing). Only where [`has_wide`] (else `None`): the
+/// portable alternative is candle's matmul.
+pub fn matmul_wide<E: WideFloat>(x: &[E], m: usize, w: &PackedBf16) -> Option<Vec<E>> {
+    assert_eq!(x.len(), m * w.k, "input of {m} × {}", w.k);
+    if !has_wide() {
+        return None;
+    }
+    let a = blocked_rows(x, w.k, E::MR, |&v| v);
+    Some(tiled(
+        m,
+        w,
+        Planes::default,
+        |planes, panel, first_row, rows, c| {
+            wide_task::<E>(&a, w.panel(panel), w.pairs, first_row, rows, planes, c)
+        },
+        |v| v,
+    ))
+}
+
+/// An accumulator type of [`matmul_wide`] (f32 or f64) and its AVX-512 microkernel.
+pub trait WideFloat: Copy + Default + Send + Sync + 'static {
+    /// Rows per microkernel call.
+    const MR: usize;
+    /// Reduction pairs per block: the block's two planes (`2 · KC · NR` values) stay in L1.
+    const KC: usize;
+    /// The weight's bf16 bits as this type (exact).
+    fn from_bf16_bits(bits: u16) -> Self;
+    /// `rows` rows of one `MR`-row block of `a` times the planes `hi`, `lo` of `pairs` pairs,
+    /// accumulated into `c` (`rows × NR`).
+    ///
+    /// # Safety
+    /// The CPU must have avx512f.
+    unsafe fn block(
+        a: &[Self],
+        hi: &[Self],
+        lo: &[Self],
+        pairs: usize,
+        c: &mut [Self],
+        rows: usize,
+    );
+}
+
+impl WideFloat for f32 {
+    const MR: usize = MR;
+    const KC: usize = KC_PAIRS;
+    fn from_bf16_bits(bits: u16) -> Self {
+        f32::from_bits(u32::from(bits) << 16)
+    }
+    unsafe fn block(a: &[f32], hi: &[f32], lo: &[f32], pairs: usize, c: &mut [f32], rows: usize) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: avx512f guaranteed by the caller; `block` checks the bounds.
+        unsafe {
+            avx512_fma::block(a, hi, lo, pairs, c, rows)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("no AVX-512 here: {a:p} {hi:p} {lo:p} {pairs} {c:p} {rows}")
+    }
+}
+
+impl WideFloat for f64 {
+    const MR: usize = avx512_f64::MR;
+    const KC: usize = KC_PAIRS / 2;
+    fn from_bf16_bits(bits: u16) -> Self {
+        f64::from(f32::from_bits(u32::from(bits) << 16))
+    }
+    unsafe fn block(a: &[f64], hi: &[f64], lo: &[f64], pairs: usize, c: &mut [f64], rows: usize) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: avx512f guaranteed by the caller; `block` checks the bounds.
+        unsafe {
+            avx512_f64::block(a, hi, lo, pairs, c, rows)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("no AVX-512 here: {a:p} {hi:p} {lo:p} {pairs} {c:p} {rows}")
+    }
+}
+
+/// One panel block of the weight split into two planes of `E`, `pairs × NR` each: the high (odd)
+/// halves and the low (even) halves of its pairs. Reused from block to block.
+#[derive(Default)]
+struct Planes<E> {
+    hi: Vec<E>,
+    lo: Vec<E>,
+}
+
+impl<E: WideFloat> Planes<E> {
+    fn split(&mut self, b: &[u32]) {
+        self.hi.clear();
+        self.lo.clear();
+        self.hi
+            .extend(b.iter().map(|&w| E::from_bf16_bits((w >> 16) as u16)));
+        self.lo
+            .extend(b.iter().map(|&w| E::from_bf16_bits(w as u16)));
+    }
+}
+
+/// One task of a wide (or FMA-kernel bf16) product: rows `first_row..first_row + rows` of `a`
+/// (blocked by [`blocked_rows`]) times panel `b`, accumulated into `c`.
+fn wide_task<E: WideFloat>(
+    a: &[E],
+    b: &[u32],
+    pairs: usize,
+    first_row: usize,
+    rows: usize,
+    planes: &mut Planes<E>,
+    c: &mut [E],
+) {
+    for p0 in (0..pairs).step_by(E::KC) {
+        let kc = E::KC.min(pairs - p0);
+        planes.split(&b[p0 * NR..(p0 + kc) * NR]);
+        for r0 in (0..rows).step_by(E::MR) {
+            let r = E::MR.min(rows - r0);
+            let block = (first_row + r0) / E::MR * E::MR * 2 * pairs;
+            let a = &a[block + p0 * E::MR * 2..];
+            let c = &mut c[r0 * NR..(r0 + r) * NR];
+            // SAFETY: every caller checked has_avx512f (`has_wide`, or the FMA kernel being
+            // available); `block` checks the bounds.
+            unsafe { E::block(a, &planes.hi, &planes.lo, kc, c, r) }
+        }
+    }
+}
+
+/// One task of a bf16 product on bf16 pairs (portable or `vdpbf16ps`): rows
+/// `first_row..first_row + rows` of `a` times panel `b`, accumulated into `c`.
+fn pairs_task(
+    kernel: Kernel,
+    a: &[u32],
+    b: &[u32],
+    pairs: usize,
+    first_row: usize,
+    rows: usize,
+    c: &mut [f32],
+) {
+    for p0 in (0..pairs).step_by(KC_PAIRS) {
+        let kc = KC_PAIRS.min(pairs - p0);
+        let b = &b[p0 * NR..(p0 + kc) * NR];
+        for r0 in (0..rows).step_by(MR) {
+            let r = MR.min(rows - r0);
+            let a = &a[(first_row + r0) * pairs + p0..];
+            let c = &mut c[r0 * NR..(r0 + r) * NR];
+            match kernel {
+                #[cfg(target_arch = "x86_64")]
+                Kernel::Avx512Bf16 => {
+                    // SAFETY: the CPU has avx512f and avx512bf16 (`matmul_with` checked);
+                    // `block` checks the slice bounds.
+                    unsafe { avx512_bf16::block(a, pairs, b, kc, c, r) }
+                }
+                _ => portable::block(a, pairs, b, kc, c, r),
+            }
+        }
+    }
+}
+
+/// Splits an `m × n` product into tasks of (up to `MC` rows) × (one panel of `NR` columns) and
+/// runs them in parallel: `task(scratch, panel, first_row, rows, c)` accumulates into a zeroed
+/// per-thread tile `c` (`rows × NR`), which `finish` turns into output values. No `m × n`
+/// accumulator buffer is ever allocated.
+fn tiled<Acc, Out, S>(
+    m: usize,
+    w: &PackedBf16,
+    scratch: impl Fn() -> S + Send + Sync,
+    task: impl Fn(&mut S, usize, usize, usize, &mut [Acc]) + Send + Sync,
+    finish: impl Fn(Acc) -> Out + Send + Sync,
+) -> Vec<Out>
+where
+    Acc: Copy + Default + Send + Sync,
+    Out: Copy + Default + Send + Sync,
+{
+    let n = w.n;
+    let mut y = vec![Out::default(); m * n];
+    if m == 0 || n == 0 {
+        return y;
+    }
+    let panels = n.div_ceil(NR);
+    // Task t covers panel t % panels of row chunk t / panels: tasks running at the same time
+    // share their rows of `x`.
+    let tiles: Vec<Vec<Out>> = (0..panels * m.div_ceil(MC))
+        .into_par_iter()
+        .map_init(
+            || (scratch(), vec![Acc::default(); MC * NR]),
+            |(scratch, c), t| {
+                let (panel, first_row) = (t % panels, t / panels * MC);
+                let rows = MC.min(m - first_row);
+                let c = &mut c[..rows * NR];
+                c.fill(Acc::default());
+                task(scratch, panel, first_row, rows, c);
+                c.iter().map(|&v| finish(v)).collect()
+            },
+        )
+        .collect();
+    y.par_chunks_mut(n).enumerate().for_each(|(row, y)| {
+        let (chunk, r) = (row / MC, row % MC);
+        for (panel, cols) in y.chunks_mut(NR).enumerate() {
+            cols.copy_from_slice(&tiles[chunk * panels + panel][r * NR..][..cols.len()]);
+        }
+    });
+    y
+}
+
+/// `x` (`[m, k]` row-major) as words of bf16 pairs, one row after another: the bf16 slice itself
+/// when `k` is even and the slice is 4-byte aligned (the common case: no copy), else a copy in
+/// which an odd `k` gets a zero high half at the end of each row.
+fn as_pairs(x: &[bf16], k: usize) -> Cow<'_, [u32]> {
+    let bits: &[u16] = x.reinterpret_cast();
+    // A word holds (element 2p, element 2p + 1) as (low, high) half only on a little-endian CPU.
+    if k.is_multiple_of(2)
+        && cfg!(target_endian = "little")
+        && let Ok(words) = bytemuck::try_cast_slice::<u16, u32>(bits)
+    {
+        return Cow::Borrowed(words);
+    }
+    Cow::Owned(
+        bits.par_chunks_exact(k)
+            .flat_map_iter(|row| {
+                row.chunks(2)
+                    .map(|p| u32::from(p[0]) | (u32::from(p.get(1).copied().unwrap_or(0)) << 16))
+            })
+            .collect(),
+    )
+}
+
+/// `x` (`[m, k]` row-major) converted by `widen`, in blocks of `mr` rows: block `b` holds, for
+/// each pair `p` in turn, the pair's two elements of rows `mr·b .. mr·b + mr` (rows past `m` and
+/// an odd `k`'s last high half are zero), so a microkernel call reads its operand in order.
+fn blocked_rows<T: Sync, E: Copy + Default + Send>(
+    x: &[T],
+    k: usize,
+    mr: usize,
+    widen: impl Fn(&T) -> E + Sync,
+) -> Vec<E> {
+    let pairs = k.div_ceil(2);
+    let m = x.len() / k.max(1);
+    let block = mr * 2 * pairs;
+    let mut out = vec![E::default(); m.div_ceil(mr) * block];
+    out.par_chunks_mut(block.max(1))
+        .enumerate()
+        .for_each(|(b, out)| {
+            for r in 0..mr.min(m - b * mr) {
+                let row = &x[(b * mr + r) * k..][..k];
+                for (l, v) in row.iter().enumerate() {
+                    out[(l / 2 * mr + r) * 2 + l % 2] = widen(v);
+                }
+            }
+        });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::testdata::SplitMix;
+
+    fn random(rng: &mut SplitMix, len: usize, scale: f64) -> Vec<bf16> {
+        (0..len)
+            .map(|_| bf16::from_f64(rng.normal() * scale))
+            .collect()
+    }
+
+    /// Shapes with every remainder: rows not a multiple of MR, columns not of NR, odd K, K across
+    /// several reduction blocks.
+    const SHAPES: [(usize, usize, usize); 6] = [
+        (1, 1, 1),
+        (7, 65, 129),
+        (13, 130, 300),
+        (6, 64, 128),
+        (20, 200, 1001),
+        // more rows than one task takes (MC)
+        (MC + 37, 70, 36),
+    ];
+
+    #[test]
+    fn the_product_is_within_f32_accumulation_and_one_bf16_rounding_of_f64() {
+        let mut rng = SplitMix::new(0x6e_4d_12);
+        for (m, n, k) in SHAPES {
+            let x = random(&mut rng, m * k, 1.0);
+            let w = random(&mut rng, n * k, 0.05);
+            let y = matmul(&x, m, &PackedBf16::pack(&w, n, k));
+            for i in 0..m {
+                for j in 0..n {
+                    let (mut exact, mut abs) = (0.0f64, 0.0f64);
+                    for l in 0..k {
+                        let p = x[i * k + l].to_f64() * w[j * k + l].to_f64();
+                        exact += p;
+                        abs += p.abs();
+                    }
+                    // k f32 roundings of partial sums bounded by Σ|p|, then one bf16 rounding.
+                    let acc = k as f64 * f64::from(f32::EPSILON) * abs;
+                    let bound = acc * (1.0 + 2f64.powi(-8)) + exact.abs() * 2f64.powi(-8);
+                    let got = y[i * n + j].to_f64();
+                    assert!(
+                        (got - exact).abs() <= bound,
+                        "{m}×{n}×{k} [{i},{j}]: {got} vs {exact} (bound {bound})"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn packing_the_stored_bytes_equals_packing_the_values() {
+        let mut rng = SplitMix::new(0x5a_01);
+        let (n, k) = (70, 131);
+        let w = random(&mut rng, n * k, 0.05);
+        let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        // Misaligned on purpose: stored tensors start at any byte offset.
+        let shifted = [&[0u8][..], &bytes].concat();
+        let x = random(&mut rng, 5 * k, 1.0);
+        assert_eq!(
+            matmul(&x, 5, &PackedBf16::pack_le_bytes(&shifted[1..], n, k)),
+            matmul(&x, 5, &PackedBf16::pack(&w, n, k))
+        );
+    }
+
+    #[test]
+    fn an_input_read_in_place_equals_an_input_copied_into_pairs() {
+        let mut rng = SplitMix::new(0x1d_a7);
+        let (m, n, k) = (9, 80, 134);
+        let w = PackedBf16::pack(&random(&mut rng, n * k, 0.05), n, k);
+        // One element in front: whichever of the two slices is 4-byte aligned is read in place,
+        // the other one copied.
+        let x = random(&mut rng, m * k + 1, 1.0);
+        let (first, second) = (&x[..m * k], &x[1..]);
+        let (a, b) = (as_pairs(first, k), as_pairs(second, k));
+        assert!(matches!(a, Cow::Borrowed(_)) != matches!(b, Cow::Borrowed(_)));
+        // A fresh allocation is aligned: read in place.
+        let (first_copy, second_copy) = (first.to_vec(), second.to_vec());
+        assert_eq!(matmul(second, m, &w), matmul(&second_copy, m, &w));
+        assert_eq!(matmul(first, m, &w), matmul(&first_copy, m, &w));
+    }
+
+    #[test]
+    fn every_kernel_of_this_cpu_equals_the_portable_one_bit_for_bit() {
+        let kernels = Kernel::available();
+        assert!(kernels.contains(&Kernel::chosen()));
+        let mut rng = SplitMix::new(0x77_b1_f0);
+        // The last scale makes products and sums denormal in f32: the flush-to-zero rule matters.
+        for scale in [1.0, 1e-37] {
+            for (m, n, k) in SHAPES {
+                let x = random(&mut rng, m * k, 1.0);
+                let w = random(&mut rng, n * k, scale);
+                let packed = PackedBf16::pack(&w, n, k);
+                let portable = matmul_with(Kernel::Portable, &x, m, &packed);
+                assert!(portable.iter().all(|v| v.is_finite()));
+                let bits = |v: &[bf16]| v.iter().map(|b| b.to_bits()).collect::<Vec<_>>();
+                for &kernel in &kernels {
+                    assert_eq!(
+                        bits(&matmul_with(kernel, &x, m, &packed)),
+                        bits(&portable),
+                        "{m}×{n}×{k} at scale {scale} ({})",
+                        kernel.name()
+                    );
+                }
+            }
+        }
+    }
+
+    /// The wide products' definition spelled out: per output element, pair by pair, the odd
+    /// product fused into the accumulator, then the even one (`fma(a, b, acc)` = a·b + acc,
+    /// rounded once).
+    fn wide_reference<E: Copy + Default>(
+        x: &[E],
+        m: usize,
+        w: &[bf16],
+        n: usize,
+        k: usize,
+        widen: fn(bf16) -> E,
+        fma: fn(E, E, E) -> E,
+    ) -> Vec<E> {
+        let mut y = Vec::with_capacity(m * n);
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = E::default();
+                for p in 0..k.div_ceil(2) {
+                    if 2 * p + 1 < k {
+                        acc = fma(x[i * k + 2 * p + 1], widen(w[j * k + 2 * p + 1]), acc);
+                    }
+                    acc = fma(x[i * k + 2 * p], widen(w[j * k + 2 * p]), acc);
+                }
+                y.push(acc);
+            }
+        }
+        y
+    }
+
+    #[test]
+    fn the_f32_and_f64_products_follow_their_definition_bit_for_bit() {
+        let mut rng = SplitMix::new(0x3e_11_08);
+        // The second scale makes f32 products denormal: they must underflow gradually.
+        for scale in [1.0, 1e-38] {
+            for (m, n, k) in SHAPES {
+                let w = random(&mut rng, n * k, 0.05);
+                let packed = PackedBf16::pack(&w, n, k);
+                let x64: Vec<f64> = (0..m * k).map(|_| rng.normal() * scale).collect();
+                let x32: Vec<f32> = x64.iter().map(|&v| v as f32).collect();
+                let got32 = matmul_wide(&x32, m, &packed);
+                let got64 = matmul_wide(&x64, m, &packed);
+                if !has_wide() {
+                    assert!(got32.is_none() && got64.is_none());
+                    continue;
+                }
+                let want32 = wide_reference(&x32, m, &w, n, k, bf16::to_f32, f32::mul_add);
+                let want64 = wide_reference(&x64, m, &w, n, k, bf16::to_f64, f64::mul_add);
+                let bits32 = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let bits64 = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let (got32, got64) = (got32.expect("wide"), got64.expect("wide"));
+                assert_eq!(
+                    bits32(&got32),
+                    bits32(&want32),
+                    "f32 {m}×{n}×{k} at {scale}"
+                );
+                assert_eq!(
+                    bits64(&got64),
+                    bits64(&want64),
+                    "f64 {m}×{n}×{k} at {scale}"
+                );
+                if scale < 1e-30 && k > 1 {
+                    let denormal = got32.iter().filter(|v| v.is_subnormal()).count();
+                    assert!(denormal > 0, "{m}×{n}×{k}: no denormal result to check");
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_fma_kernel_leaves_the_threads_mxcsr_as_it_found_it() {
+        let read = || {
+            let mut csr = 0u32;
+            // SAFETY: stores the 4-byte MXCSR at a valid address.
+            unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut csr, options(nostack)) };
+            csr
+        };
+        let before = read();
+        assert_eq!(before & 0x8040, 0, "the default MXCSR does not flush");
+        {
+            let _flushing = avx512_fma::FlushDenormals::new();
+            assert_eq!(read() & 0x8040, 0x8040);
+            // Under the flushing MXCSR, a denormal product reads as zero.
+            let tiny = std::hint::black_box(1e-20f32);
+            assert_eq!(tiny * tiny, 0.0);
+        }
+        assert_eq!(read(), before);
+        let tiny = std::hint::black_box(1e-20f32);
+        assert!(tiny * tiny > 0.0, "gradual underflow again");
+    }
+}
