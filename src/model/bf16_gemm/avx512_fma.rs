@@ -46,36 +46,53 @@ impl Drop for FlushDenormals {
 }
 
 /// `rows` (≤ `MR`) rows of one block of `a` (f32: for each pair, `MR` rows of its even and odd
-/// element) times one panel block split by [`split_panel`], accumulated into `c` (`rows × NR`).
+/// element) times the planes `hi`, `lo` of one panel block, accumulated into `c` (`rows × NR`):
+/// continuing `c`'s sum (the bf16 product's order), or, `FRESH`, summed from zero and then added
+/// to `c` (the f32 product's two-level sum).
 ///
 /// # Safety
 /// The CPU must have avx512f, and a [`FlushDenormals`] must be held on this thread; `a` holds
 /// `pairs · MR · 2` floats, `hi` and `lo` `pairs · NR` floats and `c` `rows · NR` floats.
-pub unsafe fn block(a: &[f32], hi: &[f32], lo: &[f32], pairs: usize, c: &mut [f32], rows: usize) {
+pub unsafe fn block<const FRESH: bool>(
+    a: &[f32],
+    hi: &[f32],
+    lo: &[f32],
+    pairs: usize,
+    c: &mut [f32],
+    rows: usize,
+) {
     assert!(rows <= MR && c.len() >= rows * NR);
     assert!(hi.len() >= pairs * NR && lo.len() >= pairs * NR);
     assert!(a.len() >= pairs * MR * 2);
     // SAFETY: bounds asserted above; the feature and the MXCSR guaranteed by the caller.
     unsafe {
         match rows {
-            1 => kernel::<1>(a, hi, lo, pairs, c),
-            2 => kernel::<2>(a, hi, lo, pairs, c),
-            3 => kernel::<3>(a, hi, lo, pairs, c),
-            4 => kernel::<4>(a, hi, lo, pairs, c),
-            5 => kernel::<5>(a, hi, lo, pairs, c),
-            6 => kernel::<6>(a, hi, lo, pairs, c),
+            1 => kernel::<1, FRESH>(a, hi, lo, pairs, c),
+            2 => kernel::<2, FRESH>(a, hi, lo, pairs, c),
+            3 => kernel::<3, FRESH>(a, hi, lo, pairs, c),
+            4 => kernel::<4, FRESH>(a, hi, lo, pairs, c),
+            5 => kernel::<5, FRESH>(a, hi, lo, pairs, c),
+            6 => kernel::<6, FRESH>(a, hi, lo, pairs, c),
             _ => {}
         }
     }
 }
 
 #[target_feature(enable = "avx512f")]
-unsafe fn kernel<const R: usize>(a: &[f32], hi: &[f32], lo: &[f32], pairs: usize, c: &mut [f32]) {
+unsafe fn kernel<const R: usize, const FRESH: bool>(
+    a: &[f32],
+    hi: &[f32],
+    lo: &[f32],
+    pairs: usize,
+    c: &mut [f32],
+) {
     let (a, hi, lo, c) = (a.as_ptr(), hi.as_ptr(), lo.as_ptr(), c.as_mut_ptr());
     // SAFETY: every pointer stays inside the slices whose lengths `block` checked.
     unsafe {
         let mut acc = [[_mm512_setzero_ps(); 4]; R];
-        for (r, acc) in acc.iter_mut().enumerate() {
+        // A fresh block sums from zero and adds its sum to `c` at the end; otherwise the block
+        // continues `c`'s accumulation.
+        for (r, acc) in acc.iter_mut().enumerate().filter(|_| !FRESH) {
             for (j, v) in acc.iter_mut().enumerate() {
                 *v = _mm512_loadu_ps(c.add(r * NR + 16 * j));
             }
@@ -100,7 +117,15 @@ unsafe fn kernel<const R: usize>(a: &[f32], hi: &[f32], lo: &[f32], pairs: usize
         }
         for (r, acc) in acc.iter().enumerate() {
             for (j, v) in acc.iter().enumerate() {
-                _mm512_storeu_ps(c.add(r * NR + 16 * j), *v);
+                let at = c.add(r * NR + 16 * j);
+                _mm512_storeu_ps(
+                    at,
+                    if FRESH {
+                        _mm512_add_ps(_mm512_loadu_ps(at), *v)
+                    } else {
+                        *v
+                    },
+                );
             }
         }
     }
