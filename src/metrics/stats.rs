@@ -139,7 +139,7 @@ mod tests {
     }
 
     #[test]
-    fn rel_l2_matches_the_definition_and_never_passes_nan() {
+    fn rel_l2_matches_the_definition_and_never_passes_nan() -> Result<()> {
         let mut rng = SplitMix::new(0x5eed_0002);
         let b: Vec<f64> = (0..1000).map(|_| rng.normal()).collect();
         let a: Vec<f64> = b.iter().map(|y| y + 1e-3 * rng.normal()).collect();
@@ -147,9 +147,9 @@ mod tests {
         let den: f64 = b.iter().map(|y| y * y).sum();
         let want = (num / den).sqrt();
         assert!((rel_l2(&a, &b) - want).abs() <= 1e-15 * want);
-        let ta = Tensor::new(a.as_slice(), &candle_core::Device::Cpu).unwrap();
-        let tb = Tensor::new(b.as_slice(), &candle_core::Device::Cpu).unwrap();
-        assert_eq!(rel_l2_tensors(&ta, &tb).unwrap(), rel_l2(&a, &b));
+        let ta = Tensor::new(a.as_slice(), &candle_core::Device::Cpu)?;
+        let tb = Tensor::new(b.as_slice(), &candle_core::Device::Cpu)?;
+        assert_eq!(rel_l2_tensors(&ta, &tb)?, rel_l2(&a, &b));
 
         let mut bad = a.clone();
         bad[17] = f64::NAN;
@@ -159,17 +159,18 @@ mod tests {
         assert!(rel_l2(&a[..10], &b).is_nan());
         assert_eq!(rel_l2(&b, &b), 0.0);
         assert_eq!(rel_l2(&[1.0], &[0.0]), f64::INFINITY);
+        Ok(())
     }
 
     #[test]
-    fn rel_l2_over_finite_skips_exactly_the_non_finite_pairs() {
+    fn rel_l2_over_finite_skips_exactly_the_non_finite_pairs() -> Result<()> {
         let mut rng = SplitMix::new(0x5eed_0003);
         let b: Vec<f64> = (0..1000).map(|_| rng.normal()).collect();
         let a: Vec<f64> = b.iter().map(|y| y + 1e-3 * rng.normal()).collect();
         let cpu = &candle_core::Device::Cpu;
-        let tensor = |x: &[f64]| Tensor::new(x, cpu).unwrap();
+        let tensor = |x: &[f64]| Tensor::new(x, cpu);
         // On finite data it is rel_l2 itself.
-        let over_finite = rel_l2_tensors_over_finite(&tensor(&a), &tensor(&b)).unwrap();
+        let over_finite = rel_l2_tensors_over_finite(&tensor(&a)?, &tensor(&b)?)?;
         assert_eq!(over_finite, rel_l2(&a, &b));
         // A non-finite element on either side drops that pair and only that pair.
         let (mut bad_a, mut bad_b) = (a.clone(), b.clone());
@@ -178,12 +179,10 @@ mod tests {
         let keep = |i: &usize| *i != 3 && *i != 700;
         let kept_a: Vec<f64> = (0..a.len()).filter(keep).map(|i| a[i]).collect();
         let kept_b: Vec<f64> = (0..b.len()).filter(keep).map(|i| b[i]).collect();
-        let got = rel_l2_tensors_over_finite(&tensor(&bad_a), &tensor(&bad_b)).unwrap();
+        let (bad_a, bad_b) = (tensor(&bad_a)?, tensor(&bad_b)?);
+        let got = rel_l2_tensors_over_finite(&bad_a, &bad_b)?;
         assert_eq!(got, rel_l2(&kept_a, &kept_b));
-        assert!(
-            rel_l2_tensors(&tensor(&bad_a), &tensor(&bad_b))
-                .unwrap()
-                .is_nan()
-        );
+        assert!(rel_l2_tensors(&bad_a, &bad_b)?.is_nan());
+        Ok(())
     }
 }
