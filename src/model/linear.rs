@@ -9,7 +9,7 @@ use candle_core::{DType, Storage, Tensor, WithDType};
 use half::bf16;
 
 use super::Weights;
-use super::bf16_gemm::{self, PackedBf16};
+use super::bf16_gemm::{self, PackedBf16, WideFloat};
 use crate::error::{Error, Result};
 
 pub struct Linear {
@@ -90,30 +90,32 @@ fn packed_forward(x: &Tensor, w: &PackedBf16) -> Result<Tensor> {
     if let Some(last) = out_dims.last_mut() {
         *last = w.rows();
     }
-    let no_wide = || Error::Internal("a weight was packed for a CPU without AVX-512F".into());
-    let device = x.device();
-    Ok(match x.dtype() {
+    match x.dtype() {
         DType::BF16 => {
             let y = with_slice(x, |x: &[bf16]| bf16_gemm::matmul(x, m, w))?;
-            Tensor::from_vec(y, out_dims, device)?
+            Ok(Tensor::from_vec(y, out_dims, x.device())?)
         }
-        DType::F32 => {
-            let y = with_slice(x, |x: &[f32]| bf16_gemm::matmul_wide(x, m, w))?;
-            Tensor::from_vec(y.ok_or_else(no_wide)?, out_dims, device)?
+        DType::F32 => wide_forward::<f32>(x, m, w, out_dims),
+        DType::F64 => wide_forward::<f64>(x, m, w, out_dims),
+        other => Err(candle_core::Error::DTypeMismatchBinaryOp {
+            lhs: other,
+            rhs: DType::BF16,
+            op: "linear (bf16 weight)",
         }
-        DType::F64 => {
-            let y = with_slice(x, |x: &[f64]| bf16_gemm::matmul_wide(x, m, w))?;
-            Tensor::from_vec(y.ok_or_else(no_wide)?, out_dims, device)?
-        }
-        other => {
-            return Err(candle_core::Error::DTypeMismatchBinaryOp {
-                lhs: other,
-                rhs: DType::BF16,
-                op: "linear (bf16 weight)",
-            }
-            .into());
-        }
-    })
+        .into()),
+    }
+}
+
+/// [`packed_forward`] of an f32 / f64 `x` (`m` rows) on `bf16_gemm::matmul_wide`.
+fn wide_forward<E: WideFloat + WithDType>(
+    x: &Tensor,
+    m: usize,
+    w: &PackedBf16,
+    out_dims: Vec<usize>,
+) -> Result<Tensor> {
+    let y = with_slice(x, |x: &[E]| bf16_gemm::matmul_wide(x, m, w))?
+        .ok_or_else(|| Error::Internal("a weight was packed for a CPU without AVX-512F".into()))?;
+    Ok(Tensor::from_vec(y, out_dims, x.device())?)
 }
 
 /// `f` on the elements of a CPU tensor of element type `T` in row-major order: borrowed from its

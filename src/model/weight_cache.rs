@@ -36,7 +36,7 @@ impl WeightCache {
     }
 
     /// Whether `dtype`'s tensors on `device` are kept.
-    pub fn keeps(&self, dtype: DType, device: &Device) -> bool {
+    fn keeps(&self, dtype: DType, device: &Device) -> bool {
         self.kept.get() == Some(&(dtype, device.location()))
     }
 
@@ -49,20 +49,12 @@ impl WeightCache {
         device: &Device,
         load: impl FnOnce() -> Result<Tensor>,
     ) -> Result<Tensor> {
-        if self.kept.get() != Some(&(dtype, device.location())) {
+        if !self.keeps(dtype, device) {
             return load();
         }
-        let lock = || self.tensors.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(t) = lock().get(key) {
-            return Ok(t.clone());
-        }
-        let t = load()?;
-        lock().insert(key.to_string(), t.clone());
-        Ok(t)
+        get_or_insert(&self.tensors, key, load)
     }
-}
 
-impl WeightCache {
     /// The bf16 weight under `key` packed for the products with bf16 weights on the CPU: kept
     /// from an earlier pass, or made by `pack` (and kept when this cache keeps a dtype on the
     /// CPU: the packed weights are never larger than the bf16 ones).
@@ -71,21 +63,32 @@ impl WeightCache {
         key: &str,
         pack: impl FnOnce() -> Result<PackedBf16>,
     ) -> Result<Arc<PackedBf16>> {
+        let pack = || pack().map(Arc::new);
         if self
             .kept
             .get()
             .is_none_or(|(_, at)| *at != DeviceLocation::Cpu)
         {
-            return Ok(Arc::new(pack()?));
+            return pack();
         }
-        let lock = || self.packed.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = lock().get(key) {
-            return Ok(Arc::clone(p));
-        }
-        let p = Arc::new(pack()?);
-        lock().insert(key.to_string(), Arc::clone(&p));
-        Ok(p)
+        get_or_insert(&self.packed, key, pack)
     }
+}
+
+/// The value under `key` in `map`, made by `make` and inserted when missing. The lock is not held
+/// while `make` runs (reading a weight can take seconds).
+fn get_or_insert<T: Clone>(
+    map: &Mutex<HashMap<String, T>>,
+    key: &str,
+    make: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let lock = || map.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(v) = lock().get(key) {
+        return Ok(v.clone());
+    }
+    let v = make()?;
+    lock().insert(key.to_string(), v.clone());
+    Ok(v)
 }
 
 /// `MemAvailable` of /proc/meminfo, in bytes; `None` where there is no procfs.

@@ -124,17 +124,29 @@ impl Kernel {
         }
     }
 
-    /// The kernels this CPU can run, the portable one first.
-    pub fn available() -> Vec<Kernel> {
-        let mut kernels = vec![Kernel::Portable];
-        if has_avx512f() {
-            kernels.push(Kernel::Avx512Fma);
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx512bf16") {
-                kernels.push(Kernel::Avx512Bf16);
+    /// Whether this CPU can run the kernel.
+    pub fn runs_here(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            match self {
+                Kernel::Portable => true,
+                Kernel::Avx512Fma => has!("avx512f"),
+                Kernel::Avx512Bf16 => has!("avx512f") && has!("avx512bf16"),
             }
         }
-        kernels
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Kernel::Portable
+        }
+    }
+
+    /// The kernels this CPU can run, the portable one first.
+    pub fn available() -> Vec<Kernel> {
+        [Kernel::Portable, Kernel::Avx512Fma, Kernel::Avx512Bf16]
+            .into_iter()
+            .filter(|k| k.runs_here())
+            .collect()
     }
 
     /// The kernel [`matmul`] uses: of the machine kernels this CPU has, the one that ran a
@@ -181,27 +193,16 @@ impl Kernel {
     }
 }
 
-fn has_avx512f() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// `x · wᵀ` for `x` `[m, k]` row-major, rounded to bf16: `[m, n]` row-major.
 pub fn matmul(x: &[bf16], m: usize, w: &PackedBf16) -> Vec<bf16> {
     matmul_with(Kernel::chosen(), x, m, w)
 }
 
-/// [`matmul`] on `kernel`, which must be one of [`Kernel::available`] (else the portable one
+/// [`matmul`] on `kernel`, which must run here ([`Kernel::runs_here`]; else the portable one
 /// runs).
 pub fn matmul_with(kernel: Kernel, x: &[bf16], m: usize, w: &PackedBf16) -> Vec<bf16> {
     assert_eq!(x.len(), m * w.k, "input of {m} × {}", w.k);
-    let kernel = if Kernel::available().contains(&kernel) {
+    let kernel = if kernel.runs_here() {
         kernel
     } else {
         Kernel::Portable
@@ -226,9 +227,9 @@ pub fn matmul_with(kernel: Kernel, x: &[bf16], m: usize, w: &PackedBf16) -> Vec<
     }
 }
 
-/// Whether this CPU runs [`matmul_wide`] (AVX-512F).
+/// Whether this CPU runs [`matmul_wide`]: it has AVX-512F, as the FMA kernel needs.
 pub fn has_wide() -> bool {
-    has_avx512f()
+    Kernel::Avx512Fma.runs_here()
 }
 
 /// `x · wᵀ` for f32 or f64 `x` `[m, k]` row-major and the bf16 weight `w` (its values exact in
