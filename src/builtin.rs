@@ -7,12 +7,11 @@ use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::input::Tokenizer;
-use crate::model::{Model, ModelSource, WeightCache, WeightSource};
+use crate::model::{BUILTIN_TOKENIZER, Model, ModelSource, WeightCache, WeightSource};
 use crate::safetensors_file::SafetensorsFile;
 
 const CONFIG: &[u8] = include_bytes!("../golden/qwen3_5_tiny/config.json");
 const WEIGHTS: &[u8] = include_bytes!("../golden/qwen3_5_tiny/model.safetensors");
-const TOKENIZER: &[u8] = include_bytes!("../golden/qwen3_5_tiny/tokenizer.json");
 
 /// Stands in for a path in messages about the built-in files.
 const NAME: &str = "<built-in qwen3_5_tiny>";
@@ -30,5 +29,5 @@ pub fn model() -> Result<Model> {
 }
 
 pub fn tokenizer() -> Result<Tokenizer> {
-    Tokenizer::from_bytes(&Path::new(NAME).join("tokenizer.json"), TOKENIZER)
+    Tokenizer::from_bytes(&Path::new(NAME).join("tokenizer.json"), BUILTIN_TOKENIZER)
 }

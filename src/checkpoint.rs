@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use safetensors::tensor::TensorInfo;
-use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::safetensors_file::{SafetensorsFile, candle_dtype};
@@ -285,15 +284,6 @@ impl Checkpoint {
         for f in &self.files {
             f.advise_random(random);
         }
-    }
-
-    /// A digest of every tensor file, in shard order.
-    pub fn weights_sha256(&self) -> String {
-        let mut h = Sha256::new();
-        for f in &self.files {
-            h.update(f.sha256().as_bytes());
-        }
-        format!("{:x}", h.finalize())
     }
 }
 

@@ -521,8 +521,3 @@ fn read_moe(text: &Fields, family: Family) -> Result<Option<MoeConfig>> {
     }
     Ok(Some(moe))
 }
-
-/// Where config.json was read from, for messages.
-pub fn config_path(dir: &Path) -> PathBuf {
-    dir.join("config.json")
-}

@@ -11,7 +11,6 @@ use candle_core::{DType, Device, Tensor};
 use memmap2::Mmap;
 use safetensors::tensor::{Metadata, TensorInfo};
 use safetensors::{Dtype as StDtype, SafeTensors};
-use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 
@@ -116,15 +115,6 @@ impl SafetensorsFile {
         }
         #[cfg(not(unix))]
         let _ = random;
-    }
-
-    /// SHA-256 over the whole file, streamed from the map.
-    pub fn sha256(&self) -> String {
-        let mut h = Sha256::new();
-        for chunk in self.bytes.chunks(1 << 20) {
-            h.update(chunk);
-        }
-        format!("{:x}", h.finalize())
     }
 }
 

@@ -17,10 +17,12 @@ from .kernels import SETTINGS, Request
 from .recorder import capture
 
 PROG = "hsdiff-capture"
+DESCRIPTION = ("Load a transformers model, run one prompt with the linear-attention implementation asked for, "
+               "and write an hsdiff dump (with --ab: two dumps from one load, then `hsdiff compare` on them).")
 
 
 def parser(prog: str) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0].strip("`: "),
+    ap = argparse.ArgumentParser(prog=prog, description=DESCRIPTION,
                                  epilog="docs/capture-pytorch.md in the hsdiff repository has the details.")
     ap.add_argument("--model", required=True, help="checkpoint folder or hub id")
     ap.add_argument("--class", dest="cls", default="auto-causal",
@@ -73,6 +75,9 @@ def load_model(args, torch_dtype):
         cls = getattr(transformers, args.cls, None)
         if cls is None:
             raise CaptureError(f"--class {args.cls}: transformers has no such class")
+    if looks_like_path(args.model) and not Path(args.model).expanduser().is_dir():
+        what = "is not a folder" if Path(args.model).expanduser().exists() else "no such model folder"
+        raise CaptureError(f"--model {args.model}: {what}")
     kwargs = {"trust_remote_code": args.trust_remote_code}
     if args.attn_implementation:
         kwargs["attn_implementation"] = args.attn_implementation
@@ -87,6 +92,13 @@ def load_model(args, torch_dtype):
         raise CaptureError(f"cannot load {args.model} with {getattr(cls, '__name__', cls)}: "
                            f"{type(e).__name__}: {e}") from None
     return model
+
+
+def looks_like_path(model: str) -> bool:
+    """A folder rather than a hub id (`org/name`): absolute, relative to `.`/`~`, more than one
+    `/`, or an existing file system entry."""
+    return (model.startswith(("/", ".", "~")) or model.count("/") > 1 or "\\" in model
+            or Path(model).exists())
 
 
 def prompt_text(arg: str) -> str:

@@ -71,6 +71,15 @@ enum Command {
 
 /// Parses the arguments, runs the command, and returns the process exit code.
 pub fn main() -> i32 {
+    // Plain `hsdiff` is someone finding out what the tool does: the help, not an error about a
+    // missing --a.
+    if std::env::args_os().len() == 1 {
+        use clap::CommandFactory;
+        return match Cli::command().print_help() {
+            Ok(()) => 0,
+            Err(_) => 2,
+        };
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {

@@ -55,11 +55,6 @@ pub struct DiffStats {
 }
 
 impl DiffStats {
-    /// Any element non-finite on either side.
-    pub fn any_non_finite(&self) -> bool {
-        self.nan_a + self.inf_a + self.nan_b + self.inf_b > 0
-    }
-
     /// rel L2 over the tokens not in `skip` (sorted or not); the whole tensor's when `skip` is
     /// empty.
     pub fn rel_l2_without(&self, skip: &[usize]) -> f64 {

@@ -82,8 +82,8 @@ pub struct RunOptions<'a> {
     pub capture_state: bool,
 }
 
-/// The built-in model's tokenizer, for its digest (the same bytes `builtin` compiles in).
-const BUILTIN_TOKENIZER: &[u8] = include_bytes!("../../golden/qwen3_5_tiny/tokenizer.json");
+/// The built-in model's tokenizer, compiled in once: `builtin` loads it, the fingerprint digests it.
+pub(crate) const BUILTIN_TOKENIZER: &[u8] = include_bytes!("../../golden/qwen3_5_tiny/tokenizer.json");
 
 impl Model {
     pub fn load(dir: &Path) -> Result<Self> {

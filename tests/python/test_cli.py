@@ -107,3 +107,24 @@ def test_bad_options_exit_2(tmp_path, fizzbuzz_args):
     for flags in (["--ab", "auto,auto"], ["--ab", "torch,cuda"], ["--ab", "--core", "torch"], ["--dtype", "f8"]):
         r = run_cli(fizzbuzz_args + flags + ["--out", out])
         assert r.returncode == 2 and "hsdiff-capture: error: " in r.stderr, (flags, r.stderr)
+
+
+def test_a_missing_model_folder_is_named_not_taken_for_a_hub_id(tmp_path):
+    out = tmp_path / "x.safetensors"
+    for model, words in ((str(tmp_path / "nonexistent"), "no such model folder"),
+                         ("./no/such/folder", "no such model folder"),
+                         (str(out.parent / "file.txt"), "is not a folder")):
+        if words == "is not a folder":
+            (tmp_path / "file.txt").write_text("not a model")
+        r = run_cli(["--model", model, "--out", str(out)])
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.strip() == f"hsdiff-capture: error: --model {model}: {words}", r.stderr
+        assert not out.exists()
+
+
+def test_help_describes_the_command_in_whole_sentences():
+    r = run_cli(["--help"])
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "Load a transformers model, run one prompt" in text and "then `hsdiff compare` on them)." in text
+    assert "no cache unless" not in text
