@@ -295,3 +295,18 @@ fn selftest_passes_on_cpu_and_fails_without_golden_states() {
         .expect("report path");
     std::fs::remove_file(report.trim()).expect("remove the report");
 }
+
+/// Plain `hsdiff` is a newcomer asking what the tool does: the help, exit 0, nothing run.
+#[test]
+fn plain_hsdiff_prints_the_help() {
+    let work = tempdir();
+    let o = hsdiff(&[], work.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr_of(&o));
+    let out = stdout_of(&o);
+    assert!(out.starts_with("Do two ways of running"), "{out}");
+    for word in ["Usage: hsdiff", "compare", "--a <", "--b <"] {
+        assert!(out.contains(word), "no {word:?} in the help:\n{out}");
+    }
+    assert_eq!(stderr_of(&o), "");
+    assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 0);
+}
