@@ -6,8 +6,8 @@ Run once with the golden venv (torch 2.15 CPU):  python scripts/make_torch_sweep
 
 Why: the zip layout torch writes depends on the file name (the archive's inner folder is the
 file's stem, which shifts every offset and the alignment padding), on the tensor count and on the
-dtypes. tests/torch_sweep.rs opens every file and checks names, shapes, dtypes and a sum of the
-values against the manifest, so a reader that refuses or misreads any layout fails the test.
+dtypes. tests/torch_sweep.rs opens every file and checks names, shapes, dtypes, a sum and a
+position-weighted sum of the values against the manifest, so a reader that refuses or misreads any layout fails the test.
 
 Each file: a random name of 1–40 characters (letters, digits, `_`, `-`, `.`), 1–64 tensors of one
 dtype (bf16, f16 or f32) drawn from a seeded normal, in one of four containers: a flat dict, a
@@ -39,6 +39,10 @@ def tensor(rng: random.Random, gen: torch.Generator, dtype: torch.dtype) -> torc
     return torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
 
 
+def position_weights(n: int) -> torch.Tensor:
+    return (torch.arange(n, dtype=torch.float64) % 7) + 1
+
+
 def describe(prefix: str, obj, out: dict):
     """Flattens the saved object the way hsdiff names tensors: dotted keys and indices."""
     if isinstance(obj, torch.Tensor):
@@ -46,6 +50,9 @@ def describe(prefix: str, obj, out: dict):
             "shape": list(obj.shape),
             "dtype": {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}[obj.dtype],
             "sum": float(obj.double().sum()),
+            # Position-weighted (row-major index mod 7, + 1): a transposed or permuted read that
+            # keeps the plain sum changes this one.
+            "weighted_sum": float((obj.double().flatten() * position_weights(obj.numel())).sum()),
         }
     elif isinstance(obj, dict):
         for k, v in obj.items():

@@ -5,7 +5,7 @@
 //! not read (`attn_output_gate`, `mrope_interleaved`, `mamba_ssm_dtype`, `mtp_*`, …) are accepted
 //! and ignored, as transformers does.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};

@@ -5,7 +5,9 @@
 //!   state equals transformers' strict-float64 decode to ≤ 1e-10 relative L2;
 //! - at f32 and bf16, the decoded logits and layer outputs are within the rounding floor of the
 //!   float64 truth by the project's own rule (`verdict::classify`), the floor being the
-//!   reference backend's full-prefill error at that dtype at the same positions.
+//!   reference backend's full-prefill error at that dtype at the same positions — and so is
+//!   transformers' own f32 / bf16 cached decode (`golden/decode/*/fizzbuzz.{f32,bf16}`), judged
+//!   by the same rule.
 //!
 //! Measured errors go to stderr (`cargo test --test golden_decode -- --nocapture`).
 
@@ -71,11 +73,18 @@ fn decode(
         .unwrap_or_else(|e| panic!("decode ({}, {dtype:?}): {e}", b.name()))
 }
 
+/// Every backend on the CPU; one that cannot run there fails the test rather than dropping out
+/// of it.
 fn cpu_backends() -> Vec<Box<dyn LinearAttentionBackend>> {
-    available_backends()
+    let backends: Vec<_> = available_backends()
         .iter()
-        .filter_map(|info| backend_by_name(info.name, &Device::Cpu).ok())
-        .collect()
+        .map(|info| {
+            backend_by_name(info.name, &Device::Cpu)
+                .unwrap_or_else(|e| panic!("backend {} on the CPU: {e}", info.name))
+        })
+        .collect();
+    assert!(backends.len() >= 3, "{} backends", backends.len());
+    backends
 }
 
 /// Positions from..from+steps of a full-prefill capture `[1, T, …]`.
@@ -140,8 +149,26 @@ fn f32_and_bf16_decode_lie_within_the_rounding_floor() {
         for dtype in [DType::F32, DType::BF16] {
             let floor_run = run_model(&model, &truth.ids, dtype, reference.as_ref(), false);
             let truth_run = run_model(&model, &truth.ids, DType::F64, reference.as_ref(), false);
-            for b in cpu_backends() {
-                let caps = decode(&model, &truth.ids, plan, dtype, b.as_ref());
+            // Every backend's decode, and transformers' own cached decode at this dtype
+            // (golden/decode/{model}/fizzbuzz.{f32,bf16}): an honest decode by another tool must
+            // be judged benign by the same rule.
+            let mut sides: Vec<(String, Captures)> = cpu_backends()
+                .iter()
+                .map(|b| {
+                    let caps = decode(&model, &truth.ids, plan, dtype, b.as_ref());
+                    (b.name().to_string(), caps)
+                })
+                .collect();
+            let mode = if dtype == DType::F32 { "f32" } else { "bf16" };
+            let theirs = decode_golden(model_name, mode);
+            assert_eq!(theirs.ids, truth.ids, "{model_name} {mode}: golden token ids");
+            assert_eq!(plan_of(&theirs), plan, "{model_name} {mode}: golden decode plan");
+            let mut caps = Captures::new(theirs.ids.clone());
+            for (name, t) in &theirs.tensors {
+                caps.push(name.clone(), t.clone());
+            }
+            sides.push((format!("transformers-{mode}"), caps));
+            for (side, caps) in &sides {
                 for (decoded, prefill) in
                     std::iter::once((names::DECODE_LOGITS.to_string(), names::LOGITS.to_string()))
                         .chain(
@@ -149,7 +176,9 @@ fn f32_and_bf16_decode_lie_within_the_rounding_floor() {
                                 .map(|i| (names::decode_layer(i), names::layer(i))),
                         )
                 {
-                    let got = caps.get(&decoded).expect("decoded tensor");
+                    let got = caps
+                        .get(&decoded)
+                        .unwrap_or_else(|| panic!("{side}: no {decoded}"));
                     let stats = diff_stats(&decoded, got, truth.get(&decoded)).expect("stats");
                     let floor = diff_stats(
                         &prefill,
@@ -167,15 +196,13 @@ fn f32_and_bf16_decode_lie_within_the_rounding_floor() {
                     let verdict = classify(judged, thresholds(dtype));
                     if decoded == names::DECODE_LOGITS {
                         eprintln!(
-                            "{model_name:<20} {:<10} {dtype:?} decode.logits vs truth {:.2e}, floor {floor:.2e}",
-                            b.name(),
+                            "{model_name:<20} {side:<18} {dtype:?} decode.logits vs truth {:.2e}, floor {floor:.2e}",
                             stats.rel_l2
                         );
                     }
                     if verdict != Verdict::Ok {
                         failures.push(format!(
-                            "{model_name} {} {dtype:?} {decoded}: rel L2 {:.3e} vs floor {floor:.3e} → {}",
-                            b.name(),
+                            "{model_name} {side} {dtype:?} {decoded}: rel L2 {:.3e} vs floor {floor:.3e} → {}",
                             stats.rel_l2,
                             verdict.as_str()
                         ));

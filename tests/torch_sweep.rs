@@ -1,6 +1,7 @@
 //! Every file of `tests/fixtures/torch_sweep/` (200 archives written by torch 2.15's
 //! `torch.save`, see scripts/make_torch_sweep.py) opens, and each tensor comes back with the
-//! name, shape, dtype and values the manifest records. The archives differ in file name (which
+//! name, shape, dtype and values the manifest records (a sum and a position-weighted sum, so a
+//! transposed read fails). The archives differ in file name (which
 //! shifts every offset inside them), tensor count (1–64), dtype (bf16/f16/f32) and container
 //! (flat dict, nested dicts, tuple, dict of list and tuple).
 
@@ -53,21 +54,34 @@ fn every_torch_written_file_opens_and_reads_back() {
                 .iter()
                 .map(|d| d.as_u64().expect("dim") as usize)
                 .collect();
-            let numel: usize = shape.iter().product();
-            assert_eq!(t.elem_count(), numel, "{file}: {raw_name} size");
-            let got: f64 = t
+            // `get` reads a hidden state as [1, T, D]: a stored [T, D] gains the batch axis.
+            let read_as = if shape.len() == 2 {
+                [&[1], shape.as_slice()].concat()
+            } else {
+                shape.clone()
+            };
+            assert_eq!(t.dims(), read_as.as_slice(), "{file}: {raw_name} shape");
+            let values = t
                 .to_dtype(DType::F64)
                 .and_then(|t| t.flatten_all())
                 .and_then(|t| t.to_vec1::<f64>())
-                .expect("values")
+                .expect("values");
+            let sum: f64 = values.iter().sum();
+            // Row-major position i weighs (i mod 7) + 1, as in make_torch_sweep.py: a transposed
+            // or permuted read keeps the plain sum but not this one.
+            let weighted: f64 = values
                 .iter()
+                .enumerate()
+                .map(|(i, v)| v * ((i % 7) + 1) as f64)
                 .sum();
-            let want = e["sum"].as_f64().expect("sum");
             // Same values summed in f64 in a possibly different order: agreement to f64 rounding.
-            assert!(
-                (got - want).abs() <= 1e-9 * (1.0 + want.abs()),
-                "{file}: {raw_name} sum {got} vs {want}"
-            );
+            for (what, got) in [("sum", sum), ("weighted_sum", weighted)] {
+                let want = e[what].as_f64().expect(what);
+                assert!(
+                    (got - want).abs() <= 1e-9 * (1.0 + want.abs()),
+                    "{file}: {raw_name} {what} {got} vs {want}"
+                );
+            }
             tensors += 1;
         }
     }
