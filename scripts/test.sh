@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The project's test command (README "The tests"; .ci/run calls it): the Rust tests, then the
-# tests of the hsdiff-capture Python package (tests/python) against the installed package.
+# The project's test command (README "The tests"; .ci/run calls it): the Rust tests, the CUDA
+# kernels on the CPU emulator, then the tests of the hsdiff-capture Python package (tests/python)
+# against the installed package.
 #
 # The Python side runs in a virtual environment made from the complete pinned closure in
 # tests/python/requirements.txt (installed without resolution; torch's Linux wheel on PyPI is the
@@ -10,6 +11,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo test --locked
+
+# The CUDA kernels (src/backends/fused/cuda/gdn.cu) on the CPU emulator: the only check of their
+# indexing and tile edges that needs no CUDA toolkit and no GPU (g++ only; a few minutes).
+if ! command -v g++ >/dev/null; then
+    echo "scripts/test.sh: error: g++ (C++20) is needed for scripts/cuda-emu-test.sh" >&2
+    exit 2
+fi
+scripts/cuda-emu-test.sh
 
 venv="$(realpath -m "${HSDIFF_TEST_VENV:-target/pytest-venv}")"
 pins="$(cat tests/python/requirements*.txt scripts/requirements-golden.txt | sha256sum | cut -d' ' -f1)"
