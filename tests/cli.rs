@@ -4,6 +4,7 @@
 mod common;
 
 use std::path::Path;
+use std::process::Command;
 
 use candle_core::DType;
 use common::*;
@@ -309,4 +310,100 @@ fn plain_hsdiff_prints_the_help() {
     }
     assert_eq!(stderr_of(&o), "");
     assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 0);
+}
+
+/// Whether this CPU has the instructions of a fused-kernel level (as `dispatch.rs` decides).
+fn cpu_has(level: &str) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx2 = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c");
+        match level {
+            "generic" => true,
+            "avx2" => avx2,
+            "avx512" => {
+                avx2 && std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512dq")
+            }
+            _ => false,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        level == "generic"
+    }
+}
+
+/// Every fused-kernel level this CPU has runs the kernel checks, golden parity and the live
+/// run (`selftest --quick`) when forced with HSDIFF_FUSED_ISA — so the AVX2 and generic kernels
+/// are tested on an AVX-512 runner too; a level it lacks, or a name that is no level, is refused
+/// instead of running another one.
+#[test]
+fn every_fused_kernel_level_this_cpu_has_passes_the_selftest_when_forced() {
+    let run = |level: &str| {
+        Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+            .args(["selftest", "--quick"])
+            .env("HSDIFF_FUSED_ISA", level)
+            .current_dir(repo_root())
+            .output()
+            .expect("run hsdiff")
+    };
+    let mut ran = 0;
+    for level in ["avx512", "avx2", "generic"] {
+        let o = run(level);
+        if cpu_has(level) {
+            let out = stdout_of(&o);
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{level}:\n{out}\n{}",
+                stderr_of(&o)
+            );
+            let header = out.lines().next().unwrap_or("");
+            assert!(header.ends_with(&format!("t-{level}")), "{level}: {header}");
+            assert!(!out.contains("FAIL"), "{level}:\n{out}");
+            ran += 1;
+        } else {
+            assert_ne!(
+                o.status.code(),
+                Some(0),
+                "{level} passed on a CPU without it"
+            );
+            // The live run refuses with one line, exit 2.
+            let live = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+                .args(["--a", "fused", "--b", "reference"])
+                .env("HSDIFF_FUSED_ISA", level)
+                .output()
+                .expect("run hsdiff");
+            assert_eq!(
+                live.status.code(),
+                Some(2),
+                "{level} ran on a CPU without it"
+            );
+            let err = stderr_of(&live);
+            assert!(
+                err.lines().last().is_some_and(|l| l.contains(&format!(
+                    "HSDIFF_FUSED_ISA={level}: this CPU cannot run that kernel level"
+                ))),
+                "{err}"
+            );
+        }
+    }
+    assert!(ran >= 1, "not even the generic kernels ran");
+    let o = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+        .args(["--a", "fused", "--b", "reference"])
+        .env("HSDIFF_FUSED_ISA", "avx1024")
+        .output()
+        .expect("run hsdiff");
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr_of(&o);
+    assert!(
+        err.lines().last().is_some_and(
+            |l| l.starts_with("hsdiff: error: ") && l.contains("names no kernel level")
+        ),
+        "{err}"
+    );
 }

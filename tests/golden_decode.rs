@@ -161,8 +161,15 @@ fn f32_and_bf16_decode_lie_within_the_rounding_floor() {
                 .collect();
             let mode = if dtype == DType::F32 { "f32" } else { "bf16" };
             let theirs = decode_golden(model_name, mode);
-            assert_eq!(theirs.ids, truth.ids, "{model_name} {mode}: golden token ids");
-            assert_eq!(plan_of(&theirs), plan, "{model_name} {mode}: golden decode plan");
+            assert_eq!(
+                theirs.ids, truth.ids,
+                "{model_name} {mode}: golden token ids"
+            );
+            assert_eq!(
+                plan_of(&theirs),
+                plan,
+                "{model_name} {mode}: golden decode plan"
+            );
             let mut caps = Captures::new(theirs.ids.clone());
             for (name, t) in &theirs.tensors {
                 caps.push(name.clone(), t.clone());

@@ -83,7 +83,8 @@ pub struct RunOptions<'a> {
 }
 
 /// The built-in model's tokenizer, compiled in once: `builtin` loads it, the fingerprint digests it.
-pub(crate) const BUILTIN_TOKENIZER: &[u8] = include_bytes!("../../golden/qwen3_5_tiny/tokenizer.json");
+pub(crate) const BUILTIN_TOKENIZER: &[u8] =
+    include_bytes!("../../golden/qwen3_5_tiny/tokenizer.json");
 
 impl Model {
     pub fn load(dir: &Path) -> Result<Self> {

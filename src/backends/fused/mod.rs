@@ -84,7 +84,10 @@ impl LinearAttentionBackend for Fused {
 
     fn check_device(&self, device: &Device) -> Result<()> {
         match device {
-            Device::Cpu => Ok(()),
+            Device::Cpu => match cpu::isa_override_error() {
+                None => Ok(()),
+                Some(why) => Err(Error::backend(NAME, why)),
+            },
             #[cfg(feature = "cuda")]
             Device::Cuda(_) => Ok(()),
             _ => Err(Error::backend(

@@ -25,7 +25,7 @@ pub mod truth;
 
 pub use conv::causal_conv1d_silu;
 pub use dims::{ConvDims, GdnDims, NormDims};
-pub use dispatch::isa_name;
+pub use dispatch::{isa_name, isa_override_error};
 pub use element::{Accum, Element};
 pub use error::KernelError;
 pub use fused::{fused_gdn, gated_delta_rule};
