@@ -896,10 +896,16 @@ fn randn(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
     tensor(&normal_vec(&mut rng, n, 1.0), shape, dtype)
 }
 
-fn must_fail<T>(backend: &str, what: &str, r: hsdiff::error::Result<T>) {
+/// `r` is the backend's own error about `what`, saying `expect` — not any error at all (a call
+/// that failed for another reason would pass a bare `is_err()`).
+fn must_fail<T>(backend: &str, what: &str, expect: &str, r: hsdiff::error::Result<T>) {
     match r {
         Ok(_) => panic!("{backend}: {what} was accepted"),
-        Err(e) => eprintln!("{backend:>10}: {what}: {e}"),
+        Err(e) => assert_eq!(
+            e.to_string(),
+            format!("backend `{backend}`: {expect}"),
+            "{backend}: {what}: another error than the one expected"
+        ),
     }
 }
 
@@ -929,18 +935,21 @@ fn bad_shapes_and_dtypes_are_errors() {
         must_fail(
             name,
             "g [B, T, Hv+1]",
+            "g must be [2, 5, 4], got [2, 5, 5]",
             be.gated_delta_rule(DeltaInputs { g: &bad_g, ..ok }, None),
         );
         let bad_g = randn(&[b, t], f32_, 6);
         must_fail(
             name,
             "g [B, T]",
+            "g must be [2, 5, 4], got [2, 5]",
             be.gated_delta_rule(DeltaInputs { g: &bad_g, ..ok }, None),
         );
         let bad_beta = randn(&[b, t + 1, hv], f32_, 6);
         must_fail(
             name,
             "beta [B, T+1, Hv]",
+            "beta must be [2, 5, 4], got [2, 6, 4]",
             be.gated_delta_rule(
                 DeltaInputs {
                     beta: &bad_beta,
@@ -953,18 +962,21 @@ fn bad_shapes_and_dtypes_are_errors() {
         must_fail(
             name,
             "k dk ≠ q dk",
+            "k shape [2, 5, 2, 9] differs from q shape [2, 5, 2, 8]",
             be.gated_delta_rule(DeltaInputs { k: &bad_k, ..ok }, None),
         );
         let bad_k = randn(&[b, t, hk + 1, dk], f32_, 7);
         must_fail(
             name,
             "k Hk ≠ q Hk",
+            "k shape [2, 5, 3, 8] differs from q shape [2, 5, 2, 8]",
             be.gated_delta_rule(DeltaInputs { k: &bad_k, ..ok }, None),
         );
         let bad_v = randn(&[b, t + 1, hv, dv], f32_, 8);
         must_fail(
             name,
             "v T ≠ q T",
+            "v shape [2, 6, 4, 6] does not match q shape [2, 5, 2, 8]",
             be.gated_delta_rule(DeltaInputs { v: &bad_v, ..ok }, None),
         );
         let q3 = randn(&[b, t, 3, dk], f32_, 9);
@@ -972,6 +984,7 @@ fn bad_shapes_and_dtypes_are_errors() {
         must_fail(
             name,
             "Hv=4 with Hk=3",
+            "4 value heads is not a multiple of 3 key heads",
             be.gated_delta_rule(
                 DeltaInputs {
                     q: &q3,
@@ -985,6 +998,7 @@ fn bad_shapes_and_dtypes_are_errors() {
         must_fail(
             name,
             "3-D q",
+            "q must be [B, T, Hk, dk], got [2, 5, 16]",
             be.gated_delta_rule(
                 DeltaInputs {
                     q: &q3d,
@@ -998,18 +1012,21 @@ fn bad_shapes_and_dtypes_are_errors() {
         must_fail(
             name,
             "k bf16, q f32",
+            "k dtype BF16 differs from q dtype F32",
             be.gated_delta_rule(DeltaInputs { k: &k_bf, ..ok }, None),
         );
         let v_bf = v.to_dtype(DType::BF16).expect("bf16");
         must_fail(
             name,
             "v bf16, q f32",
+            "v dtype BF16 differs from q dtype F32",
             be.gated_delta_rule(DeltaInputs { v: &v_bf, ..ok }, None),
         );
         let beta_64 = beta.to_dtype(DType::F64).expect("f64");
         must_fail(
             name,
             "beta f64, q f32",
+            "beta dtype F64 differs from q dtype F32",
             be.gated_delta_rule(
                 DeltaInputs {
                     beta: &beta_64,
@@ -1022,6 +1039,7 @@ fn bad_shapes_and_dtypes_are_errors() {
         must_fail(
             name,
             "S0 [B, Hv, dv, dk]",
+            "initial state must be [2, 4, 8, 6], got [2, 4, 6, 8]",
             be.gated_delta_rule(ok, Some(&bad_s0)),
         );
 
@@ -1033,20 +1051,28 @@ fn bad_shapes_and_dtypes_are_errors() {
         must_fail(
             name,
             "conv weight [C+1, K]",
+            "conv weight [13, 4] does not match 12 channels",
             be.conv1d_silu(&x, &randn(&[13, 4], f32_, 14)),
         );
         must_fail(
             name,
             "conv weight [C]",
+            "conv weight must be [C, K], got [12]",
             be.conv1d_silu(&x, &randn(&[12], f32_, 14)),
         );
         must_fail(
             name,
             "conv input [B, T]",
+            "conv input must be [B, T, C], got [2, 5]",
             be.conv1d_silu(&randn(&[b, t], f32_, 14), &w),
         );
         let w_bf = w.to_dtype(DType::BF16).expect("bf16");
-        must_fail(name, "conv weight bf16, x f32", be.conv1d_silu(&x, &w_bf));
+        must_fail(
+            name,
+            "conv weight bf16, x f32",
+            "conv input dtype F32 differs from weight dtype BF16",
+            be.conv1d_silu(&x, &w_bf),
+        );
 
         // Gated norm.
         let x = randn(&[b, t, hv, dv], f32_, 15);
@@ -1058,12 +1084,14 @@ fn bad_shapes_and_dtypes_are_errors() {
         must_fail(
             name,
             "norm z shape",
+            "gate shape [2, 5, 4, 7] differs from input shape [2, 5, 4, 6]",
             be.gated_rms_norm(&x, &bad_z, &nw, 1e-6),
         );
         let bad_w = randn(&[dv + 1], f32_, 19);
         must_fail(
             name,
             "norm weight [dv+1]",
+            "gated norm weight must be [6], got [7]",
             be.gated_rms_norm(&x, &z, &bad_w, 1e-6),
         );
     }

@@ -181,131 +181,160 @@ fn shape_errors_not_panics() {
     let ok = fused_gdn::<f32>(&x, &w, &g, &beta, 0.3, None, d, &mut out, &mut fin, None);
     assert!(ok.is_ok());
     let short_init = vec![0.0f32; 4 * 8 * 6 - 1];
-    let err = |r: Result<(), KernelError>| {
-        let e = r.unwrap_err();
-        assert!(!e.to_string().is_empty());
+    // Each bad call fails with the error naming what is wrong with it, not just any error.
+    let err = |r: Result<(), KernelError>, expect: &str| {
+        let e = r.expect_err(expect);
+        assert_eq!(e.to_string(), expect);
         e
     };
-    err(fused_gdn::<f32>(
-        &x[1..],
-        &w,
-        &g,
-        &beta,
-        0.3,
-        None,
-        d,
-        &mut out,
-        &mut fin,
-        None,
-    ));
-    err(fused_gdn::<f32>(
-        &x,
-        &w[1..],
-        &g,
-        &beta,
-        0.3,
-        None,
-        d,
-        &mut out,
-        &mut fin,
-        None,
-    ));
-    err(fused_gdn::<f32>(
-        &x,
-        &w,
-        &g[1..],
-        &beta,
-        0.3,
-        None,
-        d,
-        &mut out,
-        &mut fin,
-        None,
-    ));
-    err(fused_gdn::<f32>(
-        &x,
-        &w,
-        &g,
-        &beta[1..],
-        0.3,
-        None,
-        d,
-        &mut out,
-        &mut fin,
-        None,
-    ));
-    err(fused_gdn::<f32>(
-        &x,
-        &w,
-        &g,
-        &beta,
-        0.3,
-        Some(&short_init),
-        d,
-        &mut out,
-        &mut fin,
-        None,
-    ));
-    err(fused_gdn::<f32>(
-        &x,
-        &w,
-        &g,
-        &beta,
-        0.3,
-        None,
-        d,
-        &mut out[1..],
-        &mut fin,
-        None,
-    ));
-    err(fused_gdn::<f32>(
-        &x,
-        &w,
-        &g,
-        &beta,
-        0.3,
-        None,
-        d,
-        &mut out,
-        &mut fin[1..],
-        None,
-    ));
+    err(
+        fused_gdn::<f32>(
+            &x[1..],
+            &w,
+            &g,
+            &beta,
+            0.3,
+            None,
+            d,
+            &mut out,
+            &mut fin,
+            None,
+        ),
+        "`mixed_qkv` has 279 elements, expected 280",
+    );
+    err(
+        fused_gdn::<f32>(
+            &x,
+            &w[1..],
+            &g,
+            &beta,
+            0.3,
+            None,
+            d,
+            &mut out,
+            &mut fin,
+            None,
+        ),
+        "`conv_weight` has 223 elements, expected 224",
+    );
+    err(
+        fused_gdn::<f32>(
+            &x,
+            &w,
+            &g[1..],
+            &beta,
+            0.3,
+            None,
+            d,
+            &mut out,
+            &mut fin,
+            None,
+        ),
+        "`g` has 19 elements, expected 20",
+    );
+    err(
+        fused_gdn::<f32>(
+            &x,
+            &w,
+            &g,
+            &beta[1..],
+            0.3,
+            None,
+            d,
+            &mut out,
+            &mut fin,
+            None,
+        ),
+        "`beta` has 19 elements, expected 20",
+    );
+    err(
+        fused_gdn::<f32>(
+            &x,
+            &w,
+            &g,
+            &beta,
+            0.3,
+            Some(&short_init),
+            d,
+            &mut out,
+            &mut fin,
+            None,
+        ),
+        "`initial_state` has 191 elements, expected 192",
+    );
+    err(
+        fused_gdn::<f32>(
+            &x,
+            &w,
+            &g,
+            &beta,
+            0.3,
+            None,
+            d,
+            &mut out[1..],
+            &mut fin,
+            None,
+        ),
+        "`core_out` has 119 elements, expected 120",
+    );
+    err(
+        fused_gdn::<f32>(
+            &x,
+            &w,
+            &g,
+            &beta,
+            0.3,
+            None,
+            d,
+            &mut out,
+            &mut fin[1..],
+            None,
+        ),
+        "`final_state` has 191 elements, expected 192",
+    );
     let mut co = vec![0.0f32; 5 * c - 1];
-    err(fused_gdn::<f32>(
-        &x,
-        &w,
-        &g,
-        &beta,
-        0.3,
-        None,
-        d,
-        &mut out,
-        &mut fin,
-        Some(&mut co),
-    ));
+    err(
+        fused_gdn::<f32>(
+            &x,
+            &w,
+            &g,
+            &beta,
+            0.3,
+            None,
+            d,
+            &mut out,
+            &mut fin,
+            Some(&mut co),
+        ),
+        "`conv_out` has 279 elements, expected 280",
+    );
     let bad = GdnDims { v_heads: 3, ..d };
-    err(fused_gdn::<f32>(
-        &x, &w, &g, &beta, 0.3, None, bad, &mut out, &mut fin, None,
-    ));
+    err(
+        fused_gdn::<f32>(&x, &w, &g, &beta, 0.3, None, bad, &mut out, &mut fin, None),
+        "invalid dimensions: v_heads must be a multiple of k_heads",
+    );
     let bad = GdnDims {
         conv_kernel: 0,
         ..d
     };
-    err(fused_gdn::<f32>(
-        &x, &w, &g, &beta, 0.3, None, bad, &mut out, &mut fin, None,
-    ));
+    err(
+        fused_gdn::<f32>(&x, &w, &g, &beta, 0.3, None, bad, &mut out, &mut fin, None),
+        "invalid dimensions: conv_kernel must be > 0",
+    );
     let bad = GdnDims { k_dim: 0, ..d };
-    err(fused_gdn::<f32>(
-        &x, &w, &g, &beta, 0.3, None, bad, &mut out, &mut fin, None,
-    ));
+    err(
+        fused_gdn::<f32>(&x, &w, &g, &beta, 0.3, None, bad, &mut out, &mut fin, None),
+        "invalid dimensions: k_dim and v_dim must be > 0",
+    );
     let huge = GdnDims {
         seq: usize::MAX / 2,
         ..d
     };
     assert_eq!(
-        err(fused_gdn::<f32>(
-            &x, &w, &g, &beta, 0.3, None, huge, &mut out, &mut fin, None
-        )),
+        err(
+            fused_gdn::<f32>(&x, &w, &g, &beta, 0.3, None, huge, &mut out, &mut fin, None),
+            "dimensions overflow usize",
+        ),
         KernelError::Overflow
     );
     let q = vec![0.1f32; 5 * 2 * 8];
@@ -313,30 +342,14 @@ fn shape_errors_not_panics() {
     assert!(
         gated_delta_rule::<f32>(&q, &q, &v, &g, &beta, 0.3, None, d, &mut out, &mut fin).is_ok()
     );
-    err(gated_delta_rule::<f32>(
-        &q[1..],
-        &q,
-        &v,
-        &g,
-        &beta,
-        0.3,
-        None,
-        d,
-        &mut out,
-        &mut fin,
-    ));
-    err(gated_delta_rule::<f32>(
-        &q,
-        &q,
-        &v[1..],
-        &g,
-        &beta,
-        0.3,
-        None,
-        d,
-        &mut out,
-        &mut fin,
-    ));
+    err(
+        gated_delta_rule::<f32>(&q[1..], &q, &v, &g, &beta, 0.3, None, d, &mut out, &mut fin),
+        "`q` has 79 elements, expected 80",
+    );
+    err(
+        gated_delta_rule::<f32>(&q, &q, &v[1..], &g, &beta, 0.3, None, d, &mut out, &mut fin),
+        "`v` has 119 elements, expected 120",
+    );
     let cd = ConvDims {
         batch: 1,
         seq: 5,
@@ -345,38 +358,34 @@ fn shape_errors_not_panics() {
     };
     let mut co = vec![0.0f32; 5 * c];
     assert!(causal_conv1d_silu(&x, &w, cd, &mut co).is_ok());
-    err(causal_conv1d_silu(&x, &w[1..], cd, &mut co));
-    err(causal_conv1d_silu(
-        &x,
-        &w,
-        ConvDims { kernel: 0, ..cd },
-        &mut co,
-    ));
+    err(
+        causal_conv1d_silu(&x, &w[1..], cd, &mut co),
+        "`w` has 223 elements, expected 224",
+    );
+    err(
+        causal_conv1d_silu(&x, &w, ConvDims { kernel: 0, ..cd }, &mut co),
+        "invalid dimensions: channels and kernel must be > 0",
+    );
     let nd = NormDims { rows: 5, dim: 6 };
     let mut no = vec![0.0f32; 30];
     assert!(gated_rms_norm(&out[..30], &out[..30], &out[..6], 1e-6, nd, &mut no).is_ok());
-    err(gated_rms_norm(
-        &out[..30],
-        &out[..29],
-        &out[..6],
-        1e-6,
-        nd,
-        &mut no,
-    ));
-    err(gated_rms_norm(
-        &out[..30],
-        &out[..30],
-        &out[..5],
-        1e-6,
-        nd,
-        &mut no,
-    ));
-    err(gated_rms_norm(
-        &out[..30],
-        &out[..30],
-        &out[..6],
-        1e-6,
-        NormDims { rows: 5, dim: 0 },
-        &mut no,
-    ));
+    err(
+        gated_rms_norm(&out[..30], &out[..29], &out[..6], 1e-6, nd, &mut no),
+        "`z` has 29 elements, expected 30",
+    );
+    err(
+        gated_rms_norm(&out[..30], &out[..30], &out[..5], 1e-6, nd, &mut no),
+        "`w` has 5 elements, expected 6",
+    );
+    err(
+        gated_rms_norm(
+            &out[..30],
+            &out[..30],
+            &out[..6],
+            1e-6,
+            NormDims { rows: 5, dim: 0 },
+            &mut no,
+        ),
+        "invalid dimensions: dim must be > 0",
+    );
 }
