@@ -345,7 +345,12 @@ fn check_refuses_malformed_golden_files() {
         }
     });
     let missing = dir.path().join("does_not_exist.safetensors");
-    for path in [&garbage, &truncated, &no_ids, &missing] {
+    for (path, why) in [
+        (&garbage, "not a valid safetensors file"),
+        (&truncated, "truncated"),
+        (&no_ids, "tensor `input_ids`: missing"),
+        (&missing, "no such file"),
+    ] {
         let o = hsdiff(&["check", "--golden", path.to_str().unwrap()], &repo_root());
         let err = stderr_of(&o);
         assert_eq!(o.status.code(), Some(2), "{}: {err}", path.display());
@@ -357,6 +362,7 @@ fn check_refuses_malformed_golden_files() {
             line.contains(path.file_name().unwrap().to_str().unwrap()),
             "the error names the file: {line}"
         );
+        assert!(line.contains(why), "the error says {why:?}: {line}");
         assert!(!err.contains("panicked"), "{err}");
     }
 }

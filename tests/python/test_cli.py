@@ -104,9 +104,13 @@ def test_a_package_that_does_not_import_is_an_error_not_a_fallback(tmp_path, fiz
 
 def test_bad_options_exit_2(tmp_path, fizzbuzz_args):
     out = str(tmp_path / "x.safetensors")
-    for flags in (["--ab", "auto,auto"], ["--ab", "torch,cuda"], ["--ab", "--core", "torch"], ["--dtype", "f8"]):
+    for flags, why in ((["--ab", "auto,auto"], "--ab auto,auto: expected two different settings"),
+                       (["--ab", "torch,cuda"], "--ab torch,cuda: expected two different settings"),
+                       (["--ab", "--core", "torch"], "--ab takes its two settings itself"),
+                       (["--dtype", "f8"], "unknown dtype 'f8'")):
         r = run_cli(fizzbuzz_args + flags + ["--out", out])
-        assert r.returncode == 2 and "hsdiff-capture: error: " in r.stderr, (flags, r.stderr)
+        assert r.returncode == 2, (flags, r.stderr)
+        assert r.stderr.strip().startswith(f"hsdiff-capture: error: {why}"), (flags, r.stderr)
 
 
 def test_a_missing_model_folder_is_named_not_taken_for_a_hub_id(tmp_path):
