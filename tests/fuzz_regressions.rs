@@ -13,15 +13,55 @@ fn fuzz_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz")
 }
 
-/// Every file under `fuzz/{seeds,corpus,regressions}/<target>/`.
+/// The inputs committed per fuzz target: (target, seeds, corpus). The replay must find at least
+/// these many — a corpus folder that went missing or was emptied fails here instead of turning
+/// the replay into a test of the seeds alone. Raise the numbers when a corpus grows.
+const COMMITTED: &[(&str, usize, usize)] = &[
+    ("safetensors", 2, 609),
+    ("torch", 4, 521),
+    ("numpy", 3, 491),
+    ("pickle", 4, 347),
+    ("config", 2, 0),
+    ("tokenizer", 4, 0),
+];
+
+/// Every file under `fuzz/{seeds,corpus,regressions}/<target>/` (regressions/ exists only once
+/// a crasher has been saved), checked against [`COMMITTED`].
 fn inputs(target: &str) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for kind in ["seeds", "corpus", "regressions"] {
+    let &(_, seeds, corpus) = COMMITTED
+        .iter()
+        .find(|(t, _, _)| *t == target)
+        .unwrap_or_else(|| panic!("no committed counts for fuzz target {target}"));
+    let files = |kind: &str| -> Vec<PathBuf> {
         let dir = fuzz_dir().join(kind).join(target);
-        if let Ok(list) = std::fs::read_dir(&dir) {
-            out.extend(list.flatten().map(|e| e.path()).filter(|p| p.is_file()));
+        match std::fs::read_dir(&dir) {
+            Ok(list) => list
+                .map(|e| e.expect("read corpus folder").path())
+                .filter(|p| p.is_file())
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && kind == "regressions" => {
+                Vec::new()
+            }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound && kind == "corpus" && corpus == 0 =>
+            {
+                Vec::new()
+            }
+            Err(e) => panic!("{}: {e}", dir.display()),
         }
-    }
+    };
+    let (s, c) = (files("seeds"), files("corpus"));
+    assert!(
+        s.len() >= seeds,
+        "{target}: {} seeds, {seeds} committed",
+        s.len()
+    );
+    assert!(
+        c.len() >= corpus,
+        "{target}: {} corpus files, {corpus} committed",
+        c.len()
+    );
+    let mut out: Vec<PathBuf> = s.into_iter().chain(c).chain(files("regressions")).collect();
     out.sort();
     out
 }
@@ -58,7 +98,7 @@ fn file_readers_survive_the_corpus() {
             n += 1;
         }
     }
-    assert!(n >= 9, "only {n} corpus files");
+    assert!(n >= 9 + 609 + 521 + 491, "only {n} corpus files");
 }
 
 #[test]
@@ -79,5 +119,4 @@ fn pickle_config_and_tokenizer_survive_the_corpus() {
             let _ = tok.encode(&text);
         }
     }
-    assert!(!inputs("pickle").is_empty() && !inputs("config").is_empty());
 }
