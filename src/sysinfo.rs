@@ -1,7 +1,7 @@
 //! Linux `/proc` facts about this process and machine, parsed in one place: the process's own
 //! memory (`/proc/self/status`), its threads' CPU time (`schedstat`), the load average, the CPU
-//! (`/proc/cpuinfo`) and the installed memory. Each parser takes the file's text, so it is tested on fixed samples; the readers
-//! return `None` where the file is missing (other systems).
+//! (`/proc/cpuinfo`) and the installed memory. Each parser takes the file's text, so it is
+//! tested on fixed samples; the readers return `None` where the file is missing (other systems).
 
 /// A `kB` field of a `/proc/<pid>/status` text, e.g. `VmRSS`, `VmHWM`.
 pub fn status_field_kib(status: &str, key: &str) -> Option<u64> {
@@ -23,14 +23,10 @@ pub fn parse_schedstat_ns(schedstat: &str) -> Option<u64> {
     schedstat.split_whitespace().next()?.parse().ok()
 }
 
-/// The CPU time of the calling thread so far, in nanoseconds: unlike wall time, it does not grow
-/// while other work on the machine holds the CPU.
-pub fn thread_cpu_ns() -> Option<u64> {
-    parse_schedstat_ns(&std::fs::read_to_string("/proc/thread-self/schedstat").ok()?)
-}
-
-/// The CPU time of all of this process's threads so far, in nanoseconds (threads that have
-/// exited are not counted: read it around work on threads that stay, such as rayon's pool).
+/// The CPU time of all of this process's threads so far, in nanoseconds: unlike wall time, it does
+/// not grow while other work holds the CPUs. Threads that have exited are not counted (read it
+/// around work on threads that stay, such as rayon's pool), and a running thread's count is
+/// brought up to date only at scheduler ticks (a few ms): for calls of a second or more.
 pub fn process_cpu_ns() -> Option<u64> {
     let mut total = 0;
     for task in std::fs::read_dir("/proc/self/task").ok()? {

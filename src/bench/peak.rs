@@ -5,17 +5,16 @@
 //! widest FMA instructions the CPU has — AVX-512F (24 chains of 512 bits), else AVX2 + FMA (12
 //! chains of 256 bits) — with no memory traffic. `CHAINS` covers an FMA's latency (4 cycles on
 //! recent x86 cores) times two FMA ports, so the loop issues an FMA every port-cycle: its rate is
-//! the arithmetic peak. Each repetition is short (a few ms, so that one of them likely runs
-//! undisturbed on a loaded machine) and the best of them is the peak, both by wall time and by
-//! the threads' own CPU time (`/proc/thread-self/schedstat`): the two agree on an idle machine,
-//! and the CPU-time one stays put when other work takes the cores.
+//! the arithmetic peak. Each repetition is short (≈ 2 ms, so that on a loaded machine some of them
+//! still run undisturbed) and the best of them by wall time is the peak. (Not by CPU time: the
+//! kernel's per-thread run time, `schedstat`, is only brought up to date at scheduler ticks, too
+//! coarse for a 2 ms run — and a register-resident loop's rate while it has the core is the
+//! best wall-time rate anyway.)
 
 use std::sync::Barrier;
 use std::time::Instant;
 
 use serde::Serialize;
-
-use crate::sysinfo::thread_cpu_ns;
 
 /// A float type of the products.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -98,8 +97,6 @@ pub struct Peak {
     pub isa: &'static str,
     /// Best repetition by wall time.
     pub gflops: f64,
-    /// Best repetition by the threads' CPU time (`None` without `/proc/thread-self/schedstat`).
-    pub gflops_cpu_time: Option<f64>,
 }
 
 /// The peaks of one run: f32 and f64 on one thread and on `threads`.
@@ -141,11 +138,8 @@ impl Peaks {
             .peaks
             .iter()
             .map(|p| {
-                let cpu = p
-                    .gflops_cpu_time
-                    .map_or_else(String::new, |c| format!(" ({c:.1} by CPU time)"));
                 format!(
-                    "{} {} thread(s) {:.1}{cpu}",
+                    "{} {} thread(s) {:.1}",
                     p.dtype.label(),
                     p.threads,
                     p.gflops
@@ -160,51 +154,36 @@ impl Peaks {
     }
 }
 
-/// The peak of `p` on `threads` threads running `isa`'s FMA chains at once.
+/// The peak of `p` on `threads` threads running `isa`'s FMA chains at once: the best repetition's
+/// FLOPs over its slowest thread's time.
 fn measure(isa: Isa, p: Precision, threads: usize) -> Peak {
     let flops_per_thread = (ITERATIONS * (isa.chains() * isa.lanes(p) * 2) as u64) as f64;
-    let (mut best_wall, mut best_cpu) = (0.0f64, None::<f64>);
+    let mut best = 0.0f64;
     for _ in 0..REPETITIONS {
         let barrier = Barrier::new(threads);
-        let runs: Vec<(f64, Option<f64>)> = std::thread::scope(|s| {
+        let times: Vec<f64> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads)
                 .map(|_| {
                     s.spawn(|| {
                         barrier.wait();
-                        let (start, cpu0) = (Instant::now(), thread_cpu_ns());
+                        let start = Instant::now();
                         std::hint::black_box(run_chains(isa, p, ITERATIONS));
-                        let wall = start.elapsed().as_secs_f64();
-                        let cpu = match (cpu0, thread_cpu_ns()) {
-                            (Some(a), Some(b)) if b > a => Some((b - a) as f64 * 1e-9),
-                            _ => None,
-                        };
-                        (wall, cpu)
+                        start.elapsed().as_secs_f64()
                     })
                 })
                 .collect();
             handles.into_iter().filter_map(|h| h.join().ok()).collect()
         });
-        if runs.len() != threads {
-            continue;
-        }
-        let slowest = runs.iter().map(|r| r.0).fold(0.0, f64::max);
-        if slowest > 0.0 {
-            best_wall = best_wall.max(flops_per_thread * threads as f64 / slowest * 1e-9);
-        }
-        let cpu: Option<f64> = runs
-            .iter()
-            .map(|r| r.1.map(|c| flops_per_thread / c * 1e-9))
-            .sum();
-        if let Some(c) = cpu {
-            best_cpu = Some(best_cpu.map_or(c, |b| b.max(c)));
+        let slowest = times.iter().copied().fold(0.0, f64::max);
+        if times.len() == threads && slowest > 0.0 {
+            best = best.max(flops_per_thread * threads as f64 / slowest * 1e-9);
         }
     }
     Peak {
         dtype: p,
         threads,
         isa: isa.name(),
-        gflops: best_wall,
-        gflops_cpu_time: best_cpu,
+        gflops: best,
     }
 }
 

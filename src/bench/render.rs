@@ -174,7 +174,6 @@ mod tests {
                 threads: 2,
                 isa: "avx2+fma",
                 gflops: 312.5,
-                gflops_cpu_time: None,
             }],
         };
         crate::bench::results::add_rates(&mut rows, Some(&peaks), 2);

@@ -29,9 +29,8 @@ enum BenchCommand {
     Core(CoreArgs),
     /// The whole prefill forward pass of a checkpoint (see scripts/make_bench_model.py).
     Forward(ForwardArgs),
-    /// The linear layers' products alone at Qwen3.5-27B's shapes, hsdiff's and candle's, as
-    /// GFLOP/s and as a fraction of this machine's measured FMA peak, in this process on
-    /// RAYON_NUM_THREADS threads (default: all cores).
+    /// The linear layers' products alone at Qwen3.5-27B's shapes (hsdiff's, candle's) as GFLOP/s
+    /// and as a fraction of the measured FMA peak, on RAYON_NUM_THREADS threads (default: all).
     Gemm(GemmArgs),
     /// One measurement in this process (what `core` and `forward` run in child processes).
     #[command(hide = true)]
@@ -151,22 +150,17 @@ struct GemmArgs {
     #[arg(long, value_delimiter = ',', default_value = "f32,f64")]
     dtypes: Vec<String>,
 
-    /// Products to measure, comma-separated (in_proj_qkv, in_proj_z, out_proj, q_proj,
-    /// gate_proj, down_proj). Default: all.
+    /// Products to measure, comma-separated (default: all; an unknown name lists them).
     #[arg(long, value_delimiter = ',')]
     shapes: Vec<String>,
+
+    /// Multiply only the first N output columns of each weight (same work per column).
+    #[arg(long, value_name = "N")]
+    columns: Option<usize>,
 
     /// Timed calls per product (the median is reported, and the best).
     #[arg(long, default_value_t = 3)]
     repeats: usize,
-
-    /// Untimed calls before the timed ones.
-    #[arg(long, default_value_t = 1)]
-    warmup: usize,
-
-    /// Seed of the random weights and inputs.
-    #[arg(long, default_value_t = 20240917)]
-    seed: u64,
 
     /// Print the table as Markdown.
     #[arg(long)]
@@ -240,14 +234,15 @@ fn run_gemm(args: &GemmArgs) -> Result<i32> {
     let gemm = GemmBench {
         seq: args.seq,
         shapes: shapes_named(&args.shapes)?,
+        columns: args.columns,
         dtypes: args
             .dtypes
             .iter()
             .map(|d| parse_dtype(d))
             .collect::<Result<_>>()?,
         repeats: args.repeats,
-        warmup: args.warmup,
-        seed: args.seed,
+        warmup: 1,
+        seed: 20240917,
     };
     gemm.check()?;
     if let Some(path) = &args.json {
