@@ -12,7 +12,7 @@ use super::protocol::Measurement;
 use crate::backends::{DeltaInputs, LinearAttentionBackend, backend_by_name};
 use crate::capture::names;
 use crate::error::{Error, Result};
-use crate::model::{Bf16Kernel, Model, RunOptions};
+use crate::model::{Bf16Kernel, Model, RunOptions, WideKernel, product_flops};
 use crate::progress::Progress;
 use crate::safetensors_file::SafetensorsFile;
 use crate::sysinfo::own_status_kib;
@@ -92,12 +92,19 @@ pub fn run_case(req: &CaseRequest) -> Result<Measurement> {
     let cpu = Device::Cpu;
     let backend = backend_by_name(&req.backend, &cpu)?;
     let mut implementation = backend.implementation(&cpu);
-    if req.kind == CaseKind::Forward && req.dtype == DType::BF16 {
-        implementation = format!(
-            "{implementation}, bf16 GEMM {}",
-            Bf16Kernel::chosen().name()
-        );
+    if req.kind == CaseKind::Forward {
+        implementation = match (req.dtype, WideKernel::chosen()) {
+            (DType::BF16, _) => format!(
+                "{implementation}, bf16 GEMM {}",
+                Bf16Kernel::chosen().name()
+            ),
+            (DType::F32 | DType::F64, Some(k)) => {
+                format!("{implementation}, products on bf16 weights {}", k.name())
+            }
+            _ => implementation,
+        };
     }
+    let mut flops_per_call = None;
     let (times_ms, rss_before_kib, output, out) = match req.kind {
         CaseKind::Core => {
             let [q, k, v, g, beta] = load_core_inputs(req)?;
@@ -128,9 +135,13 @@ pub fn run_case(req: &CaseRequest) -> Result<Measurement> {
             model.keep_weights(req.dtype, &cpu);
             let ids = load_input_ids(req)?;
             let rss_before = own_status_kib("VmRSS");
+            let flops_before = product_flops();
             let (times, last) = time_calls(req.warmup, req.repeats, || {
                 run_forward(&model, &ids, req.dtype, backend.as_ref())
             })?;
+            // Every call runs the same products.
+            let calls = (req.warmup + req.repeats) as f64;
+            flops_per_call = Some((product_flops() - flops_before) as f64 / calls);
             (times, rss_before, "logits", last.flatten())
         }
     };
@@ -149,6 +160,7 @@ pub fn run_case(req: &CaseRequest) -> Result<Measurement> {
         peak_rss_kib: own_status_kib("VmHWM"),
         output: output.to_string(),
         threads: Some(candle_core::utils::get_num_threads()),
+        product_flops: flops_per_call,
     })
 }
 

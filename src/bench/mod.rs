@@ -2,7 +2,9 @@
 //! fallback, in one run (`hsdiff bench`).
 //!
 //! - [`delta_rule`]: the gated delta rule alone at a linear layer's geometry; [`forward`]: the whole
-//!   prefill forward pass of a checkpoint.
+//!   prefill forward pass of a checkpoint; [`gemm`]: the linear layers' products alone.
+//! - [`peak`]: this machine's FMA peak, measured by a register-resident microbenchmark: every
+//!   GEMM-bound case (forward, gemm) is reported as GFLOP/s and as a fraction of it.
 //! - [`plan`]: the options, checked (including the `--skip` parser); [`runner`]: the parent,
 //!   which runs every measured case in a child process ([`case`], `hsdiff bench case`, hidden) so
 //!   that its peak RSS (`VmHWM`) is its own, and talks to it and to scripts/bench_torch.py through
@@ -15,6 +17,8 @@
 pub mod case;
 pub mod delta_rule;
 pub mod forward;
+pub mod gemm;
+pub mod peak;
 pub mod plan;
 pub mod protocol;
 pub mod render;

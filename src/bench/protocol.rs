@@ -30,6 +30,10 @@ pub struct Measurement {
     pub output: String,
     /// Threads the measurement ran with, as the process saw them.
     pub threads: Option<usize>,
+    /// Floating-point operations of the linear layers' products per call (hsdiff's forward
+    /// cases; absent elsewhere, and from scripts/bench_torch.py).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product_flops: Option<f64>,
 }
 
 /// The stdout line that reports `m`.
@@ -88,6 +92,7 @@ mod tests {
             peak_rss_kib: None,
             output: "out".into(),
             threads: Some(2),
+            product_flops: Some(3.5e9),
         };
         let line = result_line(&m).expect("serialises");
         assert!(line.starts_with(RESULT_TAG));

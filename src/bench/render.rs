@@ -3,11 +3,12 @@
 use comfy_table::presets::{ASCII_MARKDOWN, UTF8_FULL_CONDENSED};
 use comfy_table::{CellAlignment, Table};
 
+use super::peak::Peaks;
 use super::plan::Plan;
 use super::results::{BenchRow, CaseOutcome, TORCH_REFERENCES};
 use crate::error::{Error, Result};
 
-const HEADER: [&str; 10] = [
+const HEADER: [&str; 11] = [
     "T",
     "dtype",
     "implementation",
@@ -15,13 +16,14 @@ const HEADER: [&str; 10] = [
     "min–max ms",
     "tokens/s",
     "× transformers",
+    "GFLOP/s (of peak)",
     "peak RSS MiB",
     "Δ RSS MiB",
     "rel L2 vs transformers",
 ];
 
 /// Columns holding numbers, aligned right.
-const NUMERIC_COLUMNS: [usize; 8] = [0, 3, 4, 5, 6, 7, 8, 9];
+const NUMERIC_COLUMNS: [usize; 9] = [0, 3, 4, 5, 6, 7, 8, 9, 10];
 
 /// The results table.
 pub fn table(rows: &[BenchRow], markdown: bool) -> String {
@@ -56,12 +58,19 @@ fn cells(r: &BenchRow) -> Vec<String> {
             tokens_per_s,
             speedup_vs_torch,
             rel_l2_vs_torch,
+            gflops,
+            peak_gflops,
         } => {
             cells.push(m.implementation.clone());
             cells.push(fmt_ms(*median_ms));
             cells.push(format!("{}–{}", fmt_ms(*min_ms), fmt_ms(*max_ms)));
             cells.push(format!("{tokens_per_s:.0}"));
             cells.push(speedup_vs_torch.map_or_else(dash, |s| format!("{s:.2}×")));
+            cells.push(match (gflops, peak_gflops) {
+                (Some(g), Some(p)) => format!("{g:.1} ({:.0} %)", 100.0 * g / p),
+                (Some(g), None) => format!("{g:.1}"),
+                _ => dash(),
+            });
             cells.push(m.peak_rss_kib.map_or_else(dash, mib));
             cells.push(match (m.peak_rss_kib, m.rss_before_kib) {
                 (Some(p), Some(b)) => mib(p.saturating_sub(b)),
@@ -75,11 +84,11 @@ fn cells(r: &BenchRow) -> Vec<String> {
         }
         CaseOutcome::Skipped { why } => {
             cells.push(format!("{}: skipped ({why})", r.name));
-            cells.extend(std::iter::repeat_n(String::new(), 7));
+            cells.extend(std::iter::repeat_n(String::new(), HEADER.len() - 3));
         }
         CaseOutcome::Failed { why } => {
             cells.push(format!("{}: FAILED: {why}", r.name));
-            cells.extend(std::iter::repeat_n(String::new(), 7));
+            cells.extend(std::iter::repeat_n(String::new(), HEADER.len() - 3));
         }
     }
     cells
@@ -102,11 +111,13 @@ pub fn json(
     kind: &str,
     plan: &Plan,
     machine: &str,
+    peaks: Option<&Peaks>,
     load_after: &str,
 ) -> Result<Vec<u8>> {
     let doc = serde_json::json!({
         "kind": kind,
         "machine": machine,
+        "fma_peak": peaks.map(|p| &p.peaks),
         "threads": plan.threads,
         "repeats": plan.repeats,
         "warmup": plan.warmup,
@@ -141,8 +152,9 @@ mod tests {
             peak_rss_kib: Some(9444),
             output: "out".into(),
             threads: Some(2),
+            product_flops: Some(2.0e9),
         };
-        let rows = [
+        let mut rows = [
             BenchRow {
                 seq: 8,
                 dtype: "f32".into(),
@@ -156,6 +168,15 @@ mod tests {
                 outcome: CaseOutcome::skipped_by_option(),
             },
         ];
+        let peaks = Peaks {
+            peaks: vec![crate::bench::peak::Peak {
+                dtype: crate::bench::peak::Precision::F32,
+                threads: 2,
+                isa: "avx2+fma",
+                gflops: 312.5,
+            }],
+        };
+        crate::bench::results::add_rates(&mut rows, Some(&peaks), 2);
         assert_eq!(
             cells(&rows[0]),
             [
@@ -166,6 +187,7 @@ mod tests {
                 "0.440–16.7",
                 "936",
                 "2.00×",
+                "233.9 (75 %)",
                 "9",
                 "2",
                 "3.10e-7"

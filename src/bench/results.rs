@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::peak::{Peaks, Precision};
 use super::protocol::Measurement;
 use super::stats::Timings;
 
@@ -25,6 +26,12 @@ pub enum CaseOutcome {
         /// transformers' median time / this one (> 1: faster than transformers).
         speedup_vs_torch: Option<f64>,
         rel_l2_vs_torch: Option<f64>,
+        /// The linear layers' products per call (the same on every side of a group: hsdiff's
+        /// count) over the median time, in GFLOP/s.
+        gflops: Option<f64>,
+        /// This machine's measured FMA peak for the dtype (bf16: f32's, the arithmetic its FMA
+        /// kernels run) at the run's thread count.
+        peak_gflops: Option<f64>,
     },
     Skipped {
         why: String,
@@ -47,6 +54,8 @@ impl CaseOutcome {
                 tokens_per_s: t.tokens_per_s(seq),
                 speedup_vs_torch: torch_ms.map(|r| t.speedup_over(r)),
                 rel_l2_vs_torch: rel,
+                gflops: None,
+                peak_gflops: None,
                 m,
             },
             Err(why) => CaseOutcome::Failed { why },
@@ -56,6 +65,34 @@ impl CaseOutcome {
     pub fn skipped_by_option() -> Self {
         CaseOutcome::Skipped {
             why: "--skip".to_string(),
+        }
+    }
+}
+
+/// Fills in the GFLOP/s and the peak of every measured row of one group (one sequence length and
+/// dtype): the products' FLOPs per call come from the first hsdiff case that counted them.
+pub fn add_rates(rows: &mut [BenchRow], peaks: Option<&Peaks>, threads: usize) {
+    let flops = rows.iter().find_map(|r| match &r.outcome {
+        CaseOutcome::Measured { m, .. } => m.product_flops,
+        _ => None,
+    });
+    for r in rows.iter_mut() {
+        let precision = match r.dtype.as_str() {
+            "f32" | "bf16" => Some(Precision::F32),
+            "f64" => Some(Precision::F64),
+            _ => None,
+        };
+        if let CaseOutcome::Measured {
+            median_ms,
+            gflops,
+            peak_gflops,
+            ..
+        } = &mut r.outcome
+        {
+            *gflops = flops
+                .filter(|_| *median_ms > 0.0)
+                .map(|f| f / *median_ms * 1e-6);
+            *peak_gflops = precision.and_then(|p| peaks?.gflops(p, threads));
         }
     }
 }

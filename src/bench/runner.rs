@@ -9,9 +9,10 @@ use std::process::Command;
 use candle_core::{DType, Tensor};
 
 use super::case::CaseKind;
+use super::peak::Peaks;
 use super::plan::Plan;
 use super::protocol::{Measurement, spawn};
-use super::results::{BenchRow, CaseOutcome, TORCH_REFERENCES};
+use super::results::{BenchRow, CaseOutcome, TORCH_REFERENCES, add_rates};
 use super::stats::Timings;
 use crate::device::dtype_label;
 use crate::error::{Error, Result};
@@ -19,10 +20,11 @@ use crate::metrics::stats::rel_l2_tensors;
 use crate::safetensors_file::SafetensorsFile;
 use crate::sysinfo::{CpuInfo, load_average, mem_total_kib};
 
-/// A prepared run: the plan, this executable (the cases run `hsdiff bench case`) and the folder
-/// the inputs and outputs go through.
+/// A prepared run: the plan, this executable (the cases run `hsdiff bench case`), the folder
+/// the inputs and outputs go through, and this machine's FMA peak.
 pub struct Bench {
     plan: Plan,
+    peaks: Option<Peaks>,
     exe: PathBuf,
     work: PathBuf,
     remove_work: bool,
@@ -53,7 +55,9 @@ impl Bench {
         };
         std::fs::create_dir_all(&work)
             .map_err(|e| Error::file(&work, format!("cannot create the work folder: {e}")))?;
+        eprintln!("hsdiff bench: measuring the FMA peak …");
         Ok(Bench {
+            peaks: Peaks::measure(plan.threads),
             plan,
             exe,
             work,
@@ -114,6 +118,11 @@ impl Bench {
              (peak RSS = its VmHWM; Δ = peak − RSS after loading its inputs)\n",
             p.repeats, p.warmup
         );
+        out += &match &self.peaks {
+            Some(peaks) => peaks.describe(),
+            None => "FMA peak: not measured (this CPU has neither AVX2 + FMA nor AVX-512F)".into(),
+        };
+        out += "\n";
         out += &format!("load before the run: {}\n", load_label());
         if cfg!(debug_assertions) {
             out += "warning: this hsdiff is a debug build; build with --release to benchmark\n";
@@ -210,6 +219,7 @@ impl Bench {
             rows.push(row(name, outcome));
         }
         let _ = std::fs::remove_file(&torch_out);
+        add_rates(&mut rows, self.peaks.as_ref(), p.threads);
         rows
     }
 
@@ -226,7 +236,15 @@ impl Bench {
 
     /// The JSON document of `--json`.
     pub fn json(&self, rows: &[BenchRow], kind: &str) -> Result<Vec<u8>> {
-        super::render::json(rows, kind, &self.plan, &machine_summary(), &load_label())
+        let machine = machine_summary();
+        super::render::json(
+            rows,
+            kind,
+            &self.plan,
+            &machine,
+            self.peaks.as_ref(),
+            &load_label(),
+        )
     }
 
     /// Removes the work folder when it was made for this run (and is empty by now).

@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use crate::bench::case::{CaseKind, CaseRequest, run_case};
 use crate::bench::delta_rule::CoreGeometry;
 use crate::bench::forward::ForwardBench;
+use crate::bench::gemm::{GemmBench, shapes_named};
 use crate::bench::plan::{Plan, PlanRequest};
 use crate::bench::protocol::result_line;
 use crate::bench::results::{BenchRow, exit_code};
@@ -28,6 +29,9 @@ enum BenchCommand {
     Core(CoreArgs),
     /// The whole prefill forward pass of a checkpoint (see scripts/make_bench_model.py).
     Forward(ForwardArgs),
+    /// The linear layers' products alone at Qwen3.5-27B's shapes (hsdiff's, candle's) as GFLOP/s
+    /// and as a fraction of the measured FMA peak, on RAYON_NUM_THREADS threads (default: all).
+    Gemm(GemmArgs),
     /// One measurement in this process (what `core` and `forward` run in child processes).
     #[command(hide = true)]
     Case(CaseArgs),
@@ -137,6 +141,37 @@ struct ForwardArgs {
 }
 
 #[derive(Args, Debug)]
+struct GemmArgs {
+    /// Rows of the input (prompt tokens).
+    #[arg(long, default_value_t = 512)]
+    seq: usize,
+
+    /// Compute dtypes, comma-separated (f32, f64, bf16).
+    #[arg(long, value_delimiter = ',', default_value = "f32,f64")]
+    dtypes: Vec<String>,
+
+    /// Products to measure, comma-separated (default: all; an unknown name lists them).
+    #[arg(long, value_delimiter = ',')]
+    shapes: Vec<String>,
+
+    /// Multiply only the first N output columns of each weight (same work per column).
+    #[arg(long, value_name = "N")]
+    columns: Option<usize>,
+
+    /// Timed calls per product (the median is reported, and the best).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+
+    /// Print the table as Markdown.
+    #[arg(long)]
+    markdown: bool,
+
+    /// Also write every measurement as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
 struct CaseArgs {
     /// `core` or `forward`.
     #[arg(long)]
@@ -165,6 +200,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     match &args.what {
         BenchCommand::Core(a) => run_core(a),
         BenchCommand::Forward(a) => run_forward(a),
+        BenchCommand::Gemm(a) => run_gemm(a),
         BenchCommand::Case(a) => run_case_args(a),
     }
 }
@@ -192,6 +228,28 @@ fn run_forward(args: &ForwardArgs) -> Result<i32> {
     print!("{}", bench.header(forward.describe()));
     let rows = forward.run(&bench)?;
     finish(bench, &rows, "forward", &args.common)
+}
+
+fn run_gemm(args: &GemmArgs) -> Result<i32> {
+    let gemm = GemmBench {
+        seq: args.seq,
+        shapes: shapes_named(&args.shapes)?,
+        columns: args.columns,
+        dtypes: args
+            .dtypes
+            .iter()
+            .map(|d| parse_dtype(d))
+            .collect::<Result<_>>()?,
+        repeats: args.repeats,
+        warmup: 1,
+        seed: 20240917,
+    };
+    gemm.check()?;
+    if let Some(path) = &args.json {
+        check_target(path, "--json", &[])?;
+    }
+    gemm.run_and_print(args.markdown, args.json.as_deref())?;
+    Ok(0)
 }
 
 /// The checked plan of `core` or `forward` (`default_repeats` without `--repeats`); `--json`

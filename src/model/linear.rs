@@ -1,9 +1,10 @@
 //! A bias-optional linear layer, `y = x Wᵀ (+ b)`, in the compute dtype. On the CPU a bf16 weight
 //! is packed once (here) for [`bf16_gemm`](super::bf16_gemm): its bf16 GEMM in a bf16 pass, its
-//! f32 / f64 kernels in an f32 / f64 pass where the CPU has AVX-512F; everything else runs on
-//! candle's matmul.
+//! f32 / f64 kernels in an f32 / f64 pass where the CPU has AVX-512F or AVX2 + FMA; everything
+//! else runs on candle's matmul.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use candle_core::{DType, Storage, Tensor, WithDType};
 use half::bf16;
@@ -11,6 +12,15 @@ use half::bf16;
 use super::Weights;
 use super::bf16_gemm::{self, PackedBf16, WideFloat};
 use crate::error::{Error, Result};
+
+/// The floating-point operations (2·m·n·k each) of every [`Linear::forward`] in this process so
+/// far: what a bench case divides by its time for a forward pass's GFLOP/s.
+static PRODUCT_FLOPS: AtomicU64 = AtomicU64::new(0);
+
+/// [`PRODUCT_FLOPS`]' count so far.
+pub fn product_flops() -> u64 {
+    PRODUCT_FLOPS.load(Ordering::Relaxed)
+}
 
 pub struct Linear {
     weight: Weight,
@@ -46,6 +56,12 @@ impl Linear {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // 2·m·k per output column: `x`'s elements times the weight's rows.
+        let n = match &self.weight {
+            Weight::Tensor(w) => w.elem_count() / x.dim(candle_core::D::Minus1)?.max(1),
+            Weight::PackedBf16(w) => w.rows(),
+        };
+        PRODUCT_FLOPS.fetch_add(2 * (x.elem_count() * n) as u64, Ordering::Relaxed);
         let y = match &self.weight {
             Weight::Tensor(w) => x.broadcast_matmul(&w.t()?)?,
             Weight::PackedBf16(w) => packed_forward(x, w)?,
@@ -113,8 +129,9 @@ fn wide_forward<E: WideFloat + WithDType>(
     w: &PackedBf16,
     out_dims: Vec<usize>,
 ) -> Result<Tensor> {
-    let y = with_slice(x, |x: &[E]| bf16_gemm::matmul_wide(x, m, w))?
-        .ok_or_else(|| Error::Internal("a weight was packed for a CPU without AVX-512F".into()))?;
+    let y = with_slice(x, |x: &[E]| bf16_gemm::matmul_wide(x, m, w))?.ok_or_else(|| {
+        Error::Internal("a weight was packed for a CPU without AVX-512F or AVX2 + FMA".into())
+    })?;
     Ok(Tensor::from_vec(y, out_dims, x.device())?)
 }
 

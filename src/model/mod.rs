@@ -32,12 +32,13 @@ use crate::fingerprint::{Fingerprint, sha256_hex};
 use crate::progress::Progress;
 use crate::random_weights::RandomWeights;
 
-pub use bf16_gemm::Kernel as Bf16Kernel;
+pub use bf16_gemm::{Kernel as Bf16Kernel, WideKernel};
 pub use cache::{LayerCache, ModelCache};
 pub use cached::TokenLayout;
 pub use decode::{DecodePlan, push_states};
 pub use gdn::GdnCaptures;
 pub use layer::DecoderLayer;
+pub use linear::{Linear, product_flops};
 pub use source::WeightSource;
 pub use weight_cache::WeightCache;
 pub use weights::Weights;

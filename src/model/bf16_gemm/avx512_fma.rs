@@ -3,47 +3,14 @@
 //! one — the order `vdpbf16ps` and [`super::portable`] use.
 //!
 //! It serves twice. For a bf16 product it runs with the MXCSR's denormals-are-zero and
-//! flush-to-zero bits set ([`FlushDenormals`]), and its results are then bit-identical to
+//! flush-to-zero bits set ([`super::mxcsr::FlushDenormals`]), and its results are then bit-identical to
 //! `vdpbf16ps`'s: two FMAs do the work of one `vdpbf16ps`, but on Intel cores (two 512-bit FMA
 //! ports, `vdpbf16ps` at half that rate) this is the faster kernel. For an f32 product
 //! ([`super::matmul_wide`]) it runs with gradual underflow, as any f32 GEMM.
 
-use std::arch::asm;
 use std::arch::x86_64::*;
 
 use super::{MR, NR};
-
-/// MXCSR bits: flush-to-zero (15) and denormals-are-zero (6).
-const FTZ_DAZ: u32 = 0x8040;
-
-/// Sets the MXCSR's flush-to-zero and denormals-are-zero bits on this thread until dropped, then
-/// restores the caller's MXCSR. Only this module's kernels run while it is held (a task holds it
-/// around its own microkernel calls and makes no rayon call meanwhile).
-pub struct FlushDenormals {
-    saved: u32,
-}
-
-impl FlushDenormals {
-    pub fn new() -> Self {
-        let mut saved = 0u32;
-        // SAFETY: stmxcsr/ldmxcsr read and write 4 bytes at valid addresses; every x86_64 CPU
-        // has SSE. The kernels' loads and stores order themselves after this statement (it may
-        // touch memory), so no FMA of theirs runs under the caller's MXCSR.
-        unsafe {
-            asm!("stmxcsr [{}]", in(reg) &mut saved, options(nostack, preserves_flags));
-            let flushing = saved | FTZ_DAZ;
-            asm!("ldmxcsr [{}]", in(reg) &flushing, options(nostack, preserves_flags));
-        }
-        FlushDenormals { saved }
-    }
-}
-
-impl Drop for FlushDenormals {
-    fn drop(&mut self) {
-        // SAFETY: as in `new`.
-        unsafe { asm!("ldmxcsr [{}]", in(reg) &self.saved, options(nostack, preserves_flags)) };
-    }
-}
 
 /// `rows` (≤ `MR`) rows of one block of `a` (f32: for each pair, `MR` rows of its even and odd
 /// element) times the planes `hi`, `lo` of one panel block, accumulated into `c` (`rows × NR`):
@@ -51,7 +18,8 @@ impl Drop for FlushDenormals {
 /// to `c` (the f32 product's two-level sum).
 ///
 /// # Safety
-/// The CPU must have avx512f, and a [`FlushDenormals`] must be held on this thread; `a` holds
+/// The CPU must have avx512f, and for the bf16 product a [`super::mxcsr::FlushDenormals`] must be
+/// held on this thread; `a` holds
 /// `pairs · MR · 2` floats, `hi` and `lo` `pairs · NR` floats and `c` `rows · NR` floats.
 pub unsafe fn block<const FRESH: bool>(
     a: &[f32],

@@ -11,20 +11,29 @@
 //! odd product is fused into the f32 accumulator, then the even one, each rounded once (an FMA),
 //! with `vdpbf16ps`'s denormal handling: denormal inputs read as zero, denormal results flushed
 //! to zero. [`portable`] spells that out; [`avx512_bf16`] runs it on `vdpbf16ps`, [`avx512_fma`]
-//! on f32 FMAs under a flushing MXCSR. All three give the same bits (`tests` check them against
-//! each other on fresh random inputs, and against an f64 product), so which one runs — the
-//! fastest on this CPU, timed once per process ([`Kernel::chosen`]) — changes only the speed.
+//! and [`avx2_fma`] on f32 FMAs under a flushing MXCSR ([`mxcsr`]). All four give the same bits
+//! (`tests` check them against each other on fresh random inputs, and against an f64 product), so
+//! which one runs — the fastest on this CPU, timed once per process ([`Kernel::chosen`]) —
+//! changes only the speed.
+//!
+//! The f32 and f64 products on bf16 weights ([`matmul_wide`]) run on the same FMA kernels with
+//! gradual underflow, on AVX-512F or AVX2 + FMA ([`WideKernel`]), again with the same bits on
+//! either.
 //!
 //! Not AMX: Intel's `tdpbf16ps` sums its products in an order and precision of its own (on a
 //! Xeon with AMX it matched none of the sequential FMA orders bit for bit), so it cannot give
 //! these bits.
 
 #[cfg(target_arch = "x86_64")]
+mod avx2_fma;
+#[cfg(target_arch = "x86_64")]
 mod avx512_bf16;
 #[cfg(target_arch = "x86_64")]
 mod avx512_f64;
 #[cfg(target_arch = "x86_64")]
 mod avx512_fma;
+#[cfg(target_arch = "x86_64")]
+mod mxcsr;
 mod portable;
 
 use std::borrow::Cow;
@@ -113,6 +122,8 @@ pub enum Kernel {
     Avx512Bf16,
     /// f32 FMAs on AVX-512F under a flushing MXCSR.
     Avx512Fma,
+    /// f32 FMAs on AVX2 + FMA under a flushing MXCSR.
+    Avx2Fma,
 }
 
 impl Kernel {
@@ -121,32 +132,46 @@ impl Kernel {
             Kernel::Portable => "portable",
             Kernel::Avx512Bf16 => "avx512-bf16",
             Kernel::Avx512Fma => "avx512-fma",
+            Kernel::Avx2Fma => "avx2-fma",
         }
     }
 
     /// Whether this CPU can run the kernel.
     pub fn runs_here(self) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            match self {
-                Kernel::Portable => true,
-                Kernel::Avx512Fma => has!("avx512f"),
-                Kernel::Avx512Bf16 => has!("avx512f") && has!("avx512bf16"),
+        match self {
+            Kernel::Portable => true,
+            Kernel::Avx512Fma => WideKernel::Avx512.runs_here(),
+            Kernel::Avx2Fma => WideKernel::Avx2.runs_here(),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512Bf16 => {
+                use std::arch::is_x86_feature_detected as has;
+                has!("avx512f") && has!("avx512bf16")
             }
+            #[cfg(not(target_arch = "x86_64"))]
+            Kernel::Avx512Bf16 => false,
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            self == Kernel::Portable
+    }
+
+    /// The wide kernel an FMA kernel runs on.
+    fn fma(self) -> Option<WideKernel> {
+        match self {
+            Kernel::Avx512Fma => Some(WideKernel::Avx512),
+            Kernel::Avx2Fma => Some(WideKernel::Avx2),
+            Kernel::Portable | Kernel::Avx512Bf16 => None,
         }
     }
 
     /// The kernels this CPU can run, the portable one first.
     pub fn available() -> Vec<Kernel> {
-        [Kernel::Portable, Kernel::Avx512Fma, Kernel::Avx512Bf16]
-            .into_iter()
-            .filter(|k| k.runs_here())
-            .collect()
+        [
+            Kernel::Portable,
+            Kernel::Avx2Fma,
+            Kernel::Avx512Fma,
+            Kernel::Avx512Bf16,
+        ]
+        .into_iter()
+        .filter(|k| k.runs_here())
+        .collect()
     }
 
     /// The kernel [`matmul`] uses: of the machine kernels this CPU has, the one that ran a
@@ -207,17 +232,18 @@ pub fn matmul_with(kernel: Kernel, x: &[bf16], m: usize, w: &PackedBf16) -> Vec<
     } else {
         Kernel::Portable
     };
-    match kernel {
-        Kernel::Avx512Fma => {
-            let a = blocked_rows(x, w.k, MR, |v| v.to_f32());
+    match kernel.fma() {
+        Some(wide) => {
+            let a = blocked_rows(x, w.k, f32::shape(wide).0, |v| v.to_f32());
             let task = |planes: &mut Planes<f32>, panel, first_row, rows, c: &mut [f32]| {
                 #[cfg(target_arch = "x86_64")]
-                let _flushing = avx512_fma::FlushDenormals::new();
-                wide_task::<f32, false>(&a, w.panel(panel), w.pairs, first_row, rows, planes, c);
+                let _flushing = mxcsr::FlushDenormals::new();
+                let (b, pairs) = (w.panel(panel), w.pairs);
+                wide_task::<f32, false>(wide, &a, b, pairs, first_row, rows, planes, c);
             };
             tiled(m, w, Planes::default, task, bf16::from_f32)
         }
-        Kernel::Portable | Kernel::Avx512Bf16 => {
+        None => {
             let a = as_pairs(x, w.k);
             let task = |_: &mut (), panel, first_row, rows, c: &mut [f32]| {
                 pairs_task(kernel, &a, w.panel(panel), w.pairs, first_row, rows, c)
@@ -227,9 +253,58 @@ pub fn matmul_with(kernel: Kernel, x: &[bf16], m: usize, w: &PackedBf16) -> Vec<
     }
 }
 
-/// Whether this CPU runs [`matmul_wide`]: it has AVX-512F, as the FMA kernel needs.
+/// A machine microkernel of the f32 / f64 products ([`matmul_wide`]) and of the FMA kernels of
+/// the bf16 product. Both give the same bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WideKernel {
+    /// AVX-512F: 512-bit vectors, 32 registers.
+    Avx512,
+    /// AVX2 + FMA: 256-bit vectors, 16 registers.
+    Avx2,
+}
+
+impl WideKernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            WideKernel::Avx512 => "avx512",
+            WideKernel::Avx2 => "avx2-fma",
+        }
+    }
+
+    /// Whether this CPU can run the kernel.
+    pub fn runs_here(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            match self {
+                WideKernel::Avx512 => has!("avx512f"),
+                WideKernel::Avx2 => has!("avx2") && has!("fma"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = self;
+            false
+        }
+    }
+
+    /// The kernels this CPU can run, the widest first.
+    pub fn available() -> Vec<WideKernel> {
+        [WideKernel::Avx512, WideKernel::Avx2]
+            .into_iter()
+            .filter(|k| k.runs_here())
+            .collect()
+    }
+
+    /// The kernel [`matmul_wide`] uses: the widest this CPU has, `None` where it has neither.
+    pub fn chosen() -> Option<WideKernel> {
+        WideKernel::available().first().copied()
+    }
+}
+
+/// Whether this CPU runs [`matmul_wide`]: it has AVX-512F or AVX2 + FMA.
 pub fn has_wide() -> bool {
-    Kernel::Avx512Fma.runs_here()
+    WideKernel::chosen().is_some()
 }
 
 /// `x · wᵀ` for f32 or f64 `x` `[m, k]` row-major and the bf16 weight `w` (its values exact in
@@ -241,37 +316,51 @@ pub fn has_wide() -> bool {
 /// one running sum had 2.5× the f32 error. Only where [`has_wide`] (else `None`): the portable
 /// alternative is candle's matmul.
 pub fn matmul_wide<E: WideFloat>(x: &[E], m: usize, w: &PackedBf16) -> Option<Vec<E>> {
+    matmul_wide_with(WideKernel::chosen()?, x, m, w)
+}
+
+/// [`matmul_wide`] on `kernel`; `None` where this CPU cannot run it.
+pub fn matmul_wide_with<E: WideFloat>(
+    kernel: WideKernel,
+    x: &[E],
+    m: usize,
+    w: &PackedBf16,
+) -> Option<Vec<E>> {
     assert_eq!(x.len(), m * w.k, "input of {m} × {}", w.k);
-    if !has_wide() {
+    if !kernel.runs_here() {
         return None;
     }
-    let a = blocked_rows(x, w.k, E::MR, |&v| v);
+    let a = blocked_rows(x, w.k, E::shape(kernel).0, |&v| v);
     Some(tiled(
         m,
         w,
         Planes::default,
         |planes, panel, first_row, rows, c| {
-            wide_task::<E, true>(&a, w.panel(panel), w.pairs, first_row, rows, planes, c)
+            let (b, pairs) = (w.panel(panel), w.pairs);
+            wide_task::<E, true>(kernel, &a, b, pairs, first_row, rows, planes, c)
         },
         |v| v,
     ))
 }
 
-/// An accumulator type of [`matmul_wide`] (f32 or f64) and its AVX-512 microkernel.
+/// An accumulator type of [`matmul_wide`] (f32 or f64) and its microkernels.
 pub trait WideFloat: Copy + Default + Send + Sync + 'static {
-    /// Rows per microkernel call.
-    const MR: usize;
     /// Reduction pairs per block: the block's two planes (`2 · KC · NR` values) stay in L1.
     const KC: usize;
     /// The weight's bf16 bits as this type (exact).
     fn from_bf16_bits(bits: u16) -> Self;
-    /// `rows` rows of one `MR`-row block of `a` times the planes `hi`, `lo` of `pairs` pairs,
-    /// accumulated into `c` (`rows × NR`): continuing `c`'s sum, or, `FRESH`, summed from zero
-    /// and then added to `c`.
+    /// Rows of `x` per call of `kernel`, and columns per call (the width of the planes' strips:
+    /// a divisor of `NR`).
+    fn shape(kernel: WideKernel) -> (usize, usize);
+    /// `rows` rows of one block of `a` (blocked by the kernel's rows per call) times the strip
+    /// planes `hi`, `lo` of `pairs` pairs, accumulated into the strip of `c` (`rows` rows `NR`
+    /// apart, a strip's width each): continuing `c`'s sum, or, `FRESH`, summed from zero and then
+    /// added to `c`.
     ///
     /// # Safety
-    /// The CPU must have avx512f.
+    /// The CPU must run `kernel` ([`WideKernel::runs_here`]).
     unsafe fn block<const FRESH: bool>(
+        kernel: WideKernel,
         a: &[Self],
         hi: &[Self],
         lo: &[Self],
@@ -282,12 +371,21 @@ pub trait WideFloat: Copy + Default + Send + Sync + 'static {
 }
 
 impl WideFloat for f32 {
-    const MR: usize = MR;
     const KC: usize = KC_PAIRS;
     fn from_bf16_bits(bits: u16) -> Self {
         f32::from_bits(u32::from(bits) << 16)
     }
+    fn shape(kernel: WideKernel) -> (usize, usize) {
+        match kernel {
+            WideKernel::Avx512 => (MR, NR),
+            #[cfg(target_arch = "x86_64")]
+            WideKernel::Avx2 => (avx2_fma::MR, avx2_fma::F32_STRIP),
+            #[cfg(not(target_arch = "x86_64"))]
+            WideKernel::Avx2 => (MR, NR),
+        }
+    }
     unsafe fn block<const FRESH: bool>(
+        kernel: WideKernel,
         a: &[f32],
         hi: &[f32],
         lo: &[f32],
@@ -296,22 +394,35 @@ impl WideFloat for f32 {
         rows: usize,
     ) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: avx512f guaranteed by the caller; `block` checks the bounds.
+        // SAFETY: the kernel's features guaranteed by the caller; `block` checks the bounds.
         unsafe {
-            avx512_fma::block::<FRESH>(a, hi, lo, pairs, c, rows)
+            match kernel {
+                WideKernel::Avx512 => avx512_fma::block::<FRESH>(a, hi, lo, pairs, c, rows),
+                WideKernel::Avx2 => avx2_fma::block_f32::<FRESH>(a, hi, lo, pairs, c, rows),
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        unreachable!("no AVX-512 here: {a:p} {hi:p} {lo:p} {pairs} {c:p} {rows}")
+        unreachable!("no {kernel:?} here: {a:p} {hi:p} {lo:p} {pairs} {c:p} {rows}")
     }
 }
 
 impl WideFloat for f64 {
-    const MR: usize = avx512_f64::MR;
     const KC: usize = KC_PAIRS / 2;
     fn from_bf16_bits(bits: u16) -> Self {
         f64::from(f32::from_bits(u32::from(bits) << 16))
     }
+    fn shape(kernel: WideKernel) -> (usize, usize) {
+        match kernel {
+            #[cfg(target_arch = "x86_64")]
+            WideKernel::Avx512 => (avx512_f64::MR, NR),
+            #[cfg(target_arch = "x86_64")]
+            WideKernel::Avx2 => (avx2_fma::MR, avx2_fma::F64_STRIP),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => (MR, NR),
+        }
+    }
     unsafe fn block<const FRESH: bool>(
+        kernel: WideKernel,
         a: &[f64],
         hi: &[f64],
         lo: &[f64],
@@ -320,17 +431,22 @@ impl WideFloat for f64 {
         rows: usize,
     ) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: avx512f guaranteed by the caller; `block` checks the bounds.
+        // SAFETY: the kernel's features guaranteed by the caller; `block` checks the bounds.
         unsafe {
-            avx512_f64::block::<FRESH>(a, hi, lo, pairs, c, rows)
+            match kernel {
+                WideKernel::Avx512 => avx512_f64::block::<FRESH>(a, hi, lo, pairs, c, rows),
+                WideKernel::Avx2 => avx2_fma::block_f64::<FRESH>(a, hi, lo, pairs, c, rows),
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        unreachable!("no AVX-512 here: {a:p} {hi:p} {lo:p} {pairs} {c:p} {rows}")
+        unreachable!("no {kernel:?} here: {a:p} {hi:p} {lo:p} {pairs} {c:p} {rows}")
     }
 }
 
 /// One panel block of the weight split into two planes of `E`, `pairs × NR` each: the high (odd)
-/// halves and the low (even) halves of its pairs. Reused from block to block.
+/// halves and the low (even) halves of its pairs, each plane strip after strip (`strip` columns
+/// of every pair, then the next `strip` columns), so that a microkernel call reads one contiguous
+/// strip. Reused from block to block.
 #[derive(Default)]
 struct Planes<E> {
     hi: Vec<E>,
@@ -338,21 +454,29 @@ struct Planes<E> {
 }
 
 impl<E: WideFloat> Planes<E> {
-    fn split(&mut self, b: &[u32]) {
+    fn split(&mut self, b: &[u32], strip: usize) {
         self.hi.clear();
         self.lo.clear();
+        let in_strips = || {
+            (0..NR)
+                .step_by(strip)
+                .flat_map(move |s| b.chunks_exact(NR).flat_map(move |p| &p[s..s + strip]))
+        };
         self.hi
-            .extend(b.iter().map(|&w| E::from_bf16_bits((w >> 16) as u16)));
+            .extend(in_strips().map(|&w| E::from_bf16_bits((w >> 16) as u16)));
         self.lo
-            .extend(b.iter().map(|&w| E::from_bf16_bits(w as u16)));
+            .extend(in_strips().map(|&w| E::from_bf16_bits(w as u16)));
     }
 }
 
-/// One task of a wide (or FMA-kernel bf16) product: rows `first_row..first_row + rows` of `a`
-/// (blocked by [`blocked_rows`]) times panel `b`, accumulated into `c` — in one running sum per
-/// element (the bf16 product), or, `FRESH`, block by block (`E::KC` pairs) with each block's
-/// sum added to the running one (the wide products).
+/// One task of a wide (or FMA-kernel bf16) product on `kernel`: rows `first_row..first_row +
+/// rows` of `a` (blocked by [`blocked_rows`] in the kernel's rows per call) times panel `b`,
+/// accumulated into `c` — in one running sum per element (the bf16 product), or, `FRESH`, block
+/// by block (`E::KC` pairs) with each block's sum added to the running one (the wide products).
+/// Per block, strip by strip (a strip's planes stay in L1), every row block of the task.
+#[allow(clippy::too_many_arguments)]
 fn wide_task<E: WideFloat, const FRESH: bool>(
+    kernel: WideKernel,
     a: &[E],
     b: &[u32],
     pairs: usize,
@@ -361,17 +485,22 @@ fn wide_task<E: WideFloat, const FRESH: bool>(
     planes: &mut Planes<E>,
     c: &mut [E],
 ) {
+    let (mr, strip) = E::shape(kernel);
     for p0 in (0..pairs).step_by(E::KC) {
         let kc = E::KC.min(pairs - p0);
-        planes.split(&b[p0 * NR..(p0 + kc) * NR]);
-        for r0 in (0..rows).step_by(E::MR) {
-            let r = E::MR.min(rows - r0);
-            let block = (first_row + r0) / E::MR * E::MR * 2 * pairs;
-            let a = &a[block + p0 * E::MR * 2..];
-            let c = &mut c[r0 * NR..(r0 + r) * NR];
-            // SAFETY: every caller checked has_avx512f (`has_wide`, or the FMA kernel being
-            // available); `block` checks the bounds.
-            unsafe { E::block::<FRESH>(a, &planes.hi, &planes.lo, kc, c, r) }
+        planes.split(&b[p0 * NR..(p0 + kc) * NR], strip);
+        for s in 0..NR / strip {
+            let hi = &planes.hi[s * kc * strip..][..kc * strip];
+            let lo = &planes.lo[s * kc * strip..][..kc * strip];
+            for r0 in (0..rows).step_by(mr) {
+                let r = mr.min(rows - r0);
+                let block = (first_row + r0) / mr * mr * 2 * pairs;
+                let a = &a[block + p0 * mr * 2..];
+                let c = &mut c[r0 * NR + s * strip..];
+                // SAFETY: every caller checked that the CPU runs `kernel`; `block` checks the
+                // bounds.
+                unsafe { E::block::<FRESH>(kernel, a, hi, lo, kc, c, r) }
+            }
         }
     }
 }
@@ -653,8 +782,7 @@ mod tests {
                 let packed = PackedBf16::pack(&w, n, k);
                 let x64: Vec<f64> = (0..m * k).map(|_| rng.normal() * scale).collect();
                 let x32: Vec<f32> = x64.iter().map(|&v| v as f32).collect();
-                let got32 = matmul_wide(&x32, m, &packed);
-                let got64 = matmul_wide(&x64, m, &packed);
+                let (got32, got64) = (matmul_wide(&x32, m, &packed), matmul_wide(&x64, m, &packed));
                 if !has_wide() {
                     assert!(got32.is_none() && got64.is_none());
                     continue;
@@ -663,17 +791,17 @@ mod tests {
                 let want64 = wide_reference(&x64, m, &w, (n, k), bf16::to_f64, f64::mul_add);
                 let bits32 = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 let bits64 = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                // Every kernel of this CPU, the chosen one among them.
+                for kernel in WideKernel::available() {
+                    let got32 = matmul_wide_with(kernel, &x32, m, &packed).expect("runs here");
+                    let got64 = matmul_wide_with(kernel, &x64, m, &packed).expect("runs here");
+                    let at = format!("{m}×{n}×{k} at {scale} ({})", kernel.name());
+                    assert_eq!(bits32(&got32), bits32(&want32), "f32 {at}");
+                    assert_eq!(bits64(&got64), bits64(&want64), "f64 {at}");
+                }
                 let (got32, got64) = (got32.expect("wide"), got64.expect("wide"));
-                assert_eq!(
-                    bits32(&got32),
-                    bits32(&want32),
-                    "f32 {m}×{n}×{k} at {scale}"
-                );
-                assert_eq!(
-                    bits64(&got64),
-                    bits64(&want64),
-                    "f64 {m}×{n}×{k} at {scale}"
-                );
+                assert_eq!(bits32(&got32), bits32(&want32), "f32 {m}×{n}×{k} chosen");
+                assert_eq!(bits64(&got64), bits64(&want64), "f64 {m}×{n}×{k} chosen");
                 // The two-level sum's error bound: 2·KC roundings within a block, one per block
                 // after it (γ_n · Σ|products|, with products exact inside the FMA).
                 let depth =
@@ -713,7 +841,7 @@ mod tests {
         let before = read();
         assert_eq!(before & 0x8040, 0, "the default MXCSR does not flush");
         {
-            let _flushing = avx512_fma::FlushDenormals::new();
+            let _flushing = mxcsr::FlushDenormals::new();
             assert_eq!(read() & 0x8040, 0x8040);
             // Under the flushing MXCSR, a denormal product reads as zero.
             let tiny = std::hint::black_box(1e-20f32);
