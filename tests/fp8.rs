@@ -11,9 +11,10 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device};
+use candle_core::{DType, Device, Tensor};
 use common::*;
 use hsdiff::backends::backend_by_name;
 use hsdiff::checkpoint::{Checkpoint, TensorRequest};
@@ -30,8 +31,10 @@ fn fp8_dir() -> PathBuf {
     golden_model_dir(MODEL)
 }
 
-fn served_fixture() -> State {
-    load_state(&repo_root().join("tests/fixtures/fp8/served.safetensors"))
+/// The tensors of tests/fixtures/fp8/served.safetensors, by name.
+fn served_fixture() -> HashMap<String, Tensor> {
+    let path = repo_root().join("tests/fixtures/fp8/served.safetensors");
+    candle_core::safetensors::load(&path, &Device::Cpu).expect("served fixture")
 }
 
 fn open_checked(dir: &Path) -> Checkpoint {
@@ -113,7 +116,7 @@ fn dequantised_weights_are_the_same_in_f32_and_f64() {
 fn every_fp8_code_decodes_as_torch_decodes_it() {
     let fx = served_fixture();
     for (key, format) in [("codes.e4m3", Fp8Format::E4M3), ("codes.e5m2", Fp8Format::E5M2)] {
-        let torch = to_f64_vec(fx.get(key));
+        let torch = to_f64_vec(&fx[key]);
         assert_eq!(torch.len(), 256);
         for (code, want) in torch.iter().enumerate() {
             let got = f64::from(format.decode(code as u8));
@@ -134,18 +137,20 @@ fn served_linears_equal_the_torch_recipe_bit_for_bit() {
     let ckpt = open_checked(&fp8_dir());
     let fx = served_fixture();
     let mut checked = 0;
-    for name in fx.float_names() {
+    let mut names: Vec<&String> = fx.keys().collect();
+    names.sort();
+    for name in names {
         let Some(module) = name.strip_suffix(".x") else {
             continue;
         };
-        let x = fx.get(name);
+        let x = &fx[name];
         let (m, k) = x.dims2().expect("[T, K]");
         let xs: Vec<f32> = x
             .to_dtype(DType::F32)
             .and_then(|t| t.flatten_all())
             .and_then(|t| t.to_vec1())
             .expect("x");
-        let want_rows = fx.get(&format!("{module}.y")).dims2().expect("[T, N]").1;
+        let want_rows = fx[&format!("{module}.y")].dims2().expect("[T, N]").1;
         let w = ckpt
             .fp8_weight(&format!("{module}.weight"), want_rows, k)
             .expect("read")
@@ -155,8 +160,7 @@ fn served_linears_equal_the_torch_recipe_bit_for_bit() {
                 .iter()
                 .map(|v| v.to_bits())
                 .collect();
-            let want: Vec<u16> = fx
-                .get(&format!("{module}.{key}"))
+            let want: Vec<u16> = fx[&format!("{module}.{key}")]
                 .flatten_all()
                 .and_then(|t| t.to_vec1::<half::bf16>())
                 .expect("bf16")
@@ -186,7 +190,8 @@ fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
 
 /// `hsdiff dump` of the model in `dir`: (exit code, stderr).
 fn dump(dir: &Path, dtype: &str) -> (i32, String) {
-    let out = dir.join("out.safetensors");
+    let out_dir = tempdir();
+    let out = out_dir.path().join("out.safetensors");
     let o = hsdiff(
         &[
             "dump",
