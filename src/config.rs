@@ -545,7 +545,9 @@ fn read_quantization(top: &Fields, text: &Fields) -> Result<Option<Fp8Scheme>> {
     if method != "fp8" {
         return Err(field(
             "quant_method",
-            format!("`{method}` is not supported (hsdiff reads FP8 block-quantised checkpoints, quant_method `fp8`)"),
+            format!(
+                "`{method}` is not supported (hsdiff reads FP8 block-quantised checkpoints, quant_method `fp8`)"
+            ),
         ));
     }
     let fmt = match q.str_or("fmt", "e4m3")? {
@@ -557,12 +559,18 @@ fn read_quantization(top: &Fields, text: &Fields) -> Result<Option<Fp8Scheme>> {
     if scheme != "dynamic" {
         return Err(field(
             "activation_scheme",
-            format!("`{scheme}` is not supported: block-quantised FP8 checkpoints quantise activations dynamically (no input_scale tensors)"),
+            format!(
+                "`{scheme}` is not supported: block-quantised FP8 checkpoints quantise activations dynamically (no input_scale tensors)"
+            ),
         ));
     }
     let block = q.usize_list_or("weight_block_size")?;
     let block: [usize; 2] = match block[..] {
-        [rows, cols] if (1..=MAX_FP8_BLOCK).contains(&rows) && (1..=MAX_FP8_BLOCK).contains(&cols) => [rows, cols],
+        [rows, cols]
+            if (1..=MAX_FP8_BLOCK).contains(&rows) && (1..=MAX_FP8_BLOCK).contains(&cols) =>
+        {
+            [rows, cols]
+        }
         [] => {
             return Err(field(
                 "weight_block_size",
@@ -582,11 +590,19 @@ fn read_quantization(top: &Fields, text: &Fields) -> Result<Option<Fp8Scheme>> {
             .iter()
             .map(|v| {
                 v.as_str().map(str::to_string).ok_or_else(|| {
-                    field("modules_to_not_convert", format!("must list module names, got {v}"))
+                    field(
+                        "modules_to_not_convert",
+                        format!("must list module names, got {v}"),
+                    )
                 })
             })
             .collect::<Result<_>>()?,
-        Some(v) => return Err(field("modules_to_not_convert", format!("must be a list, got {v}"))),
+        Some(v) => {
+            return Err(field(
+                "modules_to_not_convert",
+                format!("must be a list, got {v}"),
+            ));
+        }
     };
     Ok(Some(Fp8Scheme {
         fmt,

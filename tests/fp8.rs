@@ -58,16 +58,23 @@ fn the_f64_run_equals_transformers_strict_f64_run_of_the_dequantised_weights() {
         let caps = run_model(&model, &truth.ids, DType::F64, b.as_ref(), false);
         let mut worst = (0.0f64, "");
         for &name in &names {
-            let got = caps.get(name).unwrap_or_else(|| panic!("{backend}: no {name}"));
+            let got = caps
+                .get(name)
+                .unwrap_or_else(|| panic!("{backend}: no {name}"));
             let rel = rel_l2(got, truth.get(name));
             if rel.is_nan() || rel > worst.0 {
                 worst = (rel, name);
             }
             if rel.is_nan() || rel > F64_BOUND {
-                failures.push(format!("{backend}: {name} rel L2 {rel:.3e} > {F64_BOUND:.0e}"));
+                failures.push(format!(
+                    "{backend}: {name} rel L2 {rel:.3e} > {F64_BOUND:.0e}"
+                ));
             }
         }
-        eprintln!("{backend}: max rel L2 vs transformers strict f64 {:.3e} ({})", worst.0, worst.1);
+        eprintln!(
+            "{backend}: max rel L2 vs transformers strict f64 {:.3e} ({})",
+            worst.0, worst.1
+        );
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
@@ -115,7 +122,10 @@ fn dequantised_weights_are_the_same_in_f32_and_f64() {
 #[test]
 fn every_fp8_code_decodes_as_torch_decodes_it() {
     let fx = served_fixture();
-    for (key, format) in [("codes.e4m3", Fp8Format::E4M3), ("codes.e5m2", Fp8Format::E5M2)] {
+    for (key, format) in [
+        ("codes.e4m3", Fp8Format::E4M3),
+        ("codes.e5m2", Fp8Format::E5M2),
+    ] {
         let torch = to_f64_vec(&fx[key]);
         assert_eq!(torch.len(), 256);
         for (code, want) in torch.iter().enumerate() {
@@ -169,7 +179,12 @@ fn served_linears_equal_the_torch_recipe_bit_for_bit() {
                 .collect();
             let differ = got.iter().zip(&want).filter(|(a, b)| a != b).count();
             assert_eq!(got.len(), want.len(), "{module}.{key}");
-            assert_eq!(differ, 0, "{module}.{key}: {differ} of {} outputs differ", got.len());
+            assert_eq!(
+                differ,
+                0,
+                "{module}.{key}: {differ} of {} outputs differ",
+                got.len()
+            );
             checked += 1;
         }
     }
@@ -217,7 +232,9 @@ const GATE: &str = "model.language_model.layers.1.mlp.gate_proj";
 fn a_dropped_or_misshapen_scale_is_refused_naming_the_tensor() {
     let copy = golden_copy(MODEL);
     let scale = format!("{GATE}.weight_scale_inv");
-    rewrite(copy.path(), |n| if n == scale { Edit::Drop } else { Edit::Keep });
+    rewrite(copy.path(), |n| {
+        if n == scale { Edit::Drop } else { Edit::Keep }
+    });
     let (code, err) = dump(copy.path(), "bf16");
     assert_eq!(code, 2, "{err}");
     assert!(err.contains(&format!("{GATE}.weight")), "{err}");
@@ -227,11 +244,18 @@ fn a_dropped_or_misshapen_scale_is_refused_naming_the_tensor() {
     let copy = golden_copy(MODEL);
     // [128, 64] over [48, 40] is [3, 2]; a [6, 1] grid has as many scales, laid out wrong.
     rewrite(copy.path(), |n| {
-        if n == scale { Edit::Reshape(vec![6, 1]) } else { Edit::Keep }
+        if n == scale {
+            Edit::Reshape(vec![6, 1])
+        } else {
+            Edit::Keep
+        }
     });
     let (code, err) = dump(copy.path(), "f64");
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains(&scale) && err.contains("expected [3, 2]"), "{err}");
+    assert!(
+        err.contains(&scale) && err.contains("expected [3, 2]"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -243,7 +267,10 @@ fn config_and_weights_that_disagree_are_refused_naming_the_tensor() {
     });
     let (code, err) = dump(copy.path(), "bf16");
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("F8_E4M3") && err.contains("no quantization_config"), "{err}");
+    assert!(
+        err.contains("F8_E4M3") && err.contains("no quantization_config"),
+        "{err}"
+    );
 
     // A quantised module the config says is kept in high precision (the substring `mlp.gate`
     // must not catch `mlp.gate_proj`: that entry alone passes).
@@ -279,7 +306,10 @@ fn config_and_weights_that_disagree_are_refused_naming_the_tensor() {
     add_tensor(&copy.path().join("model.safetensors"), extra);
     let (code, err) = dump(copy.path(), "bf16");
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains(&format!("{GATE}.weight_scale_inv")) && err.contains("not FP8"), "{err}");
+    assert!(
+        err.contains(&format!("{GATE}.weight_scale_inv")) && err.contains("not FP8"),
+        "{err}"
+    );
 }
 
 /// Adds one tensor to a safetensors file.
@@ -327,13 +357,22 @@ fn served_fp8_runs_live_calibrated_against_its_own_floor() {
         .expect("layers.7");
     let floor = layer["floor"].as_f64().expect("calibrated: a floor");
     assert!(floor.is_finite() && floor > 0.0, "{layer}");
-    eprintln!("fp8 floor at layers.7: {floor:.3e}; rel L2 {}", layer["rel_l2"]);
+    eprintln!(
+        "fp8 floor at layers.7: {floor:.3e}; rel L2 {}",
+        layer["rel_l2"]
+    );
 }
 
 #[test]
 fn served_fp8_is_refused_on_a_model_that_is_not_fp8() {
-    let o = hsdiff(&["--a", "fused", "--b", "reference", "--dtype", "fp8"], &repo_root());
+    let o = hsdiff(
+        &["--a", "fused", "--b", "reference", "--dtype", "fp8"],
+        &repo_root(),
+    );
     assert_eq!(o.status.code(), Some(2));
     let err = stderr_of(&o);
-    assert!(err.contains("--dtype") && err.contains("not an FP8 checkpoint"), "{err}");
+    assert!(
+        err.contains("--dtype") && err.contains("not an FP8 checkpoint"),
+        "{err}"
+    );
 }

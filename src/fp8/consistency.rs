@@ -93,9 +93,9 @@ fn check_quantised(
             "stored as {stored} without its block scales `{scales}`: read without them the \
              weight is off by its scales (often 100× or more)"
         )),
-        Some((dtype, _)) if !matches!(dtype, Dtype::BF16 | Dtype::F16 | Dtype::F32) => Err(format!(
-            "its block scales `{scales}` are {dtype}, not BF16, F16 or F32"
-        )),
+        Some((dtype, _)) if !matches!(dtype, Dtype::BF16 | Dtype::F16 | Dtype::F32) => Err(
+            format!("its block scales `{scales}` are {dtype}, not BF16, F16 or F32"),
+        ),
         Some((_, have)) if have != want => Err(format!(
             "its block scales `{scales}` have shape {have:?}, expected {want:?} (shape {shape:?} \
              over weight_block_size {:?}, edge blocks partial)",
@@ -158,7 +158,10 @@ mod tests {
 
     #[test]
     fn a_quantised_weight_with_its_scales_passes() {
-        let ok = [(W, Dtype::F8_E4M3, &[300, 200][..]), (S, Dtype::BF16, &[3, 2][..])];
+        let ok = [
+            (W, Dtype::F8_E4M3, &[300, 200][..]),
+            (S, Dtype::BF16, &[3, 2][..]),
+        ];
         assert!(run(&ok, Some(&scheme())).is_ok());
     }
 
@@ -166,7 +169,11 @@ mod tests {
     fn each_inconsistency_is_refused_naming_the_tensor() {
         let s = Some(scheme());
         let cases: Vec<(Vec<(&str, Dtype, &[usize])>, Option<&Fp8Scheme>, &str)> = vec![
-            (vec![(W, Dtype::F8_E4M3, &[300, 200])], s.as_ref(), "without its block scales"),
+            (
+                vec![(W, Dtype::F8_E4M3, &[300, 200])],
+                s.as_ref(),
+                "without its block scales",
+            ),
             (
                 vec![(W, Dtype::F8_E4M3, &[300, 200]), (S, Dtype::BF16, &[2, 2])],
                 s.as_ref(),
@@ -182,11 +189,19 @@ mod tests {
                 s.as_ref(),
                 "not FP8",
             ),
-            (vec![(S, Dtype::BF16, &[3, 2])], s.as_ref(), "not in the checkpoint"),
+            (
+                vec![(S, Dtype::BF16, &[3, 2])],
+                s.as_ref(),
+                "not in the checkpoint",
+            ),
             (
                 vec![
                     ("model.layers.0.mlp.gate.weight", Dtype::BF16, &[8, 200]),
-                    ("model.layers.0.mlp.gate.weight_scale_inv", Dtype::BF16, &[1, 2]),
+                    (
+                        "model.layers.0.mlp.gate.weight_scale_inv",
+                        Dtype::BF16,
+                        &[1, 2],
+                    ),
                 ],
                 s.as_ref(),
                 "entry `mlp.gate`",
@@ -205,7 +220,10 @@ mod tests {
         for (tensors, scheme, want) in cases {
             let err = run(&tensors, scheme).expect_err(want);
             assert!(err.contains(want), "{err}");
-            assert!(err.starts_with("model.layers.0.") || err.starts_with("lm_head"), "{err}");
+            assert!(
+                err.starts_with("model.layers.0.") || err.starts_with("lm_head"),
+                "{err}"
+            );
         }
     }
 

@@ -60,7 +60,11 @@ mod tests {
 
     #[test]
     fn entries_name_whole_components_never_a_prefix_of_one() {
-        let s = scheme(&["mlp.gate", "lm_head", "model.layers.*.linear_attn.in_proj_a"]);
+        let s = scheme(&[
+            "mlp.gate",
+            "lm_head",
+            "model.layers.*.linear_attn.in_proj_a",
+        ]);
         assert_eq!(
             s.not_converted_entry("model.layers.3.mlp.gate"),
             Some("mlp.gate")
@@ -71,7 +75,10 @@ mod tests {
             s.not_converted_entry("model.layers.12.linear_attn.in_proj_a"),
             Some("model.layers.*.linear_attn.in_proj_a")
         );
-        assert_eq!(s.not_converted_entry("model.layers.12.linear_attn.in_proj_b"), None);
+        assert_eq!(
+            s.not_converted_entry("model.layers.12.linear_attn.in_proj_b"),
+            None
+        );
         // The nested (vision-language) layout: a full name is a run of components too.
         let full = scheme(&["model.language_model.layers.0.mlp.gate"]);
         assert!(

@@ -178,7 +178,11 @@ mod tests {
         assert_eq!(s[1], EPS / 448.0);
         assert_eq!(&q[3..], &[0.0, 0.0, 0.0]);
         let (_, s8) = quantize_activations(&x, 3, ActScale::Ue8m0);
-        assert_eq!(s8[0], 1.0 / 128.0, "3.5/448 = 2⁻⁷ exactly stays a power of two");
+        assert_eq!(
+            s8[0],
+            1.0 / 128.0,
+            "3.5/448 = 2⁻⁷ exactly stays a power of two"
+        );
         let (_, s8) = quantize_activations(&[3.0, 1.0, 0.0], 3, ActScale::Ue8m0);
         assert_eq!(s8[0], 1.0 / 128.0, "3/448 rounds up to 2⁻⁷");
         assert_eq!(power_of_two_at_least(0.75), 1.0);

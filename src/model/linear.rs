@@ -138,7 +138,9 @@ fn fp8_forward(x: &Tensor, w: &Fp8Weight, act: ActScale) -> Result<Tensor> {
         )));
     }
     let m = x.elem_count() / k.max(1);
-    let host = x.to_device(&candle_core::Device::Cpu)?.to_dtype(DType::F32)?;
+    let host = x
+        .to_device(&candle_core::Device::Cpu)?
+        .to_dtype(DType::F32)?;
     let y = with_slice(&host, |x: &[f32]| w8a8::matmul(x, m, w, act))?;
     let mut out_dims = dims.to_vec();
     if let Some(last) = out_dims.last_mut() {

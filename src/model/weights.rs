@@ -135,7 +135,12 @@ impl<'a> Weights<'a> {
 
     /// In a served FP8 run, the quantised `[n, k]` weight `name` as W8A8 reads it, with the
     /// run's activation scales; `None` otherwise (not a served run, or not stored in FP8).
-    pub fn fp8_weight(&self, name: &str, n: usize, k: usize) -> Result<Option<(Fp8Weight, ActScale)>> {
+    pub fn fp8_weight(
+        &self,
+        name: &str,
+        n: usize,
+        k: usize,
+    ) -> Result<Option<(Fp8Weight, ActScale)>> {
         let Some(act) = self.serving else {
             return Ok(None);
         };
