@@ -376,3 +376,133 @@ fn served_fp8_is_refused_on_a_model_that_is_not_fp8() {
         "{err}"
     );
 }
+
+/// `hsdiff dump --backend fused` of the FP8 checkpoint on the fizzbuzz prompt at `dtype`.
+fn dump_fizzbuzz(dtype: &str, out: &Path) {
+    let o = hsdiff(
+        &[
+            "dump",
+            "--backend",
+            "fused",
+            "--model",
+            fp8_dir().to_str().unwrap(),
+            "--prompt",
+            "fizzbuzz",
+            "--dtype",
+            dtype,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &repo_root(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr_of(&o));
+}
+
+fn compare_json(a: &Path, b: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
+    let mut args = vec!["compare", a.to_str().unwrap(), b.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--format", "json"]);
+    let o = hsdiff(&args, &repo_root());
+    let r =
+        serde_json::from_str(&stdout_of(&o)).unwrap_or_else(|e| panic!("{e}: {}", stderr_of(&o)));
+    (o.status.code().unwrap_or(-1), r)
+}
+
+fn fp8_note(r: &serde_json::Value) -> String {
+    r["notes"]
+        .as_array()
+        .expect("notes")
+        .iter()
+        .filter_map(|n| n.as_str())
+        .find(|n| n.starts_with("fp8 serving:"))
+        .unwrap_or_else(|| panic!("no fp8 note in {}", r["notes"]))
+        .to_string()
+}
+
+#[test]
+fn an_fp8_served_capture_against_a_bf16_one_is_judged_by_each_sides_floor() {
+    let dir = tempdir();
+    let (fp8, bf16) = (
+        dir.path().join("fp8.safetensors"),
+        dir.path().join("bf16.safetensors"),
+    );
+    dump_fizzbuzz("fp8", &fp8);
+    dump_fizzbuzz("bf16", &bf16);
+    // Calibrated with the model the fingerprints name: each side gets its own floor.
+    let (code, r) = compare_json(&fp8, &bf16, &[]);
+    assert_eq!(code, 0, "{}", r["summary"]);
+    assert_eq!(r["verdict"], "ok", "{}", r["summary"]);
+    let rows = r["tensors"].as_array().expect("tensors");
+    let row = rows
+        .iter()
+        .find(|t| t["name"] == "layers.7")
+        .expect("layers.7");
+    let (fa, fb) = (
+        row["floor_a"].as_f64().unwrap(),
+        row["floor_b"].as_f64().unwrap(),
+    );
+    assert!(
+        fa > 2.0 * fb,
+        "the fp8 floor {fa:.3e} is well above bf16's {fb:.3e}"
+    );
+    assert_eq!(
+        row["floor"].as_f64(),
+        Some(fa),
+        "judged by the larger floor"
+    );
+    let note = fp8_note(&r);
+    assert!(
+        note.contains("the bf16 floor") && note.contains("FP8's, not a bug"),
+        "{note}"
+    );
+    eprintln!("{note}");
+
+    // 30% planted at layers.3 of the FP8 side (and carried on): beyond its own floor.
+    let mut t = candle_core::safetensors::load(&fp8, &Device::Cpu).expect("load");
+    for i in 3..8 {
+        let name = format!("layers.{i}");
+        let x = t[&name].to_dtype(DType::F32).and_then(|x| x * 1.3);
+        t.insert(
+            name.clone(),
+            x.and_then(|x| x.to_dtype(DType::BF16)).unwrap(),
+        );
+    }
+    let planted = dir.path().join("planted.safetensors");
+    candle_core::safetensors::save(&t, &planted).expect("save");
+    let model = fp8_dir();
+    let (code, r) = compare_json(
+        &planted,
+        &bf16,
+        &[
+            "--model",
+            model.to_str().unwrap(),
+            "--dtype-hint",
+            "fp8",
+            "--fail-on",
+            "drift",
+        ],
+    );
+    assert_eq!(code, 1, "{}", r["summary"]);
+    assert_ne!(r["verdict"], "ok", "{}", r["summary"]);
+    let note = fp8_note(&r);
+    assert!(note.contains("more than FP8 serving explains"), "{note}");
+}
+
+#[test]
+fn the_planner_measures_a_floor_at_fp8_like_any_dtype() {
+    use hsdiff::fp8::serving::SERVED;
+    use hsdiff::planner::{Source, plan, plan_live};
+    let live = plan_live(SERVED, "fused", "reference", false);
+    assert_eq!(
+        live.runs,
+        [DType::F64],
+        "B, the reference at fp8, is the floor run"
+    );
+    assert_eq!(live.floor_a, Source::SideB);
+    let side = |dtype| hsdiff::planner::SideRun {
+        dtype,
+        is_reference_run: false,
+    };
+    let files = plan(side(SERVED), side(DType::BF16));
+    assert_eq!(files.runs, [DType::F64, SERVED, DType::BF16]);
+}
