@@ -111,6 +111,7 @@ def activation_quant(x: torch.Tensor, group: int, ue8m0: bool) -> tuple[torch.Te
         blk = x[:, g:g + group]
         s = torch.clamp(blk.abs().amax(dim=1, keepdim=True), min=1e-10) / FP8_MAX
         if ue8m0:
+            s = torch.clamp(s, min=1e-10)  # vLLM floors the scale itself before rounding it up
             mant, exp = torch.frexp(s)  # s = mant · 2^exp, mant in [0.5, 1)
             s = torch.where(mant == 0.5, s, torch.ldexp(torch.ones_like(s), exp))
         qs.append((blk / s).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).float())
@@ -137,11 +138,13 @@ def served_linear(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, ue8m0:
 
 def served_inputs(K: int, gen: torch.Generator) -> torch.Tensor:
     """Fresh random bf16 activations [7, K]: typical rows, one all-zero row (the 1e-10 floor), one
-    row with an outlier 300× its neighbours, one tiny row (e4m3 subnormals), one huge row."""
+    row with an outlier 300× its neighbours, one tiny row (e4m3 subnormals), one huge row, one so
+    small that the UE8M0 scale's floor applies."""
     x = torch.randn(7, K, generator=gen, dtype=torch.float64)
     x[2] = 0.0
     x[3, K // 3] *= 300.0
     x[4] *= 1e-6
+    x[6] *= 1e-9  # below 448e-10: the UE8M0 scale's own 1e-10 floor
     x[5] *= 1e4
     return x.to(torch.bfloat16)
 

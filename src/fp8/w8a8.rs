@@ -3,8 +3,8 @@
 //! only scheme block checkpoints allow):
 //!
 //! 1. per token, per group of `block[1]` input channels (the weight's column block; the last
-//!    group partial): `s = max(max|x|, 1e-10) / 448` in f32 ([`ActScale::Ue8m0`]: rounded up to a
-//!    power of two), `q = e4m3(clamp(x / s, ±448))`, to nearest, ties to even;
+//!    group partial): `s = max(max|x|, 1e-10) / 448` in f32 ([`ActScale::Ue8m0`]: `max(s, 1e-10)`
+//!    rounded up to a power of two), `q = e4m3(clamp(x / s, ±448))`, to nearest, ties to even;
 //! 2. per output, over the column blocks in order: `acc += dot(q_x, q_w) · s_x · s_w` in f32,
 //!    from `acc = 0` — the dot of one block computed exactly and rounded once to f32 (the
 //!    engines' tensor-core dot accumulates it in f32; an fp8 product has 8 significant bits and a
@@ -113,7 +113,8 @@ pub fn quantize_activations(x: &[f32], group: usize, act: ActScale) -> (Vec<f32>
         let amax = chunk.iter().fold(0f32, |m, v| m.max(v.abs()));
         let mut s = amax.max(EPS) / E4M3_MAX;
         if act == ActScale::Ue8m0 {
-            s = power_of_two_at_least(s);
+            // vLLM's kernel floors the scale itself at 1e-10 before rounding it up.
+            s = power_of_two_at_least(s.max(EPS));
         }
         q.extend(
             chunk
@@ -176,6 +177,8 @@ mod tests {
         assert_eq!(q[0], round_e4m3(1.0 / (3.5 / 448.0)));
         // An all-zero group takes the 1e-10 floor, not a division by zero.
         assert_eq!(s[1], EPS / 448.0);
+        let (_, z8) = quantize_activations(&[0.0; 3], 3, ActScale::Ue8m0);
+        assert_eq!(z8[0], power_of_two_at_least(EPS), "UE8M0 floors the scale at 1e-10");
         assert_eq!(&q[3..], &[0.0, 0.0, 0.0]);
         let (_, s8) = quantize_activations(&x, 3, ActScale::Ue8m0);
         assert_eq!(
