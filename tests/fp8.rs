@@ -506,3 +506,82 @@ fn the_planner_measures_a_floor_at_fp8_like_any_dtype() {
     let files = plan(side(SERVED), side(DType::BF16));
     assert_eq!(files.runs, [DType::F64, SERVED, DType::BF16]);
 }
+
+/// A copy of the FP8 checkpoint whose `module`'s block scales are all 1: what a loader that
+/// ignores the scales of that one module computes with (unsloth #6200).
+fn with_scales_ignored(module: &str) -> tempfile::TempDir {
+    let copy = golden_copy(MODEL);
+    let path = copy.path().join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let scale = format!("{module}.weight_scale_inv");
+    let view = st.tensor(&scale).unwrap();
+    assert_eq!(view.dtype(), safetensors::Dtype::BF16);
+    let ones: Vec<u8> = std::iter::repeat_n(half::bf16::ONE.to_le_bytes(), view.data().len() / 2)
+        .flatten()
+        .collect();
+    let mut all: Vec<(String, safetensors::tensor::TensorView<'_>)> = Vec::new();
+    for n in st.names() {
+        let t = st.tensor(n).unwrap();
+        let t = if n == scale {
+            safetensors::tensor::TensorView::new(t.dtype(), t.shape().to_vec(), &ones).unwrap()
+        } else {
+            t
+        };
+        all.push((n.to_string(), t));
+    }
+    let data = safetensors::serialize(all, None).unwrap();
+    std::fs::write(&path, data).unwrap();
+    copy
+}
+
+#[test]
+fn a_weight_read_without_its_scale_is_named_by_its_pattern() {
+    let bad_model = with_scales_ignored(GATE);
+    let dir = tempdir();
+    let (bad, good) = (
+        dir.path().join("bad.safetensors"),
+        dir.path().join("good.safetensors"),
+    );
+    for (model, out) in [(bad_model.path(), &bad), (fp8_dir().as_path(), &good)] {
+        let o = hsdiff(
+            &[
+                "dump",
+                "--backend",
+                "fused",
+                "--model",
+                model.to_str().unwrap(),
+                "--tokens",
+                "5,17,3,99,42,7,250,11,64,1",
+                "--dtype",
+                "bf16",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &repo_root(),
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", stderr_of(&o));
+    }
+    let model = fp8_dir();
+    let (code, r) = compare_json(&bad, &good, &["--model", model.to_str().unwrap()]);
+    assert_eq!(code, 1, "{}", r["summary"]);
+    assert_eq!(r["first_divergent"], "layers.1", "{}", r["summary"]);
+    let notes: Vec<&str> = r["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    let note = notes
+        .iter()
+        .find(|n| n.contains("out of scale"))
+        .unwrap_or_else(|| panic!("no dropped-scale note in {notes:#?}"));
+    assert!(
+        note.starts_with("bad.safetensors is out of scale at layers.1"),
+        "{note}"
+    );
+    assert!(note.contains("weight_scale_inv"), "{note}");
+    // An honest difference (fp8 against bf16, above) has no such note.
+    let (_, r) = compare_json(&good, &good, &["--model", model.to_str().unwrap()]);
+    assert!(!r["notes"].to_string().contains("out of scale"));
+}

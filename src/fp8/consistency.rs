@@ -153,6 +153,9 @@ mod tests {
             .map_err(|p| format!("{}: {}", p.tensor, p.msg))
     }
 
+    /// Tensors listed: name, dtype, shape.
+    type Listed<'a> = Vec<(&'a str, Dtype, &'a [usize])>;
+
     const W: &str = "model.layers.0.mlp.gate_proj.weight";
     const S: &str = "model.layers.0.mlp.gate_proj.weight_scale_inv";
 
@@ -168,7 +171,7 @@ mod tests {
     #[test]
     fn each_inconsistency_is_refused_naming_the_tensor() {
         let s = Some(scheme());
-        let cases: Vec<(Vec<(&str, Dtype, &[usize])>, Option<&Fp8Scheme>, &str)> = vec![
+        let cases: Vec<(Listed, Option<&Fp8Scheme>, &str)> = vec![
             (
                 vec![(W, Dtype::F8_E4M3, &[300, 200])],
                 s.as_ref(),

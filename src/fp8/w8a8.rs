@@ -178,7 +178,11 @@ mod tests {
         // An all-zero group takes the 1e-10 floor, not a division by zero.
         assert_eq!(s[1], EPS / 448.0);
         let (_, z8) = quantize_activations(&[0.0; 3], 3, ActScale::Ue8m0);
-        assert_eq!(z8[0], power_of_two_at_least(EPS), "UE8M0 floors the scale at 1e-10");
+        assert_eq!(
+            z8[0],
+            power_of_two_at_least(EPS),
+            "UE8M0 floors the scale at 1e-10"
+        );
         assert_eq!(&q[3..], &[0.0, 0.0, 0.0]);
         let (_, s8) = quantize_activations(&x, 3, ActScale::Ue8m0);
         assert_eq!(
