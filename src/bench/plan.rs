@@ -43,8 +43,10 @@ impl SkipSpec {
                     return Err(refuse("sequence length 0 names no case".into()));
                 }
                 lengths.push(n);
-            } else if let Ok(d) = parse_dtype(q) {
-                refuse_served_fp8(d)?;
+            } else if let Some(d) = parse_dtype(q)
+                .ok()
+                .filter(|d| crate::fp8::serving::act_scale(*d).is_none())
+            {
                 dtypes.push(d);
             } else {
                 return Err(refuse(format!(
