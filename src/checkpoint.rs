@@ -12,7 +12,10 @@ use candle_core::{DType, Device, Tensor};
 use safetensors::tensor::TensorInfo;
 
 use crate::error::{Error, Result};
+use crate::fp8::Fp8Scheme;
 use crate::safetensors_file::{SafetensorsFile, candle_dtype};
+
+mod fp8;
 
 /// A tensor the forward pass asks a weight source for: its name, the exact shape it must have,
 /// and the dtype and device it is wanted in.
@@ -54,6 +57,9 @@ pub struct Checkpoint {
     /// against the right file.
     declared: BTreeMap<String, PathBuf>,
     layout: KeyLayout,
+    /// The FP8 scheme of config.json, once [`Checkpoint::check_quantization`] accepted the
+    /// tensors against it; FP8 tensors are refused without one.
+    fp8: Option<Fp8Scheme>,
 }
 
 impl Checkpoint {
@@ -127,6 +133,7 @@ impl Checkpoint {
             index,
             declared: BTreeMap::new(),
             layout,
+            fp8: None,
         })
     }
 
@@ -181,6 +188,9 @@ impl Checkpoint {
     pub fn get(&self, want: &TensorRequest) -> Result<Tensor> {
         let (name, shape, dtype, device) = (want.name, want.shape, want.dtype, want.device);
         let file = self.locate(name, shape)?;
+        if let Some(t) = self.dequantized(file, name, shape, None, dtype)? {
+            return crate::device::to_dtype_on(t, dtype, device);
+        }
         let t = file.load(name)?;
         if !matches!(
             t.dtype(),
@@ -241,6 +251,9 @@ impl Checkpoint {
     pub fn get_rows(&self, want: &TensorRequest, rows: &[usize]) -> Result<Tensor> {
         let (name, shape, dtype, device) = (want.name, want.shape, want.dtype, want.device);
         let file = self.locate(name, shape)?;
+        if let Some(t) = self.dequantized(file, name, shape, Some(rows), dtype)? {
+            return crate::device::to_dtype_on(t, dtype, device);
+        }
         let (info, data) = file.raw(name)?;
         let stored = candle_dtype(info.dtype)
             .filter(|d| d.is_float())

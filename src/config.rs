@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::fp8::{Fp8Format, Fp8Scheme};
 use crate::limits;
 
 /// The architectures hsdiff reproduces. They share one forward pass and differ in the checkpoint
@@ -99,6 +100,8 @@ pub struct ModelConfig {
     pub moe: Option<MoeConfig>,
     /// What config.json says; the checkpoint decides (a missing `lm_head.weight` means tied).
     pub tie_word_embeddings: bool,
+    /// `quantization_config` of an FP8 checkpoint (`quant_method: fp8`); `None` without one.
+    pub quantization: Option<Fp8Scheme>,
     /// SHA-256 of the config.json bytes, recorded in dumps and reports.
     pub sha256: String,
 }
@@ -299,6 +302,7 @@ impl ModelConfig {
             linear,
             moe,
             tie_word_embeddings,
+            quantization: read_quantization(top, text)?,
             sha256,
         };
         cfg.validate(text)?;
@@ -520,4 +524,88 @@ fn read_moe(text: &Fields, family: Family) -> Result<Option<MoeConfig>> {
         return Ok(None);
     }
     Ok(Some(moe))
+}
+
+/// Largest side of an FP8 weight block: a block's dot product of fp8 values stays exact in f64
+/// up to 2¹⁷ columns (`fp8::w8a8`), and no checkpoint uses blocks near it.
+const MAX_FP8_BLOCK: usize = 1 << 16;
+
+/// `quantization_config` (at the top level, or in `text_config`): only FP8 block quantisation
+/// is read; any other method, and FP8 variants hsdiff does not run, are refused by name.
+fn read_quantization(top: &Fields, text: &Fields) -> Result<Option<Fp8Scheme>> {
+    let Some(q) = top
+        .object("quantization_config")?
+        .or(text.object("quantization_config")?)
+    else {
+        return Ok(None);
+    };
+    let field = |name: &str, msg: String| q.err(format!("quantization_config.{name}: {msg}"));
+    let method = q.str_or("quant_method", "")?;
+    if method != "fp8" {
+        return Err(field(
+            "quant_method",
+            format!(
+                "`{method}` is not supported (hsdiff reads FP8 block-quantised checkpoints, quant_method `fp8`)"
+            ),
+        ));
+    }
+    let fmt = match q.str_or("fmt", "e4m3")? {
+        "e4m3" | "float8_e4m3fn" => Fp8Format::E4M3,
+        "e5m2" | "float8_e5m2" => Fp8Format::E5M2,
+        other => return Err(field("fmt", format!("`{other}` is not e4m3 or e5m2"))),
+    };
+    let scheme = q.str_or("activation_scheme", "dynamic")?;
+    if scheme != "dynamic" {
+        return Err(field(
+            "activation_scheme",
+            format!(
+                "`{scheme}` is not supported: block-quantised FP8 checkpoints quantise activations dynamically (no input_scale tensors)"
+            ),
+        ));
+    }
+    let block = q.usize_list_or("weight_block_size")?;
+    let block: [usize; 2] = match block[..] {
+        [rows, cols]
+            if (1..=MAX_FP8_BLOCK).contains(&rows) && (1..=MAX_FP8_BLOCK).contains(&cols) =>
+        {
+            [rows, cols]
+        }
+        [] => {
+            return Err(field(
+                "weight_block_size",
+                "missing: per-tensor FP8 (one weight_scale per tensor) is not supported, only block scales (weight_scale_inv)".to_string(),
+            ));
+        }
+        _ => {
+            return Err(field(
+                "weight_block_size",
+                format!("{block:?} is not two block sides from 1 to {MAX_FP8_BLOCK}"),
+            ));
+        }
+    };
+    let not_converted = match q.obj.get("modules_to_not_convert") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str().map(str::to_string).ok_or_else(|| {
+                    field(
+                        "modules_to_not_convert",
+                        format!("must list module names, got {v}"),
+                    )
+                })
+            })
+            .collect::<Result<_>>()?,
+        Some(v) => {
+            return Err(field(
+                "modules_to_not_convert",
+                format!("must be a list, got {v}"),
+            ));
+        }
+    };
+    Ok(Some(Fp8Scheme {
+        fmt,
+        block,
+        not_converted,
+    }))
 }

@@ -57,9 +57,12 @@ pub fn parse_dtype(arg: &str) -> Result<DType> {
         "f32" | "float32" => Ok(DType::F32),
         "bf16" | "bfloat16" => Ok(DType::BF16),
         "f16" | "float16" => Ok(DType::F16),
+        // An FP8 checkpoint served in W8A8 (crate::fp8::serving): bf16 between layers.
+        "fp8" => Ok(crate::fp8::serving::SERVED),
+        "fp8-ue8m0" => Ok(crate::fp8::serving::SERVED_UE8M0),
         other => Err(Error::argument(
             "--dtype",
-            format!("unknown dtype `{other}` (expected f64, f32, bf16 or f16)"),
+            format!("unknown dtype `{other}` (expected f64, f32, bf16, f16, fp8 or fp8-ue8m0)"),
         )),
     }
 }
@@ -70,6 +73,8 @@ pub fn dtype_label(dtype: DType) -> &'static str {
         DType::F32 => "f32",
         DType::BF16 => "bf16",
         DType::F16 => "f16",
+        crate::fp8::serving::SERVED => "fp8",
+        crate::fp8::serving::SERVED_UE8M0 => "fp8-ue8m0",
         DType::I64 => "i64",
         DType::U32 => "u32",
         DType::U8 => "u8",

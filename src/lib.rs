@@ -20,6 +20,7 @@ pub mod envdiff;
 pub mod error;
 pub mod fingerprint;
 pub mod formats;
+pub mod fp8;
 pub mod input;
 pub mod limits;
 pub mod live;

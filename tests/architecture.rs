@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
         "progress",
         "output",
         "safetensors_file",
+        "fp8",
     ],
     &[
         "config",

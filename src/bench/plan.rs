@@ -43,7 +43,10 @@ impl SkipSpec {
                     return Err(refuse("sequence length 0 names no case".into()));
                 }
                 lengths.push(n);
-            } else if let Ok(d) = parse_dtype(q) {
+            } else if let Some(d) = parse_dtype(q)
+                .ok()
+                .filter(|d| crate::fp8::serving::act_scale(*d).is_none())
+            {
                 dtypes.push(d);
             } else {
                 return Err(refuse(format!(
@@ -154,10 +157,12 @@ impl Plan {
             .dtypes
             .iter()
             .map(|d| {
-                parse_dtype(d).map_err(|e| match e {
+                let d = parse_dtype(d).map_err(|e| match e {
                     Error::Argument { msg, .. } => Error::argument("--dtypes", msg),
                     other => other,
-                })
+                })?;
+                refuse_served_fp8(d)?;
+                Ok(d)
             })
             .collect::<Result<Vec<_>>>()?;
         let threads = match req.threads {
@@ -198,6 +203,18 @@ impl Plan {
             keep: req.keep,
         })
     }
+}
+
+/// The served FP8 dtypes run an FP8 checkpoint's quantised Linears, which the bench's inputs
+/// (random kernel inputs, a bf16 bench model) do not have.
+fn refuse_served_fp8(d: DType) -> Result<()> {
+    if crate::fp8::serving::act_scale(d).is_some() {
+        return Err(Error::argument(
+            "--dtypes",
+            "fp8 / fp8-ue8m0 serve an FP8 checkpoint's Linear layers; the bench cases have none",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -22,7 +22,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "IDS")]
     pub tokens: Option<String>,
 
-    /// Compute dtype: f64 (true float64 everywhere), f32, bf16, f16.
+    /// Compute dtype: f64 (true float64 everywhere), f32, bf16, f16; fp8 / fp8-ue8m0 (an FP8
+    /// checkpoint served in W8A8 as vLLM / SGLang run it, bf16 between layers).
     #[arg(long, default_value = "f32", value_name = "DTYPE")]
     pub dtype: String,
 

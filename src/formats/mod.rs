@@ -235,13 +235,14 @@ pub fn parse_dtype_label(s: &str) -> Option<DType> {
     }
 }
 
-/// Orders float dtypes by rounding error: f64 < f32 < f16 < bf16.
+/// Orders float dtypes by rounding error: f64 < f32 < f16 < bf16 < served FP8.
 pub fn coarseness(d: DType) -> u8 {
     match d {
         DType::F64 => 0,
         DType::F32 => 1,
         DType::F16 => 2,
         DType::BF16 => 3,
+        crate::fp8::serving::SERVED | crate::fp8::serving::SERVED_UE8M0 => 4,
         _ => 0,
     }
 }

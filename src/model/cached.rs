@@ -35,9 +35,11 @@ impl Model {
         progress: &Progress,
     ) -> Result<Captures> {
         let cfg = &self.config;
-        let (dtype, device) = (opts.dtype, &opts.device);
+        let device = &opts.device;
         let (b, t) = check_call(self, ids, layout, opts, cache)?;
-        let w = self.view(dtype, device);
+        self.check_dtype(opts.dtype)?;
+        let w = self.view(opts.dtype, device);
+        let dtype = w.dtype();
         progress.begin(b * t);
         let flat: Vec<u32> = ids.concat();
         let mut caps = Captures::new(flat.clone());

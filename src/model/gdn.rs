@@ -318,29 +318,47 @@ fn unpack_qwen3_next(
         l.heads_per_key_head(),
     );
     let group = 2 * dk + 2 * r * dv;
-    let qkvz = w.get("in_proj_qkvz.weight", &[hk * group, hidden])?;
-    let ba = w.get("in_proj_ba.weight", &[hk * 2 * r, hidden])?;
     let rows = |offset: usize, len: usize, stride: usize| -> Vec<u32> {
         (0..hk)
             .flat_map(|g| (0..len).map(move |i| (g * stride + offset + i) as u32))
             .collect()
     };
-    let select = |m: &Tensor, idx: Vec<u32>| -> Result<Tensor> {
-        let n = idx.len();
-        let idx = Tensor::from_vec(idx, n, m.device())?;
-        Ok(m.index_select(&idx, 0)?)
+    // The packed weight `name` ([n, hidden]) split into the Linears of `parts` (row lists): in
+    // a served FP8 run a quantised weight is split with its scales (W8A8 of the packed weight,
+    // row for row), otherwise the weight in the compute dtype.
+    let split = |name: &str, n: usize, parts: Vec<Vec<u32>>| -> Result<Vec<Linear>> {
+        if let Some((q, act)) = w.fp8_weight(name, n, hidden)? {
+            return Ok(parts
+                .iter()
+                .map(|p| {
+                    let idx: Vec<usize> = p.iter().map(|&r| r as usize).collect();
+                    Linear::from_fp8(q.select_rows(&idx), act)
+                })
+                .collect());
+        }
+        let m = w.get(name, &[n, hidden])?;
+        parts
+            .into_iter()
+            .map(|idx| {
+                let len = idx.len();
+                let idx = Tensor::from_vec(idx, len, m.device())?;
+                Linear::from_weight(m.index_select(&idx, 0)?)
+            })
+            .collect()
     };
     let mut qkv_rows = rows(0, dk, group);
     qkv_rows.extend(rows(dk, dk, group));
     qkv_rows.extend(rows(2 * dk, r * dv, group));
-    let qkv = select(&qkvz, qkv_rows)?;
-    let z = select(&qkvz, rows(2 * dk + r * dv, r * dv, group))?;
-    let b = select(&ba, rows(0, r, 2 * r))?;
-    let a = select(&ba, rows(r, r, 2 * r))?;
-    Ok((
-        Linear::from_weight(qkv)?,
-        Linear::from_weight(z)?,
-        Linear::from_weight(b)?,
-        Linear::from_weight(a)?,
-    ))
+    let z_rows = rows(2 * dk + r * dv, r * dv, group);
+    let mut qkvz = split("in_proj_qkvz.weight", hk * group, vec![qkv_rows, z_rows])?;
+    let b_rows = rows(0, r, 2 * r);
+    let a_rows = rows(r, r, 2 * r);
+    let mut ba = split("in_proj_ba.weight", hk * 2 * r, vec![b_rows, a_rows])?;
+    let (Some(a), Some(b), Some(z), Some(qkv)) = (ba.pop(), ba.pop(), qkvz.pop(), qkvz.pop())
+    else {
+        return Err(crate::error::Error::Internal(
+            "Qwen3-Next projections: a split lost a part".into(),
+        ));
+    };
+    Ok((qkv, z, b, a))
 }

@@ -1,7 +1,8 @@
 //! A bias-optional linear layer, `y = x Wᵀ (+ b)`, in the compute dtype. On the CPU a bf16 weight
 //! is packed once (here) for [`bf16_gemm`](super::bf16_gemm): its bf16 GEMM in a bf16 pass, its
-//! f32 / f64 kernels in an f32 / f64 pass where the CPU has AVX-512F or AVX2 + FMA; everything
-//! else runs on candle's matmul.
+//! f32 / f64 kernels in an f32 / f64 pass where the CPU has AVX-512F or AVX2 + FMA; a quantised
+//! weight in a served FP8 run (`--dtype fp8`) runs the W8A8 GEMM of [`crate::fp8::w8a8`] (on the
+//! host, for every device); everything else runs on candle's matmul.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,6 +13,7 @@ use half::bf16;
 use super::Weights;
 use super::bf16_gemm::{self, PackedBf16, WideFloat};
 use crate::error::{Error, Result};
+use crate::fp8::{ActScale, Fp8Weight, w8a8};
 
 /// The floating-point operations (2·m·n·k each) of every [`Linear::forward`] in this process so
 /// far: what a bench case divides by its time for a forward pass's GFLOP/s.
@@ -31,14 +33,20 @@ enum Weight {
     Tensor(Tensor),
     /// A bf16 weight on the CPU, packed for the bf16 GEMM (possibly kept across passes).
     PackedBf16(Arc<PackedBf16>),
+    /// A quantised weight of a served FP8 run, with the run's activation scales.
+    Fp8(Arc<Fp8Weight>, ActScale),
 }
 
 impl Linear {
     /// Reads `weight` `[out, in]` (and `bias` `[out]` when `bias`) under `w`.
     pub fn new(w: &Weights, out_features: usize, in_features: usize, bias: bool) -> Result<Self> {
-        let weight = match w.packed("weight", out_features, in_features)? {
-            Some(packed) => Weight::PackedBf16(packed),
-            None => Weight::new(w.get("weight", &[out_features, in_features])?)?,
+        let weight = if let Some((q, act)) = w.fp8_weight("weight", out_features, in_features)? {
+            Weight::Fp8(Arc::new(q), act)
+        } else {
+            match w.packed("weight", out_features, in_features)? {
+                Some(packed) => Weight::PackedBf16(packed),
+                None => Weight::new(w.get("weight", &[out_features, in_features])?)?,
+            }
         };
         let bias = if bias {
             Some(w.get("bias", &[out_features])?)
@@ -55,6 +63,14 @@ impl Linear {
         })
     }
 
+    /// A served FP8 run's quantised weight (without bias).
+    pub fn from_fp8(weight: Fp8Weight, act: ActScale) -> Self {
+        Linear {
+            weight: Weight::Fp8(Arc::new(weight), act),
+            bias: None,
+        }
+    }
+
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         // 2·m·k per output column: `x`'s elements times the weight's rows.
         let n = match &self.weight {
@@ -65,6 +81,7 @@ impl Linear {
         let y = match &self.weight {
             Weight::Tensor(w) => x.broadcast_matmul(&w.t()?)?,
             Weight::PackedBf16(w) => packed_forward(x, w)?,
+            Weight::Fp8(w, act) => fp8_forward(x, w, *act)?,
         };
         match &self.bias {
             Some(b) => Ok(y.broadcast_add(b)?),
@@ -120,6 +137,32 @@ fn packed_forward(x: &Tensor, w: &PackedBf16) -> Result<Tensor> {
         }
         .into()),
     }
+}
+
+/// `x · wᵀ` over the last dimension of a bf16 `x` on any device, served in W8A8 on the host
+/// (an emulation on a GPU: the activations go to the host and the bf16 output comes back).
+fn fp8_forward(x: &Tensor, w: &Fp8Weight, act: ActScale) -> Result<Tensor> {
+    let dims = x.dims();
+    let k = *dims.last().unwrap_or(&0);
+    if k != w.cols() || x.dtype() != DType::BF16 {
+        return Err(Error::Internal(format!(
+            "W8A8 linear of a [{}, {}] weight called on a {:?} {:?} input",
+            w.rows(),
+            w.cols(),
+            x.dtype(),
+            x.shape()
+        )));
+    }
+    let m = x.elem_count() / k.max(1);
+    let host = x
+        .to_device(&candle_core::Device::Cpu)?
+        .to_dtype(DType::F32)?;
+    let y = with_slice(&host, |x: &[f32]| w8a8::matmul(x, m, w, act))?;
+    let mut out_dims = dims.to_vec();
+    if let Some(last) = out_dims.last_mut() {
+        *last = w.rows();
+    }
+    Ok(Tensor::from_vec(y, out_dims, &candle_core::Device::Cpu)?.to_device(x.device())?)
 }
 
 /// [`packed_forward`] of an f32 / f64 `x` (`m` rows) on `bf16_gemm::matmul_wide`.

@@ -91,7 +91,8 @@ impl Model {
     pub fn load(dir: &Path) -> Result<Self> {
         check_model_dir(dir)?;
         let config = ModelConfig::from_file(&dir.join("config.json"))?;
-        let checkpoint = Checkpoint::open(dir)?;
+        let mut checkpoint = Checkpoint::open(dir)?;
+        checkpoint.check_quantization(config.quantization.as_ref())?;
         Ok(Model {
             config,
             weights: WeightSource::Checkpoint(checkpoint),
@@ -143,8 +144,33 @@ impl Model {
     /// floor run of a live run share them) when the whole model in `dtype` fits in half of the
     /// memory available now on `device`. Returns whether they will be kept.
     pub fn keep_weights(&self, dtype: DType, device: &Device) -> bool {
+        let dtype = crate::fp8::serving::compute_dtype(dtype);
         let bytes = self.weights.element_count() * dtype.size_in_bytes() as u64;
         self.cache.keep(dtype, device, bytes)
+    }
+
+    /// A served FP8 dtype (`--dtype fp8`) runs an FP8 checkpoint's quantised weights; refused,
+    /// naming the model, for any other model (never a silent bf16 run, never weights quantised
+    /// on the fly).
+    pub fn check_dtype(&self, dtype: DType) -> Result<()> {
+        if crate::fp8::serving::act_scale(dtype).is_none() {
+            return Ok(());
+        }
+        let why = if self.weights.is_generated() {
+            "--random-weights generates bf16 weights, not an FP8 checkpoint's"
+        } else if self.config.quantization.is_none() {
+            "its config.json has no quantization_config: not an FP8 checkpoint"
+        } else {
+            return Ok(());
+        };
+        Err(Error::argument(
+            "--dtype",
+            format!(
+                "{} runs an FP8 checkpoint's quantised Linear layers as vLLM / SGLang serve                  them; {} cannot: {why}",
+                crate::device::dtype_label(dtype),
+                self.source
+            ),
+        ))
     }
 
     /// The model's tensors under the text model's root (`model.` or `model.language_model.`).
@@ -185,9 +211,11 @@ impl Model {
         last_layer: Option<usize>,
     ) -> Result<Captures> {
         self.check_tokens(ids)?;
+        self.check_dtype(opts.dtype)?;
         let cfg = &self.config;
-        let (dtype, device) = (opts.dtype, &opts.device);
-        let w = self.view(dtype, device);
+        let device = &opts.device;
+        let w = self.view(opts.dtype, device);
+        let dtype = w.dtype();
         let t = ids.len();
         progress.begin(t);
         let mut caps = Captures::new(ids.to_vec());
@@ -270,8 +298,7 @@ impl Model {
         let (head, head_name) = if self.tied_embeddings() {
             (w.clone(), "embed_tokens.weight")
         } else {
-            let top = Weights::new(&self.weights, &self.cache, w.dtype(), w.device());
-            (top, "lm_head.weight")
+            (w.root(""), "lm_head.weight")
         };
         let logits = blocked_logits(&normed, &head, head_name, &self.vocab_shape())?;
         caps.push(names::LOGITS, logits);

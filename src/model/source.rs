@@ -6,6 +6,7 @@ use candle_core::Tensor;
 use crate::checkpoint::{Checkpoint, KeyLayout, TensorRequest};
 use crate::error::Result;
 use crate::fingerprint::weights_digest;
+use crate::fp8::Fp8Weight;
 use crate::random_weights::RandomWeights;
 
 pub enum WeightSource {
@@ -69,6 +70,23 @@ impl WeightSource {
     pub fn stored_bf16(&self, name: &str, shape: &[usize]) -> Result<Option<&[u8]>> {
         match self {
             WeightSource::Checkpoint(c) => c.stored_bf16(name, shape),
+            WeightSource::Random(_) => Ok(None),
+        }
+    }
+
+    /// Whether `name` is stored in FP8 (generated weights never are).
+    pub fn stored_fp8(&self, name: &str) -> bool {
+        match self {
+            WeightSource::Checkpoint(c) => c.stored_fp8(name).is_some(),
+            WeightSource::Random(_) => false,
+        }
+    }
+
+    /// The quantised `[rows, cols]` weight `name` as the served W8A8 GEMM reads it; `None` when
+    /// it is not stored in FP8.
+    pub fn fp8_weight(&self, name: &str, rows: usize, cols: usize) -> Result<Option<Fp8Weight>> {
+        match self {
+            WeightSource::Checkpoint(c) => c.fp8_weight(name, rows, cols),
             WeightSource::Random(_) => Ok(None),
         }
     }

@@ -10,18 +10,25 @@ use super::bf16_gemm::{self, PackedBf16};
 use super::linear::pack_tensor;
 use super::weight_cache::WeightCache;
 use crate::checkpoint::TensorRequest;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::fp8::serving::{act_scale, compute_dtype};
+use crate::fp8::{ActScale, Fp8Weight};
 
 #[derive(Clone)]
 pub struct Weights<'a> {
     src: &'a WeightSource,
     cache: &'a WeightCache,
     prefix: String,
+    /// The compute dtype (bf16 for a served FP8 run).
     dtype: DType,
+    /// A served FP8 run (`--dtype fp8`): its quantised Linear weights are read for W8A8.
+    serving: Option<ActScale>,
     device: &'a Device,
 }
 
 impl<'a> Weights<'a> {
+    /// A view for a run of `dtype`: a served FP8 dtype computes in bf16, its quantised Linear
+    /// weights read for W8A8 ([`Weights::fp8_weight`]).
     pub fn new(
         src: &'a WeightSource,
         cache: &'a WeightCache,
@@ -32,7 +39,8 @@ impl<'a> Weights<'a> {
             src,
             cache,
             prefix: String::new(),
-            dtype,
+            dtype: compute_dtype(dtype),
+            serving: act_scale(dtype),
             device,
         }
     }
@@ -73,6 +81,7 @@ impl<'a> Weights<'a> {
     /// `name` with exactly `shape`, in the compute dtype.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
         let full = self.full_name(name);
+        self.refuse_dequantised_in_serving(&full)?;
         self.cache.get_or_load(&full, self.dtype, self.device, || {
             self.src.get(&self.request(&full, shape))
         })
@@ -112,6 +121,7 @@ impl<'a> Weights<'a> {
     /// compute dtype: only those rows are read or generated. A contiguous range of rows (an lm_head block, one expert) may be kept across passes.
     pub fn get_rows(&self, name: &str, shape: &[usize], rows: &[usize]) -> Result<Tensor> {
         let full = self.full_name(name);
+        self.refuse_dequantised_in_serving(&full)?;
         let load = || self.src.get_rows(&self.request(&full, shape), rows);
         let contiguous = rows.windows(2).all(|w| w[1] == w[0] + 1);
         match (rows.first(), rows.last()) {
@@ -121,6 +131,37 @@ impl<'a> Weights<'a> {
             }
             _ => load(),
         }
+    }
+
+    /// In a served FP8 run, the quantised `[n, k]` weight `name` as W8A8 reads it, with the
+    /// run's activation scales; `None` otherwise (not a served run, or not stored in FP8).
+    pub fn fp8_weight(
+        &self,
+        name: &str,
+        n: usize,
+        k: usize,
+    ) -> Result<Option<(Fp8Weight, ActScale)>> {
+        let Some(act) = self.serving else {
+            return Ok(None);
+        };
+        Ok(self
+            .src
+            .fp8_weight(&self.full_name(name), n, k)?
+            .map(|w| (w, act)))
+    }
+
+    /// A served FP8 run reads quantised weights only through [`Weights::fp8_weight`]: a layer
+    /// that asks for one dequantised would silently run it in bf16 instead of W8A8.
+    fn refuse_dequantised_in_serving(&self, full: &str) -> Result<()> {
+        if self.serving.is_some() && self.src.stored_fp8(full) {
+            return Err(Error::argument(
+                "--dtype",
+                format!(
+                    "`{full}` is quantised, but hsdiff serves W8A8 only for Linear weights of                      shape [out, in] (not this one); run it with --dtype bf16"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     pub fn dtype(&self) -> DType {

@@ -265,6 +265,19 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         };
     }
 
+    if let Some(cal) = &c.calibration {
+        let b_dtype = cal.floor_b.as_ref().map_or(cal.floor_a.dtype, |f| f.dtype);
+        notes.extend(super::fp8_notes::serving_note(
+            (&c.a_side.label, cal.floor_a.dtype),
+            (&c.b_side.label, b_dtype),
+            &tensors,
+        ));
+    }
+    notes.extend(super::fp8_notes::dropped_scale_note(
+        &c.a_side.label,
+        &c.b_side.label,
+        &tensors,
+    ));
     let env_diff = crate::envdiff::env_diff(&c.a_side.fingerprint, &c.b_side.fingerprint);
     // Live runs differ by design in their backend; elsewhere a mattering difference leads.
     let summary = match crate::envdiff::summary_clause(&env_diff) {

@@ -4,6 +4,7 @@
 mod build;
 pub mod cells;
 pub mod emit;
+mod fp8_notes;
 pub mod json;
 pub mod markdown;
 pub mod plot;
