@@ -15,8 +15,9 @@ pub const TORCH_REFERENCES: &[&str] = &["torch_chunk", "torch"];
 #[serde(tag = "status", rename_all = "lowercase")]
 pub enum CaseOutcome {
     Measured {
+        // Boxed: a measurement is most of the row, the other outcomes are one string.
         #[serde(flatten)]
-        m: Measurement,
+        m: Box<Measurement>,
         median_ms: f64,
         #[serde(skip)]
         min_ms: f64,
@@ -56,7 +57,7 @@ impl CaseOutcome {
                 rel_l2_vs_torch: rel,
                 gflops: None,
                 peak_gflops: None,
-                m,
+                m: Box::new(m),
             },
             Err(why) => CaseOutcome::Failed { why },
         }

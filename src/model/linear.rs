@@ -76,6 +76,7 @@ impl Linear {
         let n = match &self.weight {
             Weight::Tensor(w) => w.elem_count() / x.dim(candle_core::D::Minus1)?.max(1),
             Weight::PackedBf16(w) => w.rows(),
+            Weight::Fp8(w, _) => w.rows(),
         };
         PRODUCT_FLOPS.fetch_add(2 * (x.elem_count() * n) as u64, Ordering::Relaxed);
         let y = match &self.weight {
