@@ -72,7 +72,10 @@ pub struct CompareArgs {
 }
 
 pub fn run(args: &CompareArgs) -> Result<i32> {
-    args.report.options().check_targets(&[&args.a, &args.b])?;
+    let inputs = [Some(args.a.as_path()), Some(&args.b), args.model.as_deref()];
+    args.report
+        .options()
+        .check_targets(&inputs.into_iter().flatten().collect::<Vec<_>>())?;
     let hint = args.dtype_hint.as_deref().map(parse_dtype).transpose()?;
     let mut a = FileSource::open(&args.a, hint)?;
     let mut b = FileSource::open(&args.b, hint)?;
@@ -84,6 +87,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
             eprintln!("hsdiff: {side} ({}): {c}", src.path().display());
         }
         pairing::require_names(src)?;
+        src.check_unambiguous()?;
     }
 
     // Token ids first: different inputs make every other number meaningless.
