@@ -82,12 +82,14 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
     let (label_a, label_b) = pairing::labels(&args.a, &args.b);
 
     let extra_rows = pairing::apply_maps(&mut a, &mut b, &args.map)?;
+    // Two entries read as one name, unresolved by --map: refused before anything is said.
+    a.check_unambiguous()?;
+    b.check_unambiguous()?;
     for (side, src) in [("A", &a), ("B", &b)] {
         for c in &src.conventions {
             eprintln!("hsdiff: {side} ({}): {c}", src.path().display());
         }
         pairing::require_names(src)?;
-        src.check_unambiguous()?;
     }
 
     // Token ids first: different inputs make every other number meaningless.

@@ -309,8 +309,13 @@ impl Walk<'_> {
 }
 
 /// A name for messages: the top level has none.
-fn display(name: &str) -> &str {
-    if name.is_empty() { "(top level)" } else { name }
+/// A dotted path for messages, shortened when a deep nesting made it long.
+fn display(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.is_empty() {
+        "(top level)".into()
+    } else {
+        crate::escape::shorten(name, crate::escape::SHORT)
+    }
 }
 
 /// The arguments of `_rebuild_tensor_v2` if `obj` rebuilds a tensor (plain, parameter, or
