@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io::Read;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::limits;
@@ -21,7 +22,27 @@ pub fn open_regular(path: &Path) -> Result<File> {
         .metadata()
         .map_err(|e| Error::file(path, io_words(&e)))?;
     check_regular(path, &meta.file_type())?;
+    record_opened(path, &meta);
     Ok(file)
+}
+
+/// Every file opened through [`open_regular`]: its identity (device, inode) and resolved path.
+static OPENED: Mutex<Vec<((u64, u64), PathBuf)>> = Mutex::new(Vec::new());
+
+fn record_opened(path: &Path, meta: &std::fs::Metadata) {
+    use std::os::unix::fs::MetadataExt;
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut list = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+    let entry = ((meta.dev(), meta.ino()), real);
+    if !list.contains(&entry) {
+        list.push(entry);
+    }
+}
+
+/// The files this process has opened for reading so far (identity and resolved path): outputs
+/// must not land on them ([`crate::output`]).
+pub fn opened_files() -> Vec<((u64, u64), PathBuf)> {
+    OPENED.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 fn check_regular(path: &Path, kind: &std::fs::FileType) -> Result<()> {
@@ -229,6 +250,12 @@ impl Tokenizer {
                 )
             },
         )?;
+        // The prompt is tokenised as transformers' fast tokenizers do by default: no padding and
+        // no truncation, whatever the file's settings (a fixed padding of 10⁹ tokens would be a
+        // 4 GB allocation; a truncation would silently drop part of the prompt).
+        let mut inner = inner;
+        inner.with_padding(None);
+        let _ = inner.with_truncation(None);
         Ok(Tokenizer {
             inner,
             source: name.to_path_buf(),

@@ -57,6 +57,32 @@ pub const NAMES: &[(&str, &str)] = &[
     ("pickle-objects", "pickled objects, memo copies included"),
 ];
 
+/// The deepest `--limit pickle-depth` accepted: the readers of unpickled values recurse (and so
+/// does dropping them), and 2048 levels stay far inside the 8 MiB main-thread stack.
+pub const PICKLE_DEPTH_MAX: usize = 2048;
+
+/// The most threads `--threads` or `RAYON_NUM_THREADS` may ask for.
+pub const THREADS_MAX: usize = 1024;
+
+/// `RAYON_NUM_THREADS`, when set, is a thread count this process can start (rayon would panic
+/// on a count it cannot spawn).
+pub fn check_threads_env() -> Result<()> {
+    let Some(value) = std::env::var_os("RAYON_NUM_THREADS") else {
+        return Ok(());
+    };
+    let text = value.to_string_lossy();
+    match text.trim().parse::<usize>() {
+        Ok(n) if n <= THREADS_MAX => Ok(()),
+        _ => Err(Error::argument(
+            "RAYON_NUM_THREADS",
+            format!(
+                "`{}` is not a thread count from 0 (all cores) to {THREADS_MAX}",
+                crate::escape::plain(&text, crate::escape::SHORT)
+            ),
+        )),
+    }
+}
+
 static ACTIVE: OnceLock<Limits> = OnceLock::new();
 
 /// The limits in force: the defaults unless [`set`] was called.
@@ -107,12 +133,24 @@ impl Limits {
             };
             *slot = value;
         }
+        if l.pickle_depth > PICKLE_DEPTH_MAX {
+            return Err(Error::argument(
+                "--limit pickle-depth",
+                format!(
+                    "{} is deeper than hsdiff reads: at most {PICKLE_DEPTH_MAX} (its readers recurse, and the stack holds no more)",
+                    l.pickle_depth
+                ),
+            ));
+        }
         Ok(l)
     }
 }
 
 /// `what` exceeds a limit: the message says which flag raises it.
 pub fn exceeded(what: &str, value: usize, name: &str, limit: usize) -> String {
+    if name == "pickle-depth" && limit >= PICKLE_DEPTH_MAX {
+        return format!("{what} is {value}, deeper than hsdiff reads ({PICKLE_DEPTH_MAX})");
+    }
     format!("{what} is {value}, over the limit of {limit} (raise it with --limit {name}=N)")
 }
 
@@ -125,7 +163,13 @@ mod tests {
         let l = Limits::from_args(&["tokens=5".into(), "pickle-depth=9".into()]).expect("parses");
         assert_eq!((l.tokens, l.pickle_depth), (5, 9));
         assert_eq!(l.layers, Limits::default().layers);
-        for bad in ["tokens", "tokens=0", "tokens=-1", "nope=3"] {
+        for bad in [
+            "tokens",
+            "tokens=0",
+            "tokens=-1",
+            "nope=3",
+            "pickle-depth=1000000",
+        ] {
             assert!(Limits::from_args(&[bad.to_string()]).is_err(), "{bad}");
         }
     }

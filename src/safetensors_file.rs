@@ -4,19 +4,20 @@
 //! `compare` reads ([`crate::formats`]) all read safetensors through it.
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
-use memmap2::Mmap;
 use safetensors::tensor::{Metadata, TensorInfo};
 use safetensors::{Dtype as StDtype, SafeTensors};
 
 use crate::error::{Error, Result};
+use crate::mapped::FileMap;
 
 /// The bytes of one safetensors file: a memory map, or a blob compiled into the binary.
 enum Bytes {
-    Mapped(Mmap),
+    Mapped(FileMap),
     Static(&'static [u8]),
 }
 
@@ -40,9 +41,8 @@ pub struct SafetensorsFile {
 impl SafetensorsFile {
     pub fn open(path: &Path) -> Result<Self> {
         let file = crate::input::open_regular(path)?;
-        // SAFETY: the map is read-only; a file truncated underneath us is the user's own race.
-        let mmap = unsafe { Mmap::map(&file) }.map_err(|e| Error::file(path, e.to_string()))?;
-        Self::parse(path.to_path_buf(), Bytes::Mapped(mmap))
+        let map = FileMap::map(&file, path)?;
+        Self::parse(path.to_path_buf(), Bytes::Mapped(map))
     }
 
     /// A file compiled into the binary; `name` stands in for its path in messages.
@@ -97,8 +97,11 @@ impl SafetensorsFile {
     pub fn load(&self, name: &str) -> Result<Tensor> {
         let (info, data) = self.raw(name)?;
         let dtype = stored_dtype(&self.path, name, info)?;
-        Tensor::from_raw_buffer(data, dtype, &info.shape, &Device::Cpu)
-            .map_err(|e| Error::tensor(&self.path, name, e.to_string()))
+        let t = Tensor::from_raw_buffer(data, dtype, &info.shape, &Device::Cpu)
+            .map_err(|e| Error::tensor(&self.path, name, e.to_string()))?;
+        // Pages past a truncated end read as zeros: never hand those on.
+        crate::mapped::check()?;
+        Ok(t)
     }
 
     /// Whether reads of the map will be scattered (no readahead: a sampled digest then reads
@@ -111,11 +114,64 @@ impl SafetensorsFile {
             } else {
                 memmap2::Advice::Normal
             };
-            let _ = m.advise(advice);
+            let _ = m.inner().advise(advice);
         }
         #[cfg(not(unix))]
         let _ = random;
     }
+}
+
+/// Writes `tensors` and `metadata` to `out` as a safetensors file (`path` names it in
+/// messages): the header the safetensors crate validates, tensors ordered by descending element
+/// size (every tensor aligned to its dtype), then the data. Written through the caller's file so
+/// that [`crate::output`] owns the only temp file.
+pub fn write_tensors(
+    path: &Path,
+    out: &mut impl std::io::Write,
+    tensors: &[(&str, &Tensor)],
+    metadata: Option<HashMap<String, String>>,
+) -> Result<()> {
+    use safetensors::View;
+    let cannot = |msg: String| Error::file(path, format!("cannot write: {msg}"));
+    let mut order: Vec<(&str, Tensor)> = tensors
+        .iter()
+        .map(|(n, t)| Ok((*n, t.to_device(&Device::Cpu)?.contiguous()?)))
+        .collect::<Result<_>>()?;
+    order.sort_by(|(an, at), (bn, bt)| {
+        bt.dtype()
+            .size_in_bytes()
+            .cmp(&at.dtype().size_in_bytes())
+            .then(an.cmp(bn))
+    });
+    let mut infos = Vec::with_capacity(order.len());
+    let mut offset = 0usize;
+    for (name, t) in &order {
+        let len = View::data_len(t);
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| cannot("the tensors are too large to address".into()))?;
+        infos.push((
+            name.to_string(),
+            TensorInfo {
+                dtype: View::dtype(t),
+                shape: t.dims().to_vec(),
+                data_offsets: (offset, end),
+            },
+        ));
+        offset = end;
+    }
+    let header = Metadata::new(metadata, infos).map_err(|e| cannot(describe_st_error(&e)))?;
+    let mut json = serde_json::to_vec(&header).map_err(|e| cannot(e.to_string()))?;
+    json.resize(json.len().next_multiple_of(8), b' ');
+    let io = |e: std::io::Error| cannot(crate::input::io_words(&e));
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, out);
+    w.write_all(&(json.len() as u64).to_le_bytes())
+        .map_err(io)?;
+    w.write_all(&json).map_err(io)?;
+    for (_, t) in &order {
+        w.write_all(&View::data(t)).map_err(io)?;
+    }
+    w.flush().map_err(io)
 }
 
 /// Largest safetensors header read (the safetensors crate's own cap).

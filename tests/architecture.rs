@@ -9,11 +9,13 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &[
         "error",
+        "escape",
         "limits",
         "sysinfo",
         "input",
         "device",
         "progress",
+        "mapped",
         "output",
         "safetensors_file",
         "fp8",

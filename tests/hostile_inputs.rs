@@ -38,8 +38,11 @@ struct Case {
     name: String,
     args: Vec<String>,
     expect: Expect,
-    /// An output path the command was given: must not exist after a refusal.
+    /// An output path the command was given: after a refusal it holds what it held before
+    /// (nothing, or the same bytes).
     out: Option<PathBuf>,
+    /// Environment variables set for the run.
+    env: Vec<(&'static str, String)>,
 }
 
 /// (name, data.pkl, storages, needles)
@@ -69,6 +72,7 @@ fn refused(name: &str, args: Vec<String>, needles: &[&str]) -> Case {
         args,
         expect: Expect::Refused(needles.iter().map(|s| s.to_string()).collect()),
         out: None,
+        env: Vec::new(),
     }
 }
 
@@ -82,11 +86,14 @@ fn args(list: &[&str]) -> Vec<String> {
 
 /// Runs one case; an Err describes how it failed.
 fn run(case: &Case) -> Result<(), String> {
+    // What the output target held before (None: nothing), to tell a refusal that wrote nothing.
+    let before = case.out.as_ref().map(|p| std::fs::read(p).ok());
     let o = Command::new("prlimit")
         .arg(MEMORY_CAP)
         .args(["--", "timeout", "-s", "KILL", TIMEOUT_S])
         .arg(env!("CARGO_BIN_EXE_hsdiff"))
         .args(&case.args)
+        .envs(case.env.iter().map(|(k, v)| (k, v)))
         .env_remove("RUST_BACKTRACE")
         .env_remove("RUST_LIB_BACKTRACE")
         .output()
@@ -153,9 +160,9 @@ fn run(case: &Case) -> Result<(), String> {
             if !o.stdout.is_empty() {
                 return Err(format!("stdout not empty\n{ctx}"));
             }
-            if let Some(out) = &case.out
+            if let (Some(out), Some(before)) = (&case.out, &before)
                 && std::fs::symlink_metadata(out).is_ok_and(|m| m.is_file())
-                && !case.args.iter().any(|a| Path::new(a) == out.as_path())
+                && std::fs::read(out).ok() != *before
             {
                 return Err(format!(
                     "output {} written despite the error\n{ctx}",
@@ -1063,12 +1070,14 @@ fn readable_files_compare_with_the_right_exit_code() {
             args: args(&["compare", &s(&a), &s(&a_again)]),
             expect: Expect::Clean,
             out: None,
+            env: Vec::new(),
         },
         Case {
             name: "different values".into(),
             args: args(&["compare", &s(&a), &s(&b)]),
             expect: Expect::Flagged,
             out: None,
+            env: Vec::new(),
         },
         Case {
             name: "perturbed dump".into(),
@@ -1079,6 +1088,7 @@ fn readable_files_compare_with_the_right_exit_code() {
             ]),
             expect: Expect::Flagged,
             out: None,
+            env: Vec::new(),
         },
         Case {
             name: "dump vs itself".into(),
@@ -1089,6 +1099,7 @@ fn readable_files_compare_with_the_right_exit_code() {
             ]),
             expect: Expect::Clean,
             out: None,
+            env: Vec::new(),
         },
     ];
     run_all(cases, 4);
@@ -1636,16 +1647,15 @@ fn hostile_cli_values_and_outputs_are_refused() {
     copy_dir(&model, &input_copy);
     let targets: Vec<(&str, PathBuf, &[&str])> = vec![
         (
-            "out is /dev/null",
-            PathBuf::from("/dev/null"),
-            &["/dev/null", "not a regular file"],
-        ),
-        (
             "out is a directory",
             d.to_path_buf(),
-            &["not a regular file"],
+            &["directory", "not a regular file"],
         ),
-        ("out is a FIFO", fifo.clone(), &["not a regular file"]),
+        (
+            "out is a FIFO nobody reads",
+            fifo.clone(),
+            &["FIFO", "no process reads"],
+        ),
         (
             "out in a missing folder",
             d.join("no/such/dir/out.safetensors"),
@@ -1769,12 +1779,6 @@ fn hostile_cli_values_and_outputs_are_refused() {
             None,
         ),
         (
-            "compare --out /dev/null",
-            args(&["compare", &sa, &sb, "--out", "/dev/null"]),
-            &["not a regular file"],
-            None,
-        ),
-        (
             "compare --out a directory",
             args(&["compare", &sa, &sb, "--out", &s(d)]),
             &["not a regular file"],
@@ -1886,23 +1890,6 @@ fn hostile_cli_values_and_outputs_are_refused() {
             None,
         ),
         (
-            "diff --out /dev/null",
-            args(&[
-                "--a",
-                "reference",
-                "--b",
-                "chunked",
-                "--model",
-                &m,
-                "--tokens",
-                "1,2",
-                "--out",
-                "/dev/null",
-            ]),
-            &["not a regular file"],
-            None,
-        ),
-        (
             "diff --plot .jpg",
             args(&[
                 "--a",
@@ -1997,4 +1984,978 @@ fn a_tokenizer_regex_that_blows_up_is_an_error_line() {
     assert!(err.starts_with("hsdiff: error: "), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     assert!(!out.exists());
+}
+
+// ---- round 2 (issue 22): outputs, escaping, aborts, silent readings ----------------------------
+
+/// A case that runs and must end with `expect` (not a refusal).
+fn expect(name: &str, args: Vec<String>, expect: Expect) -> Case {
+    Case {
+        name: name.to_string(),
+        args,
+        expect,
+        out: None,
+        env: Vec::new(),
+    }
+}
+
+/// A safetensors file: (name, dtype, shape, little-endian bytes) and the `hsdiff` metadata.
+fn st_file(
+    tensors: &[(&str, safetensors::Dtype, Vec<usize>, Vec<u8>)],
+    meta: Option<&str>,
+) -> Vec<u8> {
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, d, shape, bytes)| {
+            let v = safetensors::tensor::TensorView::new(*d, shape.clone(), bytes).expect("view");
+            (n.to_string(), v)
+        })
+        .collect();
+    let meta =
+        meta.map(|m| std::collections::HashMap::from([("hsdiff".to_string(), m.to_string())]));
+    safetensors::serialize(views, meta).expect("serialize")
+}
+
+fn i64_bytes(v: &[i64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+const T: usize = 6;
+const H: usize = 8;
+
+/// A capture of T tokens: input_ids, layers.0, layers.1 (seeded values) plus `extra`.
+fn capture(
+    seed: u64,
+    extra: Vec<(&'static str, safetensors::Dtype, Vec<usize>, Vec<u8>)>,
+) -> Vec<u8> {
+    use safetensors::Dtype as D;
+    let mut t = vec![
+        (
+            "input_ids",
+            D::I64,
+            vec![1, T],
+            i64_bytes(&[3, 1, 4, 1, 5, 9]),
+        ),
+        ("layers.0", D::F32, vec![1, T, H], values(T * H, seed)),
+        ("layers.1", D::F32, vec![1, T, H], values(T * H, seed + 1)),
+    ];
+    for e in extra {
+        t.retain(|x| x.0 != e.0);
+        t.push(e);
+    }
+    st_file(&t, None)
+}
+
+fn router(ids: &[i64], k: usize) -> (&'static str, safetensors::Dtype, Vec<usize>, Vec<u8>) {
+    (
+        "router.1.topk_ids",
+        safetensors::Dtype::I64,
+        vec![1, ids.len() / k, k],
+        i64_bytes(ids),
+    )
+}
+
+fn ids_for(rows: usize, k: usize) -> Vec<i64> {
+    (0..rows * k)
+        .map(|i| (i % k) as i64 + (i / k % 3) as i64)
+        .collect()
+}
+
+#[test]
+fn round_two_outputs_never_land_on_inputs_and_devices_are_written_in_place() {
+    let dir = tempdir();
+    let d = dir.path();
+    let model = d.join("m");
+    copy_dir(&golden_model_dir("qwen3_5_tiny"), &model);
+    std::fs::write(model.join("notes.txt"), b"the user's notes").expect("write");
+    let (a, b) = (
+        fixture("dump_f32.safetensors"),
+        fixture("dump_perturbed.safetensors"),
+    );
+    let (sa, sb, sm) = (s(&a), s(&b), s(&model));
+    let fifo = d.join("fifo");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo")
+            .success()
+    );
+    std::fs::create_dir(d.join("sub")).expect("mkdir");
+    let mut cases = Vec::new();
+    for target in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "notes.txt",
+    ] {
+        let out = model.join(target);
+        let mut c = refused(
+            &format!("compare --out the model's {target}"),
+            args(&["compare", &sa, &sb, "--model", &sm, "--out", &s(&out)]),
+            &["inputs"],
+        );
+        c.out = Some(out);
+        cases.push(c);
+    }
+    let mut c = refused(
+        "compare --out a model file not there yet",
+        args(&[
+            "compare",
+            &sa,
+            &sb,
+            "--model",
+            &sm,
+            "--out",
+            &s(&model.join("extra.safetensors")),
+        ]),
+        &["model file"],
+    );
+    c.out = Some(model.join("extra.safetensors"));
+    cases.push(c);
+    let mut c = refused(
+        "--out r.svg --plot ./r.svg",
+        args(&[
+            "compare",
+            &sa,
+            &sb,
+            "--out",
+            &s(&d.join("r.svg")),
+            "--plot",
+            &s(&d.join(".").join("r.svg")),
+        ]),
+        &["--plot and --out", "same file"],
+    );
+    c.out = Some(d.join("r.svg"));
+    cases.push(c);
+    let mut c = refused(
+        "--out r.png --plot sub/../r.png",
+        args(&[
+            "compare",
+            &sa,
+            &sb,
+            "--out",
+            &s(&d.join("r.png")),
+            "--plot",
+            &s(&d.join("sub/../r.png")),
+        ]),
+        &["same file"],
+    );
+    c.out = Some(d.join("r.png"));
+    cases.push(c);
+    let long = d.join("r".repeat(256));
+    let mut c = refused(
+        "--out a name longer than the file system takes",
+        args(&["compare", &sa, &sb, "--out", &s(&long)]),
+        &["at most"],
+    );
+    c.out = Some(long);
+    cases.push(c);
+    cases.push(refused(
+        "--out a FIFO nobody reads",
+        args(&["compare", &sa, &sb, "--out", &s(&fifo)]),
+        &["no process reads"],
+    ));
+    cases.push(refused(
+        "--out a directory",
+        args(&["compare", &sa, &sb, "--out", &s(d)]),
+        &["directory"],
+    ));
+    let mut c = refused(
+        "bench forward --json the model's config",
+        args(&[
+            "bench",
+            "forward",
+            "--model",
+            &sm,
+            "--json",
+            &s(&model.join("config.json")),
+            "--backends",
+            "reference",
+            "--dtypes",
+            "f32",
+            "--seq",
+            "4",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+        ]),
+        &["inputs"],
+    );
+    c.out = Some(model.join("config.json"));
+    cases.push(c);
+    let mut c = refused(
+        "dump --out the prompt file",
+        {
+            let p = write(d, "p.txt", b"def f(x):\n    return x\n");
+            args(&[
+                "dump",
+                "--model",
+                &sm,
+                "--prompt",
+                &format!("@{}", p.display()),
+                "--out",
+                &s(&p),
+            ])
+        },
+        &["inputs"],
+    );
+    c.out = Some(d.join("p.txt"));
+    cases.push(c);
+    cases.push(expect(
+        "compare --out /dev/null is written in place",
+        args(&["compare", &sa, &sb, "--out", "/dev/null"]),
+        Expect::Flagged,
+    ));
+    cases.push(expect(
+        "dump --out /dev/null is written in place",
+        args(&[
+            "dump",
+            "--model",
+            &sm,
+            "--tokens",
+            "1,2,3",
+            "--out",
+            "/dev/null",
+        ]),
+        Expect::Clean,
+    ));
+    run_all(cases, 13);
+    // Nothing was replaced in the model folder, and no temp file is left anywhere.
+    assert_eq!(
+        std::fs::read(model.join("notes.txt")).expect("notes"),
+        b"the user's notes"
+    );
+    let original = golden_model_dir("qwen3_5_tiny");
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        assert_eq!(
+            std::fs::read(model.join(f)).expect("model file"),
+            std::fs::read(original.join(f)).expect("original"),
+            "{f} changed"
+        );
+    }
+    for dir in [d, &model] {
+        for e in std::fs::read_dir(dir).expect("list").flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            assert!(
+                !n.contains(".hsdiff-") && !n.starts_with(".tmp"),
+                "left behind: {n}"
+            );
+        }
+    }
+}
+
+#[test]
+fn round_two_replacing_keeps_the_mode_long_legal_names_work_and_signals_clean_up() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempdir();
+    let d = dir.path();
+    let model = golden_model_dir("qwen3_5_tiny");
+    let out = d.join("dump.safetensors");
+    std::fs::write(&out, b"old").expect("write");
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    let o = common::hsdiff(
+        &[
+            "dump",
+            "--model",
+            &s(&model),
+            "--tokens",
+            "1,2,3",
+            "--out",
+            &s(&out),
+        ],
+        d,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr_of(&o));
+    let mode = std::fs::metadata(&out).expect("meta").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640, "the replaced file's mode is kept");
+
+    // A legal name 5 bytes short of the limit: its temp sibling is shortened, not refused.
+    let plot = d.join(format!("{}.svg", "p".repeat(246)));
+    let (a, b) = (
+        fixture("dump_f32.safetensors"),
+        fixture("dump_perturbed.safetensors"),
+    );
+    let o = common::hsdiff(
+        &[
+            "compare",
+            &s(&a),
+            &s(&b),
+            "--out",
+            &s(&d.join("r.txt")),
+            "--plot",
+            &s(&plot),
+        ],
+        d,
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", common::stderr_of(&o));
+    assert!(plot.is_file() && d.join("r.txt").is_file());
+
+    // SIGTERM while a dump runs: the reserved temp file goes with the process.
+    let sig = d.join("sig");
+    std::fs::create_dir(&sig).expect("mkdir");
+    let many: Vec<String> = (0..400).map(|i| (i % 200 + 1).to_string()).collect();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+        .args([
+            "dump",
+            "--ops",
+            "--model",
+            &s(&model),
+            "--tokens",
+            &many.join(","),
+        ])
+        .arg("--out")
+        .arg(sig.join("out.safetensors"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let temp_seen = (0..600).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::read_dir(&sig)
+            .expect("list")
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().contains(".hsdiff-"))
+    });
+    assert!(temp_seen, "the output was not reserved up front");
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let status = child.wait().expect("wait");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(15), "dies of the signal: {status:?}");
+    let left: Vec<String> = std::fs::read_dir(&sig)
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn round_two_bench_work_dir_never_touches_the_users_files() {
+    let dir = tempdir();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir");
+    let names = [
+        "core-t5-f32.inputs.safetensors",
+        "core-t5-f32.reference.safetensors",
+    ];
+    for n in names {
+        std::fs::write(work.join(n), b"the user's file").expect("write");
+    }
+    let o = common::hsdiff(
+        &[
+            "bench",
+            "core",
+            "--lengths",
+            "5",
+            "--key-heads",
+            "1",
+            "--value-heads",
+            "2",
+            "--head-dim",
+            "4",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--threads",
+            "1",
+            "--backends",
+            "reference",
+            "--dtypes",
+            "f32",
+            "--work-dir",
+            &s(&work),
+        ],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr_of(&o));
+    for n in names {
+        assert_eq!(
+            std::fs::read(work.join(n)).expect("still there"),
+            b"the user's file"
+        );
+    }
+    assert_eq!(std::fs::read_dir(&work).expect("list").count(), names.len());
+}
+
+/// `md` without its code spans (whose content markdown shows verbatim, HTML included), with
+/// backslash-escaped characters dropped too: what is left is what markdown interprets.
+fn outside_code_spans(md: &str) -> String {
+    let chars: Vec<char> = md.chars().collect();
+    let run = |at: usize| chars[at..].iter().take_while(|&&c| c == '`').count();
+    let (mut out, mut i) = (String::new(), 0);
+    while i < chars.len() {
+        match chars[i] {
+            '\\' => i += 2,
+            '`' => {
+                let n = run(i);
+                let mut j = i + n;
+                while j < chars.len() && !(chars[j] == '`' && run(j) == n) {
+                    j += if chars[j] == '`' { run(j) } else { 1 };
+                }
+                i = j + n;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The bytes in `text` a terminal or an XML parser would act on.
+fn control_bytes(text: &[u8]) -> Vec<u8> {
+    text.iter()
+        .copied()
+        .filter(|&b| (b < 0x20 && b != b'\n') || b == 0x7f)
+        .collect()
+}
+
+#[test]
+fn round_two_hostile_names_are_escaped_at_every_sink() {
+    let dir = tempdir();
+    let d = dir.path();
+    // File names and fingerprint values with ESC, newlines, fences, HTML and a 5 MB string.
+    let hostile = "a\x1b[31m\n```<img src=x onerror=alert(1)>|`x`";
+    let fp = |tool: &str| {
+        serde_json::json!({
+            "format": "hsdiff.dump/v1",
+            "source": "hsdiff",
+            "tool_version": tool,
+            "implementation": "</details><script>alert(1)</script>\n```",
+            "cpu": "x".repeat(5_000_000),
+        })
+        .to_string()
+    };
+    let mut tensors = Vec::new();
+    use safetensors::Dtype as D;
+    tensors.push((
+        "input_ids",
+        D::I64,
+        vec![1, T],
+        i64_bytes(&[3, 1, 4, 1, 5, 9]),
+    ));
+    tensors.push(("layers.0", D::F32, vec![1, T, H], values(T * H, 7)));
+    let a = d.join(format!("{hostile}.safetensors"));
+    std::fs::write(&a, st_file(&tensors, Some(&fp("\x1b]0;owned\x07")))).expect("write");
+    tensors[1].3 = values(T * H, 8);
+    let b = d.join("b<script>.safetensors");
+    std::fs::write(&b, st_file(&tensors, Some(&fp("</details>")))).expect("write");
+    let plot = d.join("p.svg");
+    for format in ["table", "markdown"] {
+        let mut args = vec![
+            "compare".to_string(),
+            s(&a),
+            s(&b),
+            "--format".into(),
+            format.into(),
+        ];
+        if format == "table" {
+            args.extend(["--plot".to_string(), s(&plot)]);
+        }
+        let o = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+            .args(&args)
+            .output()
+            .expect("runs");
+        let out = &o.stdout;
+        assert!(
+            o.status.code() == Some(1),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(control_bytes(out).is_empty(), "{format}: raw control bytes");
+        assert!(
+            out.len() < 200_000,
+            "{format}: {} bytes (long values not shortened)",
+            out.len()
+        );
+        let text = String::from_utf8_lossy(out);
+        if format == "markdown" {
+            let body: String = text
+                .lines()
+                .filter(|l| !l.starts_with("hsdiff compare "))
+                .map(outside_code_spans)
+                .collect::<Vec<_>>()
+                .join("\n");
+            assert_eq!(body.matches("<details>").count(), 1, "{body}");
+            assert_eq!(body.matches("</details>").count(), 1, "{body}");
+            for bad in ["<img", "<script", "</script"] {
+                assert!(!body.contains(bad), "markdown: raw `{bad}`\n{body}");
+            }
+            // The only fence lines are the reproduce block's two.
+            let fences: Vec<&str> = text.lines().filter(|l| l.starts_with("```")).collect();
+            assert_eq!(fences.len(), 2, "{fences:?}");
+            assert!(
+                fences[0].len() >= 4,
+                "the fence outlasts the ``` in the command: {fences:?}"
+            );
+        } else {
+            assert!(text.contains("\\x1b[31m\\n```"), "{text}");
+        }
+        for line in String::from_utf8_lossy(&o.stderr).lines() {
+            assert!(!line.contains('\x1b'), "stderr: {line:?}");
+        }
+    }
+    let svg = std::fs::read(&plot).expect("plot written");
+    assert!(
+        control_bytes(&svg).is_empty(),
+        "SVG holds bytes XML forbids"
+    );
+    let svg = String::from_utf8_lossy(&svg);
+    assert!(
+        !svg.contains("<img") && !svg.contains("<script"),
+        "SVG: raw markup"
+    );
+    // One-line errors stay one line.
+    let missing = d.join("no\nsuch\x1b[2J.pt");
+    run_all(
+        vec![refused(
+            "a newline in a missing file's name",
+            args(&["compare", &s(&missing), &s(&b)]),
+            &["no\\nsuch\\x1b[2J.pt"],
+        )],
+        1,
+    );
+}
+
+#[test]
+fn round_two_nothing_aborts() {
+    let dir = tempdir();
+    let d = dir.path();
+    let model = d.join("padded");
+    copy_dir(&golden_model_dir("qwen3_5_tiny"), &model);
+    let tok_path = model.join("tokenizer.json");
+    let mut tok: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&tok_path).expect("tokenizer")).expect("json");
+    tok["padding"] = serde_json::json!({
+        "strategy": {"Fixed": 1_000_000_000u64}, "direction": "Right", "pad_to_multiple_of": null,
+        "pad_id": 0, "pad_type_id": 0, "pad_token": "<pad>"
+    });
+    tok["truncation"] = serde_json::json!({
+        "direction": "Right", "max_length": 2, "strategy": "LongestFirst", "stride": 0
+    });
+    std::fs::write(&tok_path, serde_json::to_vec(&tok).expect("json")).expect("write");
+    let sm = s(&model);
+    // A pickle nested 2040 deep, read under the deepest limit accepted.
+    let deep = {
+        let n = 2040;
+        let mut p = vec![0x80, 2];
+        p.extend(std::iter::repeat_n(b'(', n));
+        p.extend([b'K', 0]);
+        p.extend(std::iter::repeat_n(b'l', n));
+        p.push(b'.');
+        write(d, "deep.pt", &torch_file(&p, &[]))
+    };
+    let good = write(d, "good.pt", &good_torch(1));
+    let mut cases = vec![
+        expect(
+            "tokenizer with fixed padding of 10^9 and truncation to 2",
+            args(&[
+                "dump",
+                "--model",
+                &sm,
+                "--prompt",
+                "def f(x): return x",
+                "--out",
+                &s(&d.join("t.safetensors")),
+            ]),
+            Expect::Clean,
+        ),
+        refused(
+            "--limit pickle-depth=1000000",
+            args(&[
+                "compare",
+                &s(&deep),
+                &s(&good),
+                "--limit",
+                "pickle-depth=1000000",
+            ]),
+            &["pickle-depth", "2048"],
+        ),
+        refused(
+            "a 2040-deep pickle at the deepest limit",
+            args(&[
+                "compare",
+                &s(&deep),
+                &s(&good),
+                "--limit",
+                "pickle-depth=2048",
+            ]),
+            &["deep.pt", "not a tensor"],
+        ),
+        refused(
+            "a 2040-deep pickle under the default limit",
+            args(&["compare", &s(&deep), &s(&good)]),
+            &["pickle-depth"],
+        ),
+        refused(
+            "bench core --head-dim 1000000",
+            args(&[
+                "bench",
+                "core",
+                "--head-dim",
+                "1000000",
+                "--backends",
+                "reference",
+            ]),
+            &["--head-dim"],
+        ),
+        refused(
+            "bench core --lengths u64::MAX",
+            args(&[
+                "bench",
+                "core",
+                "--lengths",
+                "18446744073709551615",
+                "--backends",
+                "reference",
+            ]),
+            &["--lengths"],
+        ),
+        refused(
+            "bench forward --seq 10^8",
+            args(&[
+                "bench",
+                "forward",
+                "--model",
+                &sm,
+                "--seq",
+                "100000000",
+                "--backends",
+                "reference",
+            ]),
+            &["--seq", "--limit tokens"],
+        ),
+        refused(
+            "bench --threads 10^6",
+            args(&[
+                "bench",
+                "core",
+                "--threads",
+                "1000000",
+                "--backends",
+                "reference",
+            ]),
+            &["--threads"],
+        ),
+        refused(
+            "dump --decode-from u64::MAX",
+            args(&[
+                "dump",
+                "--model",
+                &sm,
+                "--tokens",
+                "1,2,3",
+                "--out",
+                &s(&d.join("x.safetensors")),
+                "--decode-from",
+                "18446744073709551615",
+                "--decode-steps",
+                "2",
+            ]),
+            &["--decode-from", "--decode-steps"],
+        ),
+    ];
+    let mut c = refused(
+        "RAYON_NUM_THREADS=100000",
+        args(&["compare", &s(&good), &s(&good)]),
+        &["RAYON_NUM_THREADS", "100000"],
+    );
+    c.env.push(("RAYON_NUM_THREADS", "100000".into()));
+    cases.push(c);
+    run_all(cases, 10);
+}
+
+#[test]
+fn round_two_non_utf8_names_and_a_closed_stdout() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempdir();
+    let d = dir.path();
+    let a = d.join(std::ffi::OsStr::from_bytes(b"caf\xe9-\xff.safetensors"));
+    std::fs::copy(fixture("dump_f32.safetensors"), &a).expect("copy");
+    let b = fixture("dump_f32.safetensors");
+    let o = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+        .arg("compare")
+        .arg(&a)
+        .arg(&b)
+        .args(["--format", "markdown"])
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        text.contains("$'") && text.contains("\\xe9"),
+        "the reproduce line: {text}"
+    );
+
+    // stdout on a full device, and on a pipe nobody reads: one error line, exit 2.
+    let full = std::fs::File::create("/dev/full").expect("/dev/full");
+    let o = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+        .args(["compare"])
+        .arg(&b)
+        .arg(&b)
+        .stdout(full)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("hsdiff: error: stdout") && !err.contains("internal error"),
+        "{err}"
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+        .args(["prompts"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.starts_with("hsdiff: error: stdout") && err.lines().count() == 1,
+        "{err}"
+    );
+}
+
+#[test]
+fn round_two_nothing_is_resolved_silently() {
+    use safetensors::Dtype as D;
+    let dir = tempdir();
+    let d = dir.path();
+    let data = values(32, 5);
+    let clash = write(
+        d,
+        "clash.npz",
+        &zip(&[
+            (
+                "h.1.npy",
+                &npy(
+                    "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 4, 8), }",
+                    &data,
+                ),
+            ),
+            (
+                "blocks.1.npy",
+                &npy(
+                    "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 4, 8), }",
+                    &values(32, 6),
+                ),
+            ),
+        ]),
+    );
+    let one = write(
+        d,
+        "one.npz",
+        &zip(&[(
+            "layers.1.npy",
+            &npy(
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 4, 8), }",
+                &data,
+            ),
+        )]),
+    );
+    // A dict pickled with `layers.0` twice: torch.load keeps the last.
+    let twice = {
+        let p = pk::file(pk::dict(&[
+            (
+                "layers.0",
+                pk::tensor("0", "FloatStorage", 0, &[1, 4, 8], &[32, 8, 1]),
+            ),
+            (
+                "layers.0",
+                pk::tensor("1", "FloatStorage", 0, &[1, 4, 8], &[32, 8, 1]),
+            ),
+        ]));
+        write(
+            d,
+            "twice.pt",
+            &torch_file(&p, &[("0", values(32, 1)), ("1", values(32, 2))]),
+        )
+    };
+    let last = {
+        let p = pk::file(pk::dict(&[(
+            "layers.0",
+            pk::tensor("0", "FloatStorage", 0, &[1, 4, 8], &[32, 8, 1]),
+        )]));
+        write(d, "last.pt", &torch_file(&p, &[("0", values(32, 2))]))
+    };
+    let base = write(
+        d,
+        "base.safetensors",
+        &capture(1, vec![router(&ids_for(T, 2), 2)]),
+    );
+    let side = |name: &str, extra| write(d, name, &capture(1, extra));
+    let negative = side(
+        "neg.safetensors",
+        vec![router(&[0, 1, 1, 2, -7, 0, 0, 1, 1, 2, 2, 0], 2)],
+    );
+    let huge = side(
+        "huge.safetensors",
+        vec![router(
+            &[0, 1, 1, 2, 1_000_000_000_000_000, 0, 0, 1, 1, 2, 2, 0],
+            2,
+        )],
+    );
+    let k3 = side("k3.safetensors", vec![router(&ids_for(T, 3), 3)]);
+    let short = side("short.safetensors", vec![router(&ids_for(T - 2, 2), 2)]);
+    let nan = side(
+        "nan.safetensors",
+        vec![
+            router(&ids_for(T, 2), 2),
+            (
+                "layers.1",
+                D::F32,
+                vec![1, T, H],
+                f32::NAN.to_le_bytes().repeat(T * H),
+            ),
+        ],
+    );
+    let empty_h = |name: &str| {
+        write(
+            d,
+            name,
+            &st_file(
+                &[
+                    (
+                        "input_ids",
+                        D::I64,
+                        vec![1, T],
+                        i64_bytes(&[3, 1, 4, 1, 5, 9]),
+                    ),
+                    ("layers.0", D::F32, vec![1, T, 0], Vec::new()),
+                ],
+                None,
+            ),
+        )
+    };
+    let (e1, e2) = (empty_h("e1.safetensors"), empty_h("e2.safetensors"));
+    let no_tokens = |name: &str| {
+        write(
+            d,
+            name,
+            &st_file(
+                &[
+                    ("input_ids", D::I64, vec![1, 0], Vec::new()),
+                    ("layers.0", D::F32, vec![1, 0, H], Vec::new()),
+                ],
+                None,
+            ),
+        )
+    };
+    let (z1, z2) = (no_tokens("z1.safetensors"), no_tokens("z2.safetensors"));
+    let cmp = |x: &Path, y: &Path| args(&["compare", &s(x), &s(y)]);
+    let cases = vec![
+        refused(
+            "two entries read as layers.1",
+            cmp(&clash, &one),
+            &["h.1", "blocks.1", "--map"],
+        ),
+        expect(
+            "--map picks one of them",
+            [cmp(&clash, &one), args(&["--map", "h.1=layers.1"])].concat(),
+            Expect::Clean,
+        ),
+        expect(
+            "a key pickled twice: the last is read",
+            cmp(&twice, &last),
+            Expect::Clean,
+        ),
+        refused(
+            "router id -7",
+            cmp(&negative, &base),
+            &["router.1.topk_ids", "-7"],
+        ),
+        refused(
+            "router id 10^15",
+            cmp(&huge, &base),
+            &["router.1.topk_ids", "1000000000000000"],
+        ),
+        refused(
+            "router k 3 vs 2",
+            cmp(&k3, &base),
+            &["router.1.topk_ids", "3", "2"],
+        ),
+        refused(
+            "router rows for 4 of 6 tokens",
+            cmp(&short, &base),
+            &["router.1.topk_ids", "4", "6"],
+        ),
+        expect("router ids that agree", cmp(&base, &base), Expect::Clean),
+        expect(
+            "a layer all NaN on one side",
+            cmp(&base, &nan),
+            Expect::Flagged,
+        ),
+        refused("shapes [T, 0]", cmp(&e1, &e2), &["nothing to compare"]),
+        refused(
+            "0 tokens",
+            cmp(&z1, &z2),
+            &["nothing to compare", "0 tokens"],
+        ),
+    ];
+    run_all(cases, 11);
+    // The NaN row shows its counts, never a statistic that reads as agreement.
+    let o = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+        .args(cmp(&base, &nan))
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.contains("layers.1 "))
+        .expect("the layers.1 row");
+    assert!(row.contains("NaN/Inf: A 0, B 48"), "{row}");
+    assert!(!row.contains("1.000000") && !row.contains("┆ 0 "), "{row}");
+}
+
+#[test]
+fn round_two_a_hollow_golden_fails_selftest() {
+    let dir = tempdir();
+    let golden = dir.path().join("golden/qwen3_5_tiny");
+    std::fs::create_dir_all(&golden).expect("mkdir");
+    std::fs::write(
+        golden.join("fizzbuzz.f64.safetensors"),
+        st_file(
+            &[(
+                "input_ids",
+                safetensors::Dtype::I64,
+                vec![1, 3],
+                i64_bytes(&[1, 2, 3]),
+            )],
+            None,
+        ),
+    )
+    .expect("write");
+    let o = common::hsdiff(
+        &[
+            "selftest",
+            "--quick",
+            "--golden",
+            &s(&dir.path().join("golden")),
+        ],
+        dir.path(),
+    );
+    let out = common::stdout_of(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}\n{}", common::stderr_of(&o));
+    assert!(
+        out.contains("lacks the golden state(s) embed, layers.0"),
+        "{out}"
+    );
 }

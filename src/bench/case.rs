@@ -2,7 +2,6 @@
 //! that the peak RSS is the case's own): read the inputs, time `warmup + repeats` calls, write
 //! the last output for the agreement check, and report a [`Measurement`].
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -146,10 +145,8 @@ pub fn run_case(req: &CaseRequest) -> Result<Measurement> {
         }
     };
     if let Some(out) = out {
-        let map = HashMap::from([(output.to_string(), out)]);
-        crate::output::write_with(&req.out, |tmp| {
-            candle_core::safetensors::save(&map, tmp)
-                .map_err(|e| Error::file(&req.out, format!("cannot write output: {e}")))
+        crate::output::write_with(&req.out, |file| {
+            crate::safetensors_file::write_tensors(&req.out, file, &[(output, &out)], None)
         })?;
     }
     Ok(Measurement {

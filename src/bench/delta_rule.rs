@@ -48,7 +48,52 @@ impl CoreGeometry {
                 "sequence lengths must be positive",
             ));
         }
-        Ok(())
+        self.check_size()
+    }
+
+    /// The largest case's inputs, output and state (f64 at worst), in bytes, checked against
+    /// half this machine's memory before anything is allocated.
+    fn check_size(&self) -> Result<()> {
+        let dim = crate::limits::get().dim;
+        for (option, n) in [
+            ("--key-heads", self.key_heads),
+            ("--value-heads", self.value_heads),
+            ("--head-dim", self.head_dim),
+        ] {
+            if n > dim {
+                return Err(Error::argument(
+                    option,
+                    crate::limits::exceeded(option, n, "dim", dim),
+                ));
+            }
+        }
+        let t = self.lengths.iter().copied().max().unwrap_or(0);
+        let (hk, hv, d) = (self.key_heads, self.value_heads, self.head_dim);
+        // Per token: q, k (Hk × d), v and the output (Hv × d), g and beta (Hv); then the state.
+        let bytes = (|| {
+            let per_token = hk
+                .checked_mul(2)?
+                .checked_add(hv.checked_mul(2)?)?
+                .checked_mul(d)?
+                .checked_add(hv.checked_mul(2)?)?;
+            let state = hv.checked_mul(d)?.checked_mul(d)?;
+            t.checked_mul(per_token)?.checked_add(state)?.checked_mul(8)
+        })();
+        let budget =
+            crate::sysinfo::mem_total_kib().map_or(u64::MAX, |kib| kib.saturating_mul(512));
+        match bytes {
+            Some(b) if (b as u64) <= budget => Ok(()),
+            _ => Err(Error::argument(
+                "--lengths/--head-dim",
+                format!(
+                    "one case at T {t}, Hk {hk}, Hv {hv}, d {d} needs {}, more than half this machine's memory",
+                    bytes.map_or_else(
+                        || "more than 2^64 bytes".to_string(),
+                        |b| format!("{:.1} GB", b as f64 / 1e9)
+                    )
+                ),
+            )),
+        }
     }
 
     /// What is measured, for the header.

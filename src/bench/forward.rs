@@ -30,11 +30,14 @@ pub struct ForwardBench {
 impl ForwardBench {
     /// Reads the checkpoint's config (the weights are read by each case).
     pub fn new(model: &Path, seq: usize) -> Result<Self> {
-        let loaded = Model::load(model)?;
-        let cfg = &loaded.config;
         if seq == 0 {
             return Err(Error::argument("--seq", "must be positive"));
         }
+        // The same cap on T as every other run (its activations and attention scores grow
+        // with it), checked before the model is read.
+        crate::input::check_length(seq).map_err(|e| Error::argument("--seq", e.to_string()))?;
+        let loaded = Model::load(model)?;
+        let cfg = &loaded.config;
         let layers = cfg
             .layer_types
             .iter()

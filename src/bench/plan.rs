@@ -9,6 +9,9 @@ use crate::backends::available_backends;
 use crate::device::parse_dtype;
 use crate::error::{Error, Result};
 
+/// The most timed (or warm-up) calls per case: more is a hang, not a measurement.
+const CALLS_MAX: usize = 100_000;
+
 /// Rows of scripts/bench_torch.py that `--skip` can name besides the backends: `torch` (the
 /// whole script) and `torch_recurrent` (its token-by-token rule).
 const TORCH_CASES: &[&str] = &["torch", "torch_recurrent"];
@@ -167,12 +170,26 @@ impl Plan {
             .collect::<Result<Vec<_>>>()?;
         let threads = match req.threads {
             Some(0) => return Err(Error::argument("--threads", "must be positive")),
+            Some(n) if n > crate::limits::THREADS_MAX => {
+                return Err(Error::argument(
+                    "--threads",
+                    format!("{n} is more than {} threads", crate::limits::THREADS_MAX),
+                ));
+            }
             Some(n) => n,
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
         let repeats = req.repeats.unwrap_or(req.default_repeats);
         if repeats == 0 {
             return Err(Error::argument("--repeats", "must be positive"));
+        }
+        for (option, n) in [("--repeats", repeats), ("--warmup", req.warmup)] {
+            if n > CALLS_MAX {
+                return Err(Error::argument(
+                    option,
+                    format!("{n} calls per case is more than {CALLS_MAX}"),
+                ));
+            }
         }
         let torch = match req.torch {
             Some(python) if !req.torch_script.is_file() => {

@@ -46,15 +46,14 @@ impl Bench {
             program: "hsdiff".into(),
             msg: format!("cannot find its own executable for the bench cases: {e}"),
         })?;
-        let (work, remove_work) = match &plan.work_dir {
-            Some(dir) => (dir.clone(), false),
-            None => (
-                std::env::temp_dir().join(format!("hsdiff-bench-{}", std::process::id())),
-                !plan.keep,
-            ),
-        };
-        std::fs::create_dir_all(&work)
-            .map_err(|e| Error::file(&work, format!("cannot create the work folder: {e}")))?;
+        // Always a folder of its own, made here: the files of the run never replace (nor, when
+        // removed, delete) a file that was in --work-dir before.
+        let base = plan.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let work = fresh_folder(&base)?;
+        let remove_work = !plan.keep;
+        if plan.keep {
+            eprintln!("hsdiff bench: work files kept in {}", work.display());
+        }
         eprintln!("hsdiff bench: measuring the FMA peak …");
         Ok(Bench {
             peaks: Peaks::measure(plan.threads),
@@ -255,11 +254,47 @@ impl Bench {
     }
 }
 
+/// A new folder `hsdiff-bench-PID[-N]` in `base` (made with `create_dir`, so never one that
+/// existed).
+fn fresh_folder(base: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(base).map_err(|e| {
+        Error::file(
+            base,
+            format!(
+                "cannot create the work folder: {}",
+                crate::input::io_words(&e)
+            ),
+        )
+    })?;
+    let pid = std::process::id();
+    for n in 0..1000 {
+        let name = match n {
+            0 => format!("hsdiff-bench-{pid}"),
+            n => format!("hsdiff-bench-{pid}-{n}"),
+        };
+        let dir = base.join(name);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(Error::file(
+                    base,
+                    format!(
+                        "cannot create the work folder in it: {}",
+                        crate::input::io_words(&e)
+                    ),
+                ));
+            }
+        }
+    }
+    Err(Error::file(base, "cannot create a new work folder in it"))
+}
+
 /// Writes an inputs file through the atomic writer.
 pub fn save_inputs(map: &HashMap<&str, Tensor>, path: &Path) -> Result<()> {
-    crate::output::write_with(path, |tmp| {
-        candle_core::safetensors::save(map, tmp)
-            .map_err(|e| Error::file(path, format!("cannot write inputs: {e}")))
+    let list: Vec<(&str, &Tensor)> = map.iter().map(|(n, t)| (*n, t)).collect();
+    crate::output::write_with(path, |file| {
+        crate::safetensors_file::write_tensors(path, file, &list, None)
     })
 }
 

@@ -29,13 +29,9 @@ pub fn write(path: &Path, caps: &Captures, fingerprint: &Fingerprint) -> Result<
     }
     let json = serde_json::to_string(fingerprint).map_err(|e| Error::file(path, e.to_string()))?;
     let metadata = HashMap::from([(METADATA_KEY.to_string(), json)]);
-    crate::output::write_with(path, |tmp| {
-        safetensors::serialize_to_file(
-            tensors.iter().map(|(n, t)| (n.as_str(), t)),
-            Some(metadata),
-            tmp,
-        )
-        .map_err(|e| Error::file(path, format!("cannot write: {e}")))
+    let list: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    crate::output::write_with(path, |file| {
+        crate::safetensors_file::write_tensors(path, file, &list, Some(metadata))
     })
 }
 

@@ -1,7 +1,7 @@
 //! `hsdiff bench`: the options of `bench core`, `bench forward` and the hidden `bench case`, and
 //! their wiring to the library (`crate::bench`, which documents what is measured and how).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 
@@ -15,7 +15,7 @@ use crate::bench::results::{BenchRow, exit_code};
 use crate::bench::runner::Bench;
 use crate::device::parse_dtype;
 use crate::error::Result;
-use crate::output::{check_target, write_bytes};
+use crate::output::{reserve_all, write_bytes};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -80,8 +80,8 @@ struct CommonArgs {
     #[arg(long, default_value_t = 20240917)]
     seed: u64,
 
-    /// Folder for the input and output files (default: a fresh folder in the temp dir, removed
-    /// afterwards unless --keep).
+    /// Folder in which the run makes its own folder (hsdiff-bench-PID) for the input and
+    /// output files, removed afterwards unless --keep (default: the temp dir).
     #[arg(long, value_name = "DIR")]
     work_dir: Option<PathBuf>,
 
@@ -206,7 +206,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
 }
 
 fn run_core(args: &CoreArgs) -> Result<i32> {
-    let plan = plan(&args.common, 3)?;
+    let plan = plan(&args.common, 3, &[])?;
     let geometry = CoreGeometry {
         lengths: args.lengths.clone(),
         key_heads: args.key_heads,
@@ -222,7 +222,7 @@ fn run_core(args: &CoreArgs) -> Result<i32> {
 }
 
 fn run_forward(args: &ForwardArgs) -> Result<i32> {
-    let plan = plan(&args.common, 2)?;
+    let plan = plan(&args.common, 2, &[&args.model])?;
     let forward = ForwardBench::new(&args.model, args.seq)?;
     let bench = Bench::prepare(plan)?;
     print!("{}", bench.header(forward.describe()));
@@ -253,8 +253,9 @@ fn run_gemm(args: &GemmArgs) -> Result<i32> {
 }
 
 /// The checked plan of `core` or `forward` (`default_repeats` without `--repeats`); `--json`
-/// is checked here too, before any case runs.
-fn plan(c: &CommonArgs, default_repeats: usize) -> Result<Plan> {
+/// is checked and reserved here too, before any case runs: it is none of `inputs` (the model
+/// folder), the torch script or the work folder's files.
+fn plan(c: &CommonArgs, default_repeats: usize, inputs: &[&Path]) -> Result<Plan> {
     let plan = Plan::new(PlanRequest {
         backends: c.backends.clone(),
         dtypes: c.dtypes.clone(),
@@ -270,7 +271,11 @@ fn plan(c: &CommonArgs, default_repeats: usize) -> Result<Plan> {
         keep: c.keep,
     })?;
     if let Some(path) = &c.json {
-        check_target(path, "--json", &[])?;
+        let mut read: Vec<&Path> = inputs.to_vec();
+        read.push(&c.torch_script);
+        read.extend(c.torch.as_deref());
+        read.extend(c.work_dir.as_deref());
+        reserve_all(&[(path, "--json")], &read)?;
     }
     Ok(plan)
 }

@@ -61,21 +61,41 @@ impl RunArgs {
     }
 }
 
-/// This process's command line, shell-quoted, for the "reproduce" line of reports.
+/// This process's command line, shell-quoted, for the "reproduce" line of reports. Arguments
+/// that are not UTF-8 (file names) are written as bash `$'…'` strings with `\xNN` escapes, so
+/// that the line still reproduces the run.
 pub fn command_line() -> String {
     let mut parts = vec!["hsdiff".to_string()];
-    parts.extend(std::env::args().skip(1).map(|a| shell_quote(&a)));
+    parts.extend(std::env::args_os().skip(1).map(|a| shell_quote(&a)));
     parts.join(" ")
 }
 
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./,:=@".contains(c))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
+fn shell_quote(arg: &std::ffi::OsStr) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    match arg.to_str() {
+        Some(s)
+            if !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./,:=@".contains(c)) =>
+        {
+            s.to_string()
+        }
+        Some(s) if !s.chars().any(char::is_control) => {
+            format!("'{}'", s.replace('\'', r"'\''"))
+        }
+        // Not UTF-8, or holding control characters: bash's $'…' with every other byte escaped.
+        _ => {
+            let escaped: String = arg
+                .as_bytes()
+                .iter()
+                .map(|&b| match b {
+                    b'\\' | b'\'' => format!("\\{}", b as char),
+                    0x20..=0x7e => (b as char).to_string(),
+                    _ => format!("\\x{b:02x}"),
+                })
+                .collect();
+            format!("$'{escaped}'")
+        }
     }
 }
 

@@ -72,13 +72,19 @@ pub struct CompareArgs {
 }
 
 pub fn run(args: &CompareArgs) -> Result<i32> {
-    args.report.options().check_targets(&[&args.a, &args.b])?;
+    let inputs = [Some(args.a.as_path()), Some(&args.b), args.model.as_deref()];
+    args.report
+        .options()
+        .check_targets(&inputs.into_iter().flatten().collect::<Vec<_>>())?;
     let hint = args.dtype_hint.as_deref().map(parse_dtype).transpose()?;
     let mut a = FileSource::open(&args.a, hint)?;
     let mut b = FileSource::open(&args.b, hint)?;
     let (label_a, label_b) = pairing::labels(&args.a, &args.b);
 
     let extra_rows = pairing::apply_maps(&mut a, &mut b, &args.map)?;
+    // Two entries read as one name, unresolved by --map: refused before anything is said.
+    a.check_unambiguous()?;
+    b.check_unambiguous()?;
     for (side, src) in [("A", &a), ("B", &b)] {
         for c in &src.conventions {
             eprintln!("hsdiff: {side} ({}): {c}", src.path().display());

@@ -41,7 +41,7 @@ pub struct DumpArgs {
 
 pub fn run(args: &DumpArgs) -> Result<i32> {
     // Before the run: a dump never replaces a device, a folder or one of its own inputs.
-    crate::output::check_target(&args.out, "--out", &args.run.input_paths())?;
+    crate::output::reserve_all(&[(&args.out, "--out")], &args.run.input_paths())?;
     let session = args.run.resolve()?;
     let backend = backend_by_name(&args.backend, &session.device)?;
     let plan = match (args.decode_from, args.decode_steps) {

@@ -80,6 +80,14 @@ pub fn main() -> i32 {
             Err(_) => 2,
         };
     }
+    crate::output::clean_up_on_signals();
+    let code = run_main();
+    // Outputs reserved but not written (the command failed) leave no temp file behind.
+    crate::output::discard_reservations();
+    code
+}
+
+fn run_main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
@@ -94,11 +102,16 @@ pub fn main() -> i32 {
     };
     match catch_panics(|| {
         crate::limits::set(crate::limits::Limits::from_args(&cli.limit)?);
-        dispatch(&cli)
+        crate::limits::check_threads_env()?;
+        let code = dispatch(&cli)?;
+        // An input truncated while it was read ends the run as trouble, whatever it printed.
+        crate::mapped::check()?;
+        Ok(code)
     }) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("hsdiff: error: {e}");
+            // One line, whatever names or messages from files it quotes.
+            eprintln!("hsdiff: error: {}", crate::escape::one_line(&e.to_string()));
             2
         }
     }
@@ -123,6 +136,9 @@ fn clap_line(e: &clap::Error) -> String {
     }
 }
 
+/// Marks a caught panic that was a failed write to stdout.
+const STDOUT_MARK: &str = "\u{0}stdout: ";
+
 /// Runs the command with any panic (ours or a dependency's) turned into one error line: the
 /// panic's message is kept for that line, the default multi-line report stays off stderr.
 fn catch_panics(run: impl FnOnce() -> Result<i32>) -> Result<i32> {
@@ -139,6 +155,14 @@ fn catch_panics(run: impl FnOnce() -> Result<i32>) -> Result<i32> {
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
             .unwrap_or_default();
         let line = msg.lines().next().unwrap_or_default().to_string();
+        // `println!` on a closed pipe or a full device: an error of stdout, not a bug.
+        if let Some(why) = line.strip_prefix("failed printing to stdout: ") {
+            let why = why.split(" (os error").next().unwrap_or(why);
+            if let Ok(mut m) = MESSAGE.lock() {
+                m.get_or_insert(format!("{STDOUT_MARK}{why}"));
+            }
+            return;
+        }
         if let Ok(mut m) = MESSAGE.lock() {
             m.get_or_insert(format!("{line}{at}"));
         }
@@ -149,7 +173,10 @@ fn catch_panics(run: impl FnOnce() -> Result<i32>) -> Result<i32> {
             .ok()
             .and_then(|m| m.clone())
             .unwrap_or_default();
-        Err(crate::error::Error::Internal(msg))
+        match msg.strip_prefix(STDOUT_MARK) {
+            Some(why) => Err(crate::error::Error::file("stdout", why.to_lowercase())),
+            None => Err(crate::error::Error::Internal(msg)),
+        }
     })
 }
 

@@ -53,7 +53,7 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
     }
     // The output target is checked before the (long) runs.
     if let Some(out) = &args.out {
-        crate::output::check_target(out, "--out", &args.run.input_paths())?;
+        crate::output::reserve_all(&[(out, "--out")], &args.run.input_paths())?;
     }
     let session = args.run.resolve()?;
     let backend = backend_by_name(&args.backend, &session.device)?;
@@ -86,7 +86,7 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
             crate::output::write_bytes(path, text.as_bytes())?;
             eprintln!("{}", report.summary);
         }
-        None => print!("{text}"),
+        None => crate::report::emit::write_stdout(text.as_bytes())?,
     }
     Ok(i32::from(args.fail_on.flags(report.verdict)))
 }

@@ -69,6 +69,32 @@ impl FileSource {
         self.conventions.extend(a.conventions);
         self.index_keyed = a.index_keyed;
         self.sequence_len = a.sequence_len;
+        self.clashes = a.clashes;
+    }
+
+    /// Refuses a name that two entries map to equally well (`h.1` and `blocks.1` both
+    /// `layers.1`), naming both, unless `--map` chose one of them.
+    pub fn check_unambiguous(&self) -> Result<()> {
+        if let Some((name, list)) = self
+            .clashes
+            .iter()
+            .find(|(n, _)| self.names.contains_key(*n))
+        {
+            let raws: Vec<String> = list
+                .iter()
+                .map(|&i| format!("`{}`", self.entries[i].raw))
+                .collect();
+            return Err(Error::tensor(
+                &self.path,
+                name,
+                format!(
+                    "{} all read as this name: say which to compare with --map (e.g. --map {}={name})",
+                    raws.join(" and "),
+                    self.entries[list[0]].raw
+                ),
+            ));
+        }
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -107,6 +133,8 @@ impl FileSource {
             })?;
         self.names.retain(|n, i| *i != idx && n != to);
         self.names.insert(to.to_string(), idx);
+        // The user chose which entry is `to`.
+        self.clashes.remove(to);
         Ok(())
     }
 

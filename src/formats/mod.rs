@@ -23,8 +23,8 @@ pub use zipdir::ZipIndex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::mapped::FileMap;
 use candle_core::DType;
-use memmap2::Mmap;
 use serde_json::Value;
 
 use crate::capture::names;
@@ -100,7 +100,7 @@ pub struct Entry {
 pub struct FileSource {
     path: PathBuf,
     pub format: FileFormat,
-    map: Mmap,
+    map: FileMap,
     entries: Vec<Entry>,
     /// hsdiff name → entry.
     names: BTreeMap<String, usize>,
@@ -117,6 +117,9 @@ pub struct FileSource {
     dtype_hint: Option<DType>,
     /// The archive's directory, for entries that are read through the inflater.
     zip: Option<ZipIndex>,
+    /// hsdiff names two entries map to equally well, with the entries (refused unless `--map`
+    /// picks one: [`FileSource::check_unambiguous`]).
+    clashes: BTreeMap<String, Vec<usize>>,
 }
 
 fn bad(path: &Path, msg: impl Into<String>) -> Error {
@@ -132,8 +135,7 @@ impl FileSource {
         if len == 0 {
             return Err(bad(path, "empty file"));
         }
-        // SAFETY: read-only map; a file truncated underneath us is the user's own race.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| bad(path, e.to_string()))?;
+        let map = FileMap::map(&file, path)?;
         let ext = path
             .extension()
             .and_then(|e| e.to_str())
@@ -175,7 +177,7 @@ impl FileSource {
         Ok(src)
     }
 
-    fn empty(path: &Path, format: FileFormat, map: Mmap) -> Self {
+    fn empty(path: &Path, format: FileFormat, map: FileMap) -> Self {
         FileSource {
             path: path.to_path_buf(),
             format,
@@ -189,6 +191,7 @@ impl FileSource {
             ids_list: None,
             dtype_hint: None,
             zip: None,
+            clashes: BTreeMap::new(),
         }
     }
 

@@ -142,6 +142,9 @@ pub struct Assignment {
     /// The length of a sequence read as `output_hidden_states` (rule 3), for the caller to
     /// check against the model (L + 1) when it has one.
     pub sequence_len: Option<usize>,
+    /// hsdiff names that two or more entries map to equally well (`h.1` and `blocks.1`): the
+    /// entries, which the caller refuses unless `--map` picks one.
+    pub clashes: BTreeMap<String, Vec<usize>>,
 }
 
 pub fn assign(entries: &[Named]) -> Assignment {
@@ -172,6 +175,7 @@ pub fn assign(entries: &[Named]) -> Assignment {
     let mut sequence_len = None;
     let mut indices: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     let mut best: BTreeMap<String, (Rank, usize)> = BTreeMap::new();
+    let mut all: BTreeMap<String, Vec<(Rank, usize)>> = BTreeMap::new();
     let mut conventions = Vec::new();
     let mut note = |s: String| {
         if !conventions.contains(&s) {
@@ -221,11 +225,36 @@ pub fn assign(entries: &[Named]) -> Assignment {
             None
         };
         if let Some((name, rank)) = mapped {
+            all.entry(name.clone()).or_default().push((rank, idx));
             match best.get(&name) {
                 Some((r, _)) if *r >= rank => {}
                 _ => {
                     best.insert(name, (rank, idx));
                 }
+            }
+        }
+    }
+    // Several entries for one name: equally good readings clash (the caller refuses them);
+    // a weaker reading shadowed by a stronger one is said.
+    let mut clashes = BTreeMap::new();
+    for (name, list) in &all {
+        let Some(&(top, chosen)) = best.get(name) else {
+            continue;
+        };
+        let equal: Vec<usize> = list
+            .iter()
+            .filter(|(r, _)| *r == top)
+            .map(|&(_, i)| i)
+            .collect();
+        if equal.len() > 1 {
+            clashes.insert(name.clone(), equal);
+        }
+        for &(r, i) in list {
+            if r < top {
+                note(format!(
+                    "`{}` would also read as {name}: `{}` is compared (a closer match)",
+                    entries[i].raw, entries[chosen].raw
+                ));
             }
         }
     }
@@ -242,6 +271,7 @@ pub fn assign(entries: &[Named]) -> Assignment {
         conventions,
         index_keyed,
         sequence_len,
+        clashes,
     }
 }
 

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
+use crate::mapped::FileMap;
 use candle_core::DType;
-use memmap2::Mmap;
 
 use super::{Entry, FileFormat, FileSource, Loc, ZipIndex, bad, stem};
 use crate::error::{self, Error};
@@ -160,7 +160,7 @@ fn parse_descr(descr: &str) -> Result<(Option<DType>, Option<Bits16>), String> {
 }
 
 impl FileSource {
-    pub(super) fn npy(path: &Path, map: Mmap) -> error::Result<Self> {
+    pub(super) fn npy(path: &Path, map: FileMap) -> error::Result<Self> {
         let h = parse_header(&map).map_err(|e| bad(path, e))?;
         let end = h
             .data_len()
@@ -189,7 +189,7 @@ impl FileSource {
         Ok(src)
     }
 
-    pub(super) fn npz(path: &Path, map: Mmap, zip: ZipIndex) -> error::Result<Self> {
+    pub(super) fn npz(path: &Path, map: FileMap, zip: ZipIndex) -> error::Result<Self> {
         let mut entries = Vec::new();
         for name in zip.names() {
             let Some(stem) = name.strip_suffix(".npy") else {

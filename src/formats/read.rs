@@ -69,6 +69,8 @@ impl FileSource {
         if let Loc::Range(a, b) = e.loc {
             self.release(a, b);
         }
+        // Pages past a truncated end read as zeros: never hand those on.
+        crate::mapped::check()?;
         Ok(t)
     }
 
@@ -85,8 +87,11 @@ impl FileSource {
         // entries: later reads see the file's bytes again. No reference into the range is alive
         // (the tensor holds a copy).
         let _ = unsafe {
-            self.map
-                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, b - start)
+            self.map.inner().unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                start,
+                b - start,
+            )
         };
     }
 
@@ -133,6 +138,10 @@ impl FileSource {
 
     /// Checks a loaded capture and gives it a batch dimension.
     fn normalise(&self, idx: usize, name: &str, t: Tensor) -> Result<Tensor> {
+        if names::parse_router_topk(name).is_some() {
+            check_router_ids(&self.path, &self.entries[idx].raw, &t)?;
+            return Ok(t);
+        }
         if name == names::INPUT_IDS || names::parse_router(name).is_some() {
             return Ok(t);
         }
@@ -193,6 +202,52 @@ impl FileSource {
             Ok(None)
         }
     }
+}
+
+/// A router's chosen experts (`router.{i}.topk_ids`): integers, `[T, k]` or `[1, T, k]` with
+/// k ≥ 1, every id a possible expert index (0 ≤ id < the `dim` limit) and no expert twice in a
+/// row — anything else would be read as agreement or flips that never happened.
+fn check_router_ids(path: &std::path::Path, raw: &str, t: &Tensor) -> Result<()> {
+    let err = |msg: String| Error::tensor(path, raw, msg);
+    if !matches!(
+        t.dtype(),
+        DType::I64 | DType::I32 | DType::I16 | DType::U32 | DType::U8
+    ) {
+        return Err(err(format!(
+            "router expert ids are {} values, not integers",
+            crate::device::dtype_label(t.dtype())
+        )));
+    }
+    let dims = t.dims();
+    let k = match dims {
+        [_, k] | [1, _, k] => *k,
+        _ => {
+            return Err(err(format!(
+                "router expert ids have shape {dims:?}: expected [T, k] or [1, T, k]"
+            )));
+        }
+    };
+    if k == 0 {
+        return Err(err("router expert ids choose no expert (k = 0)".into()));
+    }
+    let max = crate::limits::get().dim as i64;
+    let ids: Vec<i64> = t.flatten_all()?.to_dtype(DType::I64)?.to_vec1()?;
+    for (row, chunk) in ids.chunks(k).enumerate() {
+        if let Some(bad) = chunk.iter().find(|&&id| id < 0 || id >= max) {
+            return Err(err(format!(
+                "token {row}: expert id {bad} is not an expert index (0 to {})",
+                max - 1
+            )));
+        }
+        let mut sorted = chunk.to_vec();
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            return Err(err(format!(
+                "token {row}: the same expert chosen twice ({chunk:?})"
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl crate::compare::TensorSource for FileSource {

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use memmap2::Mmap;
+use crate::mapped::FileMap;
 use serde_json::Value;
 
 use super::{Entry, FileFormat, FileSource, Loc, bad};
@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::safetensors_file::SafetensorsHeader;
 
 impl FileSource {
-    pub(super) fn safetensors(path: &Path, map: Mmap) -> Result<Self> {
+    pub(super) fn safetensors(path: &Path, map: FileMap) -> Result<Self> {
         let header = SafetensorsHeader::parse(path, &map)?;
         let fingerprint = match header.user_metadata().and_then(|m| m.get(METADATA_KEY)) {
             Some(json) => Some(serde_json::from_str::<Value>(json).map_err(|e| {

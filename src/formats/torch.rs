@@ -12,8 +12,8 @@
 
 use std::path::Path;
 
+use crate::mapped::FileMap;
 use candle_core::DType;
-use memmap2::Mmap;
 use serde_json::Value as Json;
 
 use super::pickle::{self, Obj, Value};
@@ -29,10 +29,13 @@ pub struct Parsed {
     pub input_ids: Option<Vec<i64>>,
     /// Scalar dict entries that are not tensors (`prompt (a string)`), left out of the comparison.
     pub left_out: Vec<String>,
+    /// Dict keys pickled more than once (a crafted or concatenated pickle): the last value is
+    /// read, as `torch.load` (a Python dict) keeps it.
+    pub repeated_keys: Vec<String>,
 }
 
 impl FileSource {
-    pub(super) fn torch(path: &Path, map: Mmap, zip: ZipIndex) -> error::Result<Self> {
+    pub(super) fn torch(path: &Path, map: FileMap, zip: ZipIndex) -> error::Result<Self> {
         let parsed = parse(&map, &zip).map_err(|e| bad(path, e))?;
         let mut src = Self::empty(path, FileFormat::Torch, map);
         src.entries = parsed.entries;
@@ -49,6 +52,12 @@ impl FileSource {
             src.conventions.push(format!(
                 "not tensors, left out: {}",
                 parsed.left_out.join(", ")
+            ));
+        }
+        if !parsed.repeated_keys.is_empty() {
+            src.conventions.push(format!(
+                "dict keys pickled more than once, the last value read (as torch.load does): {}",
+                parsed.repeated_keys.join(", ")
             ));
         }
         Ok(src)
@@ -73,6 +82,7 @@ pub fn parse(bytes: &[u8], zip: &ZipIndex) -> Result<Parsed, String> {
             fingerprint: None,
             input_ids: None,
             left_out: Vec::new(),
+            repeated_keys: Vec::new(),
         },
     };
     match obj {
@@ -112,6 +122,7 @@ impl Walk<'_> {
         };
         match obj {
             Value::Dict(items) => {
+                let items = self.last_of_each_key(items, name);
                 for (k, v) in items {
                     let key = match k.value {
                         Value::Str(s) => s,
@@ -183,6 +194,35 @@ impl Walk<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A dict's items with each key once, in first-seen order, holding the value pickled last
+    /// (what a Python dict does on repeated `SETITEM`s); repeated keys are recorded.
+    fn last_of_each_key(&mut self, items: Vec<(Obj, Obj)>, name: &str) -> Vec<(Obj, Obj)> {
+        let id = |k: &Obj| match &k.value {
+            Value::Str(s) => Some(format!("'{s}'")),
+            Value::Int(i) => Some(i.to_string()),
+            _ => None,
+        };
+        let mut first: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        let mut out: Vec<(Obj, Obj)> = Vec::with_capacity(items.len());
+        for (k, v) in items {
+            match id(&k).map(|key| (first.get(&key).copied(), key)) {
+                Some((Some(at), key)) => {
+                    let shown = format!("`{}` in `{}`", key, display(name));
+                    if !self.parsed.repeated_keys.contains(&shown) {
+                        self.parsed.repeated_keys.push(shown);
+                    }
+                    out[at].1 = v;
+                }
+                Some((None, key)) => {
+                    first.insert(key, out.len());
+                    out.push((k, v));
+                }
+                None => out.push((k, v)),
+            }
+        }
+        out
     }
 
     /// The tensor `obj` describes, if it is one.
@@ -269,8 +309,13 @@ impl Walk<'_> {
 }
 
 /// A name for messages: the top level has none.
-fn display(name: &str) -> &str {
-    if name.is_empty() { "(top level)" } else { name }
+/// A dotted path for messages, shortened when a deep nesting made it long.
+fn display(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.is_empty() {
+        "(top level)".into()
+    } else {
+        crate::escape::shorten(name, crate::escape::SHORT)
+    }
 }
 
 /// The arguments of `_rebuild_tensor_v2` if `obj` rebuilds a tensor (plain, parameter, or

@@ -24,12 +24,14 @@ pub struct DecodePlan {
 
 impl DecodePlan {
     pub fn check(&self, tokens: usize) -> Result<()> {
-        if self.steps == 0 || self.from + self.steps > tokens {
+        // Checked: both numbers come from the command line.
+        let needs = self.from.checked_add(self.steps);
+        if self.steps == 0 || needs.is_none_or(|n| n > tokens) {
             return Err(Error::Prompt(format!(
                 "--decode-from {} --decode-steps {} needs at least {} tokens and one step; the input has {tokens}",
                 self.from,
                 self.steps,
-                self.from + self.steps
+                needs.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string())
             )));
         }
         Ok(())

@@ -92,6 +92,11 @@ fn depth(row: &PlannedRow, num_layers: usize) -> (usize, Option<usize>) {
 }
 
 pub fn build_report(c: &Comparison) -> Result<Report> {
+    if c.input.tokens == 0 {
+        return Err(crate::error::Error::Compare(
+            "nothing to compare: the inputs hold 0 tokens".to_string(),
+        ));
+    }
     let th = thresholds(c.dtype);
     let num_layers = c.input.num_layers.unwrap_or_else(|| {
         c.rows
@@ -121,6 +126,13 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         let a = fetch(c.a, "A", &row.name)?;
         let b = fetch(c.b, "B", &row.name)?;
         let stats = diff_stats(&row.name, &a, &b)?;
+        if stats.elements == 0 {
+            return Err(crate::error::Error::Compare(format!(
+                "nothing to compare: `{}` has shape {:?}, no elements",
+                row.name,
+                a.dims()
+            )));
+        }
         drop((a, b));
         let (depth, upto) = depth(row, num_layers);
         // A final state mixes every token, so tokens set aside for routing flips cannot be
@@ -330,6 +342,36 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
     })
 }
 
+/// Both sides' router choices cover every token once with the same k: otherwise agreement over
+/// the rows that happen to exist would read as "100 % agree".
+fn check_router_pair(name: &str, a: &[Vec<i64>], b: &[Vec<i64>], tokens: usize) -> Result<()> {
+    let k = |rows: &[Vec<i64>]| rows.first().map_or(0, Vec::len);
+    let refuse = |msg: String| Err(crate::error::Error::Compare(format!("`{name}`: {msg}")));
+    if k(a) != k(b) {
+        return refuse(format!(
+            "A chose {} experts per token, B {}: not the same router",
+            k(a),
+            k(b)
+        ));
+    }
+    for (side, rows) in [("A", a), ("B", b)] {
+        if tokens > 0 && rows.len() != tokens {
+            return refuse(format!(
+                "{side} has router choices for {} tokens, the comparison has {tokens}",
+                rows.len()
+            ));
+        }
+    }
+    if a.len() != b.len() {
+        return refuse(format!(
+            "A has router choices for {} tokens, B for {}",
+            a.len(),
+            b.len()
+        ));
+    }
+    Ok(())
+}
+
 /// Router top-k agreement for every `router.{i}.topk_ids` both sides carry.
 fn router_rows(c: &Comparison) -> Result<Vec<RouterRow>> {
     let mut rows = Vec::new();
@@ -340,6 +382,7 @@ fn router_rows(c: &Comparison) -> Result<Vec<RouterRow>> {
         };
         let a: Vec<Vec<i64>> = a.squeeze(0)?.to_dtype(DType::I64)?.to_vec2()?;
         let b: Vec<Vec<i64>> = b.squeeze(0)?.to_dtype(DType::I64)?.to_vec2()?;
+        check_router_pair(&name, &a, &b, c.input.tokens)?;
         let flipped: Vec<usize> = a
             .iter()
             .zip(&b)

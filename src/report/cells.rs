@@ -2,7 +2,7 @@
 //! and markdown show the same 11 columns, written the same way, so both take them from here (as
 //! does `hsdiff paths` where it shows the same kinds of values).
 
-use super::TensorRow;
+use super::{Report, TensorRow};
 
 /// The tensor table's columns, in order; the last is the verdict, which each renderer styles
 /// itself (colour on a terminal, bold in markdown).
@@ -20,8 +20,33 @@ pub const TENSOR_COLUMNS: [&str; 11] = [
     "verdict",
 ];
 
-/// The cells of one tensor row, every column but the verdict.
+/// The cells of one tensor row, every column but the verdict. A row with NaN/Inf elements
+/// shows their counts instead of statistics: those cover the finite elements only, and over
+/// an all-NaN side they would read as agreement (rel L2 0, cosine 1).
 pub fn tensor_cells(t: &TensorRow) -> [String; 10] {
+    let (bad_a, bad_b) = (t.nan_a + t.inf_a, t.nan_b + t.inf_b);
+    if bad_a + bad_b > 0 {
+        let dash = || "—".to_string();
+        let vs = |x: Option<f64>, bad: usize| {
+            if bad > 0 {
+                "NaN/Inf".to_string()
+            } else {
+                sci(x)
+            }
+        };
+        return [
+            t.name.clone(),
+            dash(),
+            dash(),
+            format!("NaN/Inf: A {bad_a}, B {bad_b}"),
+            dash(),
+            dash(),
+            sci(t.floor),
+            dash(),
+            vs(t.a_vs_truth, bad_a),
+            vs(t.b_vs_truth, bad_b),
+        ];
+    }
     [
         t.name.clone(),
         sci(Some(t.mean_abs)),
@@ -72,4 +97,48 @@ pub fn clip(s: Option<&str>) -> String {
         Some(s) if s.chars().count() > 48 => format!("{}…", s.chars().take(47).collect::<String>()),
         Some(s) => s.to_string(),
     }
+}
+
+/// A copy of `r` whose text from files — labels, sides, tensor names, fingerprint values, the
+/// summary and notes that quote them — went through `short` (names and values) or `long`
+/// (sentences): how each text renderer escapes for its sink ([`crate::escape`]).
+pub fn escaped(
+    r: &Report,
+    short: impl Fn(&str) -> String,
+    long: impl Fn(&str) -> String,
+) -> Report {
+    let mut r = r.clone();
+    let opt = |v: &mut Option<String>| {
+        if let Some(s) = v.as_mut() {
+            *s = short(s);
+        }
+    };
+    r.summary = long(&r.summary);
+    for n in &mut r.notes {
+        *n = long(n);
+    }
+    for side in [&mut r.a, &mut r.b] {
+        side.label = short(&side.label);
+        for v in [
+            &mut side.backend,
+            &mut side.implementation,
+            &mut side.dtype,
+            &mut side.device,
+            &mut side.fingerprint.model,
+            &mut side.fingerprint.config_sha256,
+            &mut side.fingerprint.tool_version,
+        ] {
+            opt(v);
+        }
+    }
+    for t in &mut r.tensors {
+        t.name = short(&t.name);
+    }
+    opt(&mut r.first_divergent);
+    for d in &mut r.env_diff {
+        d.key = short(&d.key);
+        opt(&mut d.a);
+        opt(&mut d.b);
+    }
+    r
 }

@@ -61,13 +61,17 @@ pub struct ReportOptions {
 }
 
 impl ReportOptions {
-    /// `--out` and `--plot` can be written, and are none of `inputs`: checked before any long
-    /// run, so that a typo costs nothing.
+    /// `--out` and `--plot` can be written, are none of `inputs` and not one file: checked and
+    /// reserved before any long run (see [`crate::output`]), so that a typo costs nothing.
     pub fn check_targets(&self, inputs: &[&Path]) -> Result<()> {
         if let Some(path) = &self.plot {
             plot::check_path(path)?;
         }
-        crate::output::check_report_targets(self.out.as_deref(), self.plot.as_deref(), inputs)
+        let targets: Vec<(&Path, &str)> = [(&self.out, "--out"), (&self.plot, "--plot")]
+            .into_iter()
+            .filter_map(|(p, what)| p.as_deref().map(|p| (p, what)))
+            .collect();
+        crate::output::reserve_all(&targets, inputs)
     }
 
     /// The renderer of `format` (the terminal table coloured only when stdout is a terminal).
@@ -93,11 +97,21 @@ impl ReportOptions {
                     eprintln!("{line}");
                 }
             }
-            // The text renderers write UTF-8; `print!` keeps stdout's behaviour as it was.
-            None => print!("{}", String::from_utf8_lossy(bytes)),
+            None => write_stdout(bytes)?,
         }
         Ok(())
     }
+}
+
+/// Writes `bytes` to stdout; a closed pipe or a full device is an error line, not a panic.
+pub fn write_stdout(bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    // Nothing made from an input that changed while it was read is printed.
+    crate::mapped::check()?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|e| crate::error::Error::file("stdout", crate::input::io_words(&e)))
 }
 
 /// Renders `report` as `options` ask, draws the plot if asked, and returns the exit code its

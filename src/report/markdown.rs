@@ -1,13 +1,14 @@
 //! `--format markdown`: paste-ready for a bug report — summary, table, environment, and the
 //! command that reproduces it.
 
-use super::cells::{TENSOR_COLUMNS, clip, sci, tensor_cells};
+use super::cells::{TENSOR_COLUMNS, clip, escaped, sci, tensor_cells};
 use super::sentences::{
     amplification, env_empty_note, env_shown, router_agreement, token_ids_note,
 };
 use super::summary::{logits_line, routing_line};
 use super::{Render, Report, Side};
 use crate::error::Result;
+use crate::escape::{LONG, SHORT, markdown_block, markdown_code, markdown_text};
 use crate::verdict::Verdict;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -19,13 +20,16 @@ pub struct Markdown {
 /// One row of the environment block: how to read a field of a side.
 type SideField = fn(&Side) -> Option<String>;
 
-/// A value for a table cell: `|` would end the cell.
-fn cell(s: &str) -> String {
+/// A column header for a table: `|` would end the cell.
+fn header_cell(s: &str) -> String {
     s.replace('|', "\\|")
 }
 
 impl Render for Markdown {
-    fn render(&self, r: &Report) -> Result<Vec<u8>> {
+    fn render(&self, raw: &Report) -> Result<Vec<u8>> {
+        // Text from files is escaped once here: nothing in it can open a tag, leave a table
+        // cell or close the `<details>` block (labels are code spans, below).
+        let r = &escaped(raw, |s| markdown_text(s, SHORT), |s| markdown_text(s, LONG));
         let mut out = String::new();
         // The summary leads with the verdict word already; bold it rather than repeat it.
         let word = r.verdict.as_str();
@@ -42,16 +46,16 @@ impl Render for Markdown {
             out.push('\n');
         }
         out.push_str(&format!(
-            "A: `{}` ({}) · B: `{}` ({}) · {} mode · {} · {} tokens\n\n",
-            r.a.label,
+            "A: {} ({}) · B: {} ({}) · {} mode · {} · {} tokens\n\n",
+            markdown_code(&raw.a.label, SHORT, false),
             r.a.implementation.as_deref().unwrap_or("?"),
-            r.b.label,
+            markdown_code(&raw.b.label, SHORT, false),
             r.b.implementation.as_deref().unwrap_or("?"),
             r.mode,
             r.thresholds.dtype,
             r.inputs.tokens,
         ));
-        let header: Vec<String> = TENSOR_COLUMNS.iter().map(|c| cell(c)).collect();
+        let header: Vec<String> = TENSOR_COLUMNS.iter().map(|c| header_cell(c)).collect();
         out.push_str(&format!("| {} |\n", header.join(" | ")));
         out.push_str(&format!("|{}\n", "---|".repeat(TENSOR_COLUMNS.len())));
         for t in &r.tensors {
@@ -60,7 +64,7 @@ impl Render for Markdown {
             } else {
                 format!("**{}**", t.verdict.as_str())
             };
-            let cells: Vec<String> = tensor_cells(t).iter().map(|c| cell(c)).collect();
+            let cells = tensor_cells(t);
             out.push_str(&format!("| {} | {verdict} |\n", cells.join(" | ")));
         }
         if let Some(l) = &r.logits {
@@ -110,8 +114,8 @@ impl Render for Markdown {
                 out.push_str(&format!(
                     "| {} | {} | {} | {} |\n",
                     d.key,
-                    cell(&clip(d.a.as_deref())),
-                    cell(&clip(d.b.as_deref())),
+                    clip(d.a.as_deref()),
+                    clip(d.b.as_deref()),
                     if d.matters { "**yes**" } else { "no" }
                 ));
             }
@@ -136,7 +140,7 @@ impl Render for Markdown {
         ];
         for (name, f) in rows {
             let (a, b) = field(f);
-            out.push_str(&format!("| {name} | {} | {} |\n", cell(&a), cell(&b)));
+            out.push_str(&format!("| {name} | {a} | {b} |\n"));
         }
         out.push_str(&format!(
             "| tokens | {} (ids sha256 {}) | |\n",
@@ -149,7 +153,7 @@ impl Render for Markdown {
         ));
         out.push_str("\n</details>\n");
         if let Some(cmd) = &r.command {
-            out.push_str(&format!("\nReproduce:\n\n```\n{cmd}\n```\n"));
+            out.push_str(&format!("\nReproduce:\n\n{}", markdown_block(cmd, LONG)));
         }
         Ok(out.into_bytes())
     }

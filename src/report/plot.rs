@@ -90,6 +90,13 @@ pub struct Plot(pub PlotFormat);
 
 impl Render for Plot {
     fn render(&self, report: &Report) -> Result<Vec<u8>> {
+        // Labels from files are drawn with control characters as visible escapes (they are not
+        // allowed in XML even escaped) and long ones shortened; the SVG writer escapes markup.
+        let report = &super::cells::escaped(
+            report,
+            |s| crate::escape::plain(s, crate::escape::SHORT),
+            |s| crate::escape::plain(s, crate::escape::LONG),
+        );
         // Drawing and encoding happen in memory: a failure there is a bug, not bad input.
         let drawn = match self.0 {
             PlotFormat::Svg => render_svg(report).map(String::into_bytes),

@@ -171,9 +171,20 @@ fn op_path(r: &TensorRow) -> String {
 /// the floor of the truth everywhere" (the last clause only while both are within [`K_DRIFT`]
 /// floors everywhere).
 pub fn who_is_right(a: &str, b: &str, r: &TensorRow, rows: &[TensorRow]) -> Option<String> {
+    // Distances over the finite elements of a row with NaN/Inf would read as agreement.
+    let non_finite = |r: &TensorRow| (r.nan_a + r.inf_a, r.nan_b + r.inf_b);
+    if let (na, nb) = non_finite(r)
+        && na + nb > 0
+    {
+        return Some(format!(
+            "at {}, {a} holds {na} and {b} {nb} NaN/Inf values: no distance from the f64 truth is measured there",
+            r.name
+        ));
+    }
     let (da, db) = (r.a_vs_truth?, r.b_vs_truth?);
     let within = rows
         .iter()
+        .filter(|r| non_finite(r) == (0, 0))
         .filter_map(|r| Some(r.a_vs_truth?.max(r.b_vs_truth?) / r.floor.filter(|f| *f > 0.0)?))
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
         .filter(|x| *x <= K_DRIFT)

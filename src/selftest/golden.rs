@@ -23,6 +23,12 @@ const BOUNDS: [(DType, f64); 2] = [(DType::F32, 1e-5), (DType::F64, 1e-10)];
 /// `{golden}/qwen3_5_tiny/{prompt}.f64.safetensors`.
 pub(super) fn check(device: &Device, golden: &Path, list: &mut Checklist) -> Result<()> {
     let dir = golden.join("qwen3_5_tiny");
+    if !dir.is_dir() {
+        return Err(Error::file(
+            &dir,
+            "no such folder: pass --golden DIR, the repository's golden/states folder",
+        ));
+    }
     let mut prompts: Vec<String> = std::fs::read_dir(&dir)
         .map_err(|e| Error::file(&dir, format!("cannot list: {e}")))?
         .filter_map(|e| e.ok())
@@ -39,7 +45,8 @@ pub(super) fn check(device: &Device, golden: &Path, list: &mut Checklist) -> Res
     }
     let model = builtin::model()?;
     for prompt in &prompts {
-        let dump = Dump::open(&dir.join(format!("{prompt}.f64.safetensors")))?;
+        let path = dir.join(format!("{prompt}.f64.safetensors"));
+        let dump = Dump::open(&path)?;
         let ids = dump.required_input_ids()?;
         let mut truth = Vec::new();
         for name in dump.names() {
@@ -47,6 +54,21 @@ pub(super) fn check(device: &Device, golden: &Path, list: &mut Checklist) -> Res
             if name != crate::capture::names::INPUT_IDS && t.dtype().is_float() {
                 truth.push((name, host(&t)?));
             }
+        }
+        // A golden file that lacks a state is no evidence for it: every one must be there.
+        let missing = missing_states(&model, &truth);
+        if !missing.is_empty() {
+            list.error(
+                format!("golden {prompt}"),
+                &Error::file(
+                    &path,
+                    format!(
+                        "lacks the golden state(s) {}: a golden file holds embed, every layers.N, final_norm and logits",
+                        missing.join(", ")
+                    ),
+                ),
+            );
+            continue;
         }
         for info in available_backends() {
             for (dtype, bound) in BOUNDS {
@@ -59,6 +81,17 @@ pub(super) fn check(device: &Device, golden: &Path, list: &mut Checklist) -> Res
         }
     }
     Ok(())
+}
+
+/// The hidden states a run of `model` captures that `truth` does not hold.
+fn missing_states(model: &Model, truth: &[(String, Vec<f64>)]) -> Vec<String> {
+    use crate::capture::names;
+    let expected = std::iter::once(names::EMBED.to_string())
+        .chain((0..model.config.num_hidden_layers).map(names::layer))
+        .chain([names::FINAL_NORM.to_string(), names::LOGITS.to_string()]);
+    expected
+        .filter(|n| !truth.iter().any(|(t, _)| t == n))
+        .collect()
 }
 
 /// Largest rel L2 over the golden tensors, and which tensor it was.
