@@ -246,7 +246,8 @@ fn run_gemm(args: &GemmArgs) -> Result<i32> {
     };
     gemm.check()?;
     if let Some(path) = &args.json {
-        check_target(path, "--json", &[])?;
+        // Reserved before any product runs, by the one output policy.
+        reserve_all(&[(path, "--json")], &[])?;
     }
     gemm.run_and_print(args.markdown, args.json.as_deref())?;
     Ok(0)
