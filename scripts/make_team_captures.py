@@ -20,6 +20,7 @@ modeling module, which is how the layer's forward looks it up):
                                 (``router.{i}.topk_ids``, as hsdiff-capture records them)     (MoE only)
     {m}.bf16_no_qk_l2norm_router.ids.pt  the bug, with router ids                             (MoE only)
     {m}.f32.ids.pt              f32 run
+    {m}.f32.pt                  … without input_ids
     {m}.f32_chunk16.ids.pt      honest: chunk_size=16, f32
     {m}.f32_g_bf16.ids.pt       BUG: the decay g rounded to bf16 before the kernel, in an f32 run
     {m}.f32_hidden_states.ids.pt  {1: hidden_states[1], 3: …[3], 5: …[5]} from
@@ -193,6 +194,7 @@ def main() -> None:
         f32 = load(name, torch.float32)
         honest32, hs32, _ = run(f32, ids)
         save(f"{name}.f32.ids.pt", keep(honest32), True, honest32)
+        save(f"{name}.f32.pt", keep(honest32), False, None)
         with patched_kernel(module, chunk_size=16):
             c, _, _ = run(f32, ids)
         save(f"{name}.f32_chunk16.ids.pt", keep(c), True, honest32)
