@@ -23,6 +23,10 @@ modeling module, which is how the layer's forward looks it up):
     {m}.f32.pt                  … without input_ids
     {m}.f32_chunk16.ids.pt      honest: chunk_size=16, f32
     {m}.f32_g_bf16.ids.pt       BUG: the decay g rounded to bf16 before the kernel, in an f32 run
+    moe_long.bf16.ids.pt, moe_long.bf16_no_qk_l2norm.ids.pt, moe_long.f32.ids.pt
+                                the honest bf16 run, the q/k-norm bug and the f32 run on a 192-token prompt
+                                (the prompt repeated): enough tokens that the truth has a near-tie
+                                router margin somewhere on nearly every token
     {m}.f32_hidden_states.ids.pt  {1: hidden_states[1], 3: …[3], 5: …[5]} from
                                 output_hidden_states: the classic off-by-one against the hooks
     dense.f32_all_layers.ids.pt hooks on every layer {0: h0, …, 7: h7} + input_ids
@@ -31,7 +35,7 @@ modeling module, which is how the layer's forward looks it up):
     dense.f32_arr_N.npz         np.savez(*hs, input_ids=…): the same arrays as arr_0 … arr_8
     prompt.txt                  the prompt; its token ids (golden tokenizer, no special tokens)
                                 are the files' input_ids
-    MANIFEST.json               per file: the rel L2 of each captured layer against the f32
+    MANIFEST.json               the prompt's ids; per file: the rel L2 of each captured layer against the f32
                                 honest run of the same model (what the planted bugs cost)
 
 ``{m}`` is ``dense`` (golden/qwen3_5_tiny, 8 layers) or ``moe`` (golden/qwen3_next_moe_tiny,
@@ -86,7 +90,20 @@ MODELS = {
 }
 
 
-def prompt_ids() -> tuple[str, list[int]]:
+LONG_TOKENS = 192
+
+
+def prompt_ids(tokens: int = TOKENS) -> tuple[str, list[int]]:
+    """The prompt (repeated as needed) cut to the longest prefix of at most `tokens` tokens, and
+    its ids."""
+    tok = Tokenizer.from_file(str(MODELS["dense"][0] / "tokenizer.json"))
+    text = PROMPT * (1 + tokens // TOKENS)
+    while len(tok.encode(text, add_special_tokens=False).ids) > tokens:
+        text = text[:-1]
+    return text, tok.encode(text, add_special_tokens=False).ids
+
+
+def short_prompt_ids() -> tuple[str, list[int]]:
     """The prompt cut to the longest prefix of at most TOKENS tokens, and its ids."""
     tok = Tokenizer.from_file(str(MODELS["dense"][0] / "tokenizer.json"))
     text = PROMPT
@@ -172,10 +189,10 @@ def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     OUT.mkdir(parents=True, exist_ok=True)
-    text, id_list = prompt_ids()
+    text, id_list = short_prompt_ids()
     (OUT / "prompt.txt").write_text(text)
     ids = torch.tensor([id_list], dtype=torch.int64)
-    manifest = {"prompt_tokens": len(id_list), "hooked_layers": list(HOOKED), "files": {}}
+    manifest = {"prompt_tokens": len(id_list), "prompt_ids": id_list, "hooked_layers": list(HOOKED), "files": {}}
 
     def keep(caps):
         return {i: caps[i] for i in HOOKED}
@@ -242,6 +259,19 @@ def main() -> None:
                                                           attn_implementation="sdpa").eval()
             c, _, _ = run(causal, ids)
             assert all(torch.equal(c[i], honest[i]) for i in HOOKED)
+
+    # The MoE bug on a longer prompt: near-tie router margins then cover nearly every token.
+    _, long_ids = prompt_ids(LONG_TOKENS)
+    long = torch.tensor([long_ids], dtype=torch.int64)
+    bf16 = load("moe", torch.bfloat16)
+    honest, _, _ = run(bf16, long)
+    with patched_kernel(modeling_qwen3_next, use_qk_l2norm_in_kernel=False):
+        bug, _, _ = run(bf16, long)
+    honest32, _, _ = run(load("moe", torch.float32), long)
+    for fname, caps in [("moe_long.bf16.ids.pt", honest), ("moe_long.bf16_no_qk_l2norm.ids.pt", bug),
+                        ("moe_long.f32.ids.pt", honest32)]:
+        torch.save({**keep(caps), "input_ids": long}, OUT / fname)
+    manifest["moe_long_tokens"] = len(long_ids)
 
     (OUT / "MANIFEST.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     for p in sorted(OUT.iterdir()):
