@@ -101,7 +101,10 @@ fn args(v: &[String]) -> Vec<&str> {
 fn a_skipped_qk_l2_norm_on_the_moe_model_is_a_mismatch_at_layer_1() {
     for (honest, bug) in [
         ("moe.bf16.ids.pt", "moe.bf16_no_qk_l2norm.ids.pt"),
-        ("moe.bf16_router.ids.pt", "moe.bf16_no_qk_l2norm_router.ids.pt"),
+        (
+            "moe.bf16_router.ids.pt",
+            "moe.bf16_no_qk_l2norm_router.ids.pt",
+        ),
     ] {
         let o = compare(&team(honest), &team(bug), &args(&with_model(MOE)));
         assert_eq!(o.code, 1, "{honest} vs {bug}: {}", o.summary());
@@ -113,7 +116,9 @@ fn a_skipped_qk_l2_norm_on_the_moe_model_is_a_mismatch_at_layer_1() {
         assert_eq!(o.row("layers.1")["verdict"], "mismatch");
         // The judged set covers most of the tensor, whatever was set aside.
         for name in ["layers.1", "layers.3", "layers.5"] {
-            let aside = o.row(name)["set_aside_tokens"].as_array().map_or(0, Vec::len);
+            let aside = o.row(name)["set_aside_tokens"]
+                .as_array()
+                .map_or(0, Vec::len);
             assert!(aside * 4 <= 32, "{name}: {aside} of 32 tokens set aside");
         }
     }
@@ -123,7 +128,11 @@ fn a_skipped_qk_l2_norm_on_the_moe_model_is_a_mismatch_at_layer_1() {
         &team("moe.bf16_no_qk_l2norm.ids.pt"),
         &args(&with_model(MOE)),
     );
-    assert!(o.summary().contains("could not be separated"), "{}", o.summary());
+    assert!(
+        o.summary().contains("could not be separated"),
+        "{}",
+        o.summary()
+    );
 }
 
 // Row 2: --model pointing at another model. Before: benign, "equally close to the f64 truth".
@@ -159,7 +168,13 @@ fn g_rounded_to_bf16_in_an_f32_run_is_flagged_without_a_model() {
             &["--fail-on", "drift"],
         );
         assert_eq!(o.code, 1, "{m}: {}", o.summary());
-        assert!(o.summary().starts_with("uncalibrated") || o.summary().starts_with("mismatch") || o.summary().starts_with("drift"), "{}", o.summary());
+        assert!(
+            o.summary().starts_with("uncalibrated")
+                || o.summary().starts_with("mismatch")
+                || o.summary().starts_with("drift"),
+            "{}",
+            o.summary()
+        );
         assert_ne!(o.row("layers.1")["verdict"], "ok", "{}", o.summary());
     }
 }
@@ -181,7 +196,11 @@ fn a_bf16_run_stored_wide_is_judged_as_bf16() {
         );
         assert_eq!(o.code, 0, "{wide}: {}", o.summary());
         assert!(o.summary().starts_with("benign: "), "{}", o.summary());
-        assert!(o.notes().contains("every value is bf16-exact"), "{}", o.notes());
+        assert!(
+            o.notes().contains("every value is bf16-exact"),
+            "{}",
+            o.notes()
+        );
         assert_eq!(o.report()["thresholds"]["dtype"], "bf16");
         assert!(o.stderr.contains("bf16-exact"), "{}", o.stderr);
     }
@@ -214,33 +233,49 @@ fn files_without_token_ids_say_what_is_missing_and_take_tokens_or_a_prompt() {
     assert!(o.summary().starts_with("benign: "), "{}", o.summary());
     assert!(o.row("layers.1")["floor"].as_f64().is_some());
     // The same ids as a list, and from a file.
-    let manifest: Value = serde_json::from_slice(
-        &std::fs::read(team("MANIFEST.json")).expect("manifest"),
-    )
-    .expect("json");
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(team("MANIFEST.json")).expect("manifest"))
+            .expect("json");
     let ids: Vec<String> = manifest["prompt_ids"]
         .as_array()
         .expect("ids")
         .iter()
         .map(|v| v.to_string())
         .collect();
-    let o = compare(&a, &b, &["--model", &model(DENSE), "--tokens", &ids.join(",")]);
+    let o = compare(
+        &a,
+        &b,
+        &["--model", &model(DENSE), "--tokens", &ids.join(",")],
+    );
     assert!(o.summary().starts_with("benign: "), "{}", o.summary());
     let file = std::env::temp_dir().join(format!("hsdiff-verdicts-ids-{}.txt", std::process::id()));
     std::fs::write(&file, format!("[{}]\n", ids.join(", "))).expect("write ids");
     let o = compare(
         &a,
         &b,
-        &["--model", &model(DENSE), "--tokens", &format!("@{}", file.display())],
+        &[
+            "--model",
+            &model(DENSE),
+            "--tokens",
+            &format!("@{}", file.display()),
+        ],
     );
     std::fs::remove_file(&file).ok();
     assert!(o.summary().starts_with("benign: "), "{}", o.summary());
     let o = compare(&a, &b, &["--model", &model(DENSE), "--tokens", "1,2,3"]);
     assert_eq!(o.code, 2, "{}", o.stderr);
-    assert!(o.stderr.contains("holds 32 tokens") && o.stderr.contains("--tokens (3 ids)"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("holds 32 tokens") && o.stderr.contains("--tokens (3 ids)"),
+        "{}",
+        o.stderr
+    );
     let o = compare(&a, &b, &["--prompt", &prompt]);
     assert_eq!(o.code, 2);
-    assert!(o.stderr.contains("--prompt") && o.stderr.contains("--model"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("--prompt") && o.stderr.contains("--model"),
+        "{}",
+        o.stderr
+    );
 }
 
 // Row 6: two bit-identical captures (the causal-LM class's layers vs AutoModel's). Before:
@@ -276,7 +311,9 @@ fn hidden_states_indices_against_layer_hooks_get_a_verdict_per_layer() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.summary().contains("different layers"), "{}", o.summary());
     let rows = o.row_names();
-    for name in ["layers.0", "layers.1", "layers.2", "layers.3", "layers.4", "layers.5"] {
+    for name in [
+        "layers.0", "layers.1", "layers.2", "layers.3", "layers.4", "layers.5",
+    ] {
         assert!(rows.contains(&name.to_string()), "{rows:?}");
     }
 }
@@ -291,7 +328,13 @@ fn the_last_layer_n_entry_is_read_against_the_truth() {
             &team("dense.f32_all_layers.ids.pt"),
             &args(&with_model(DENSE)),
         );
-        assert_eq!(o.code, 0, "{npz}: {} {}", o.stderr, o.report.as_ref().map_or("", |_| o.summary()));
+        assert_eq!(
+            o.code,
+            0,
+            "{npz}: {} {}",
+            o.stderr,
+            o.report.as_ref().map_or("", |_| o.summary())
+        );
         assert!(o.summary().starts_with("benign: "), "{}", o.summary());
     }
 }
@@ -314,12 +357,20 @@ fn honest_team_captures_stay_benign() {
             let o = compare(&team(a), &team(b), &args(&extra));
             assert_eq!(o.code, 0, "{a} vs {b} {extra:?}: {}", o.summary());
             let s = o.summary();
-            assert!(s.starts_with("benign: ") || s.starts_with("uncalibrated: "), "{s}");
+            assert!(
+                s.starts_with("benign: ") || s.starts_with("uncalibrated: "),
+                "{s}"
+            );
             // --fail-on drift too: honest rounding is never drift.
             let mut drift = args(&extra);
             drift.extend(["--fail-on", "drift"]);
             let o = compare(&team(a), &team(b), &drift);
-            assert_eq!(o.code, 0, "{a} vs {b} {extra:?} --fail-on drift: {}", o.summary());
+            assert_eq!(
+                o.code,
+                0,
+                "{a} vs {b} {extra:?} --fail-on drift: {}",
+                o.summary()
+            );
         }
     }
 }
