@@ -248,8 +248,11 @@ fn without_a_model_the_report_says_uncalibrated_and_scales_the_band_with_depth()
     });
     let (code, r, _) = compare(&a, &b, &["--dtype-hint", "bf16"]);
     assert_eq!(code, 0, "{}", summary(&r));
+    // Both are missing: the ids and the model, and the headline names both.
     assert!(
-        summary(&r).starts_with("uncalibrated: no model"),
+        summary(&r).starts_with("uncalibrated: neither file carries token ids")
+            && summary(&r).contains("--tokens")
+            && summary(&r).contains("pass --model DIR"),
         "{}",
         summary(&r)
     );

@@ -92,7 +92,6 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
     let mut a = FileSource::open(&args.a, hint)?;
     let mut b = FileSource::open(&args.b, hint)?;
     let (label_a, label_b) = pairing::labels(&args.a, &args.b);
-
     let extra_rows = pairing::apply_maps(&mut a, &mut b, &args.map)?;
     for (side, src) in [("A", &a), ("B", &b)] {
         for c in &src.conventions {
@@ -264,7 +263,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         input_ids.len()
     };
 
-    // Files of different layers have no diagonal to shift: the disjoint reading replaces it.
+    // Files of different layers have no diagonal to shift.
     let alignment = alignment.filter(|_| one_sided.is_none());
     let comparison = Comparison {
         a: src_a,

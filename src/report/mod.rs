@@ -53,7 +53,7 @@ pub struct Report {
     #[serde(default)]
     pub env_diff: Vec<EnvDiff>,
     /// MoE tokens whose expert choice differs from the truth's on some side (or the floor run):
-    /// judged apart from the other tokens (docs/reading-a-report.md#routing-flips).
+    /// judged apart from the other tokens where shown (docs/reading-a-report.md#routing-flips-moe).
     #[serde(default)]
     pub routing_flips: Vec<RoutingFlip>,
     /// How the inputs were read and calibrated (file conventions, the model that measured the

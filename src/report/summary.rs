@@ -344,7 +344,7 @@ pub fn logits_line(l: &LogitStats) -> String {
     )
 }
 
-/// "28 MoE routing flips against the truth, judged apart: layer 0 token 41 (B, truth margin
+/// "MoE routing flips against the f64 truth (28 of 30 at near-ties): layer 0 token 41 (B, truth margin
 /// 8.0e-5), …" — None when nothing flipped.
 pub fn routing_line(flips: &[super::RoutingFlip], max_shown: usize) -> Option<String> {
     if flips.is_empty() {
