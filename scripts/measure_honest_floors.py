@@ -73,7 +73,10 @@ def config_of(name: str) -> tuple[dict, int, int]:
 
 def rows(hsdiff: str, a: Path, b: Path) -> list[tuple[str, int, float]]:
     out = subprocess.run([hsdiff, "compare", str(a), str(b), "--no-floor", "--format", "json"],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True)
+    # Exit 1 (something flagged) still writes the report: only the numbers are wanted here.
+    if out.returncode not in (0, 1):
+        raise SystemExit(f"hsdiff compare {a} {b}: {out.stderr.strip()}")
     report = json.loads(out.stdout)
     return [(t["name"], t["depth"], t["rel_l2"]) for t in report["tensors"]
             if t["kind"] in ("layer", "linear_attention", "full_attention", "final_norm")]
