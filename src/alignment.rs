@@ -274,6 +274,41 @@ pub fn index_reading(
     }))
 }
 
+/// The last entry of a file whose indices were read as `hidden_states[N]`: with N = L (the
+/// model's layer count) it is transformers' last `output_hidden_states` entry, which is *after*
+/// the final norm — or, from a hand-made list, the last layer's raw output. Both readings are
+/// compared with `truth` (its `layers.{L-1}` and `final_norm`); returns (final_norm is the
+/// reading, rel L2 as final_norm, rel L2 as layers.{L-1}) when the two can be told apart.
+pub fn last_entry_reading(
+    src: &dyn TensorSource,
+    truth: &dyn TensorSource,
+) -> Result<Option<(bool, f64, f64)>> {
+    let Some(last) = truth
+        .names()
+        .iter()
+        .filter_map(|n| names::parse_layer(n))
+        .max()
+    else {
+        return Ok(None);
+    };
+    let name = names::layer(last);
+    let (Some(t), Some(raw), Some(normed)) = (
+        src.tensor_head(&name, SAMPLE_TOKENS)?,
+        truth.tensor_head(&name, SAMPLE_TOKENS)?,
+        truth.tensor_head(names::FINAL_NORM, SAMPLE_TOKENS)?,
+    ) else {
+        return Ok(None);
+    };
+    if t.dims() != raw.dims() || t.dims() != normed.dims() {
+        return Ok(None);
+    }
+    let (as_raw, as_norm) = (
+        rel_l2_tensors_over_finite(&t, &raw)?,
+        rel_l2_tensors_over_finite(&t, &normed)?,
+    );
+    Ok(Some((as_norm * FAR_BETTER < as_raw, as_norm, as_raw)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -63,10 +63,12 @@ const HARMLESS: &[&str] = &[
     "environment_implementation",
 ];
 
-/// Sections that say how a run was checked, not how it computed: `strict_f64` (golden f64 dumps:
-/// how float32 requests were rewritten to float64, and the self-check's numbers). What does
-/// change the numbers there is recorded on its own, in `mode` and `dtype`.
-const HARMLESS_SECTIONS: &[&str] = &["strict_f64."];
+/// Sections that say how a run was checked or what was asked for, not how it computed:
+/// `strict_f64` (golden f64 dumps: how float32 requests were rewritten to float64, and the
+/// self-check's numbers; what does change the numbers is recorded in `mode` and `dtype`), and the
+/// Python package's `linear_attention_request` (the implementation asked for per function, like
+/// the per-function `requested`: what ran is `linear_attention_impl.*.actual`).
+const HARMLESS_SECTIONS: &[&str] = &["strict_f64.", "linear_attention_request."];
 
 /// Substrings of keys that can change the numbers (checked before the harmless patterns, so
 /// `fast_path` matters although it ends in `path`).
@@ -271,6 +273,48 @@ pub fn diff_values(a: &Value, b: &Value) -> Vec<EnvDiff> {
     out
 }
 
+/// When the two sides asked for different linear-attention implementations but ran the same
+/// ones (`hsdiff-capture --ab auto,torch` where no kernel package imports): a clause saying the
+/// comparison tests nothing, for the headline. `a`, `b` are the two fingerprints.
+pub fn same_implementations(diffs: &[EnvDiff], a: &Fingerprint, b: &Fingerprint) -> Option<String> {
+    let records = |fp: &Fingerprint| {
+        serde_json::to_value(fp)
+            .ok()
+            .and_then(|v| v.get("linear_attention_impl").map(|i| i.to_string()))
+    };
+    let (ia, ib) = (records(a)?, records(b)?);
+    let requested: Vec<&EnvDiff> = diffs
+        .iter()
+        .filter(|d| d.key.starts_with("linear_attention_request."))
+        .collect();
+    let ran_apart = diffs.iter().any(|d| {
+        d.key.starts_with("linear_attention_impl.")
+            && matches!(
+                d.key.rsplit('.').next(),
+                Some("actual" | "implementation" | "fast")
+            )
+    });
+    if requested.is_empty() || ran_apart || ia.is_empty() || ib.is_empty() {
+        return None;
+    }
+    let asked: Vec<String> = requested
+        .iter()
+        .map(|d| {
+            format!(
+                "{} {} vs {}",
+                d.key.trim_start_matches("linear_attention_request."),
+                d.a.as_deref().unwrap_or("—"),
+                d.b.as_deref().unwrap_or("—")
+            )
+        })
+        .collect();
+    Some(format!(
+        "both sides ran the same linear-attention implementations although different ones were \
+         requested ({}): this comparison does not test one implementation against another",
+        asked.join(", ")
+    ))
+}
+
 /// "linear_attention_impl (fla vs torch fallback), device (cuda:0 vs cpu)" for the summary.
 pub fn summary_clause(diffs: &[EnvDiff]) -> Option<String> {
     // What ran differently leads; `env_diff` sorts those first.
@@ -435,5 +479,33 @@ mod tests {
 
     fn get_matters(d: &[EnvDiff], key: &str) -> bool {
         d.iter().any(|x| x.key == key && x.matters)
+    }
+
+    #[test]
+    fn requests_are_informational_and_the_same_implementations_are_said() {
+        let fp = |req: &str, actual: &str| -> Fingerprint {
+            serde_json::from_value(json!({
+                "format": "hsdiff.dump/v1", "source": "pytorch", "tool": "hsdiff-capture 0.1",
+                "linear_attention_request": {"conv": req, "core": req, "norm": req},
+                "linear_attention_impl": {"chunk_gated_delta_rule": {"requested": req, "actual": actual}},
+            }))
+            .expect("fingerprint")
+        };
+        // auto and torch asked for, torch ran on both: nothing ran differently, and the
+        // headline says the comparison tests nothing.
+        let (a, b) = (fp("auto", "torch"), fp("torch", "torch"));
+        let d = env_diff(&a, &b);
+        assert!(!d.is_empty() && d.iter().all(|x| !x.matters), "{d:?}");
+        assert_eq!(summary_clause(&d), None);
+        let clause = same_implementations(&d, &a, &b).expect("said");
+        assert!(clause.contains("conv auto vs torch"), "{clause}");
+        // fla against torch: a real A/B, no such clause, and what ran matters.
+        let (a, b) = (fp("auto", "fla"), fp("torch", "torch"));
+        let d = env_diff(&a, &b);
+        assert!(same_implementations(&d, &a, &b).is_none());
+        assert!(get_matters(
+            &d,
+            "linear_attention_impl.chunk_gated_delta_rule.actual"
+        ));
     }
 }

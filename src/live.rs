@@ -90,6 +90,8 @@ pub fn report(session: &Session, run: &LiveRun) -> Result<Report> {
             )
         }),
         floor_skipped: run.no_floor,
+        uncalibrated_why: None,
+        one_sided: None,
         rows,
         dtype: session.dtype,
         mode: run.mode.label().to_string(),

@@ -100,9 +100,15 @@ pub fn calibration_model(
     ids: &[u32],
 ) -> Result<std::result::Result<(Model, String), String>> {
     if ids.is_empty() {
-        return Ok(Err(
-            "neither file carries token ids, so the truth cannot be computed".to_string(),
-        ));
+        let and_model = if model_dir.is_none() {
+            " and pass --model DIR"
+        } else {
+            ""
+        };
+        return Ok(Err(format!(
+            "neither file carries token ids (`input_ids`), so the truth and the floor cannot be \
+             computed — give the ids with --tokens IDS|@FILE or --prompt TEXT|@FILE|NAME{and_model}"
+        )));
     }
     if let Some(dir) = model_dir {
         return Ok(Ok((
@@ -181,10 +187,23 @@ pub fn read_layer_indices(
             ),
         });
         if reading.is_some_and(|r| r.input) {
-            if side == "A" {
-                a.shift_layers(-1);
-            } else {
-                b.shift_layers(-1);
+            let this = if side == "A" { &mut *a } else { &mut *b };
+            this.shift_layers(-1);
+            // Index L of an `output_hidden_states` saved by index is after the final norm.
+            if let Some(t) = truth
+                && !this.has(names::FINAL_NORM)
+                && let Some((normed, as_norm, as_raw)) = alignment::last_entry_reading(this, t)?
+            {
+                let last = t.names().iter().filter_map(|n| names::parse_layer(n)).max();
+                if let (true, Some(last)) = (normed, last) {
+                    this.rename(&names::layer(last), names::FINAL_NORM)?;
+                    notes.push(format!(
+                        "{side}: the last index ({}) read as final_norm, after the final norm as \
+                         transformers' output_hidden_states has it (rel L2 {as_norm:.1e} against the \
+                         truth's final_norm; as the output of layer {last}: {as_raw:.1e})",
+                        last + 1
+                    ));
+                }
             }
         }
     }

@@ -154,6 +154,27 @@ pub fn execute_on_session(
     })
 }
 
+/// The calibration of two files computed in `dtypes` (neither a run made here), on `session`'s
+/// input, stopping after decoder layer `last_layer` when given (`compare`).
+pub fn calibrate_files(
+    session: &Session,
+    (a, b): (DType, DType),
+    capture_ops: bool,
+    last_layer: Option<usize>,
+) -> Result<Calibration> {
+    let side = |dtype| SideRun {
+        dtype,
+        is_reference_run: false,
+    };
+    execute_on_session(
+        plan(side(a), side(b)),
+        session,
+        capture_ops,
+        None,
+        last_layer,
+    )
+}
+
 impl Calibration {
     fn source<'s>(
         &'s self,

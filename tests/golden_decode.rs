@@ -199,6 +199,7 @@ fn f32_and_bf16_decode_lie_within_the_rounding_floor() {
                         floor: Some(floor),
                         non_finite: stats.non_finite_disagree + stats.non_finite_both > 0,
                         depth: 0,
+                        dtype,
                     };
                     let verdict = classify(judged, thresholds(dtype));
                     if decoded == names::DECODE_LOGITS {

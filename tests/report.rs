@@ -613,6 +613,7 @@ fn synthetic_row(
         floor_judged: None,
         depth: layer.map_or(3, |l| l + 1),
         band: None,
+        expected_floor: None,
         a_vs_truth: floor.map(|f| f * 1.1 + rel_l2 / 2.0),
         b_vs_truth: floor,
         nan_a,

@@ -174,8 +174,15 @@ def run(args, note) -> int:
         note(describe(res))
         return 0
     paths = ab_paths(args.out, settings)
+    ran = []
     for setting, path in zip(settings, paths):
-        note(describe(capture(model, ids, path, linear_attention=setting, **common)))
+        res = capture(model, ids, path, linear_attention=setting, **common)
+        ran.append(what_ran(res.fingerprint))
+        note(describe(res))
+    if ran[0] == ran[1]:
+        note(f"--ab {settings[0]},{settings[1]}: both sides ran the same implementations "
+             f"({', '.join(f'{k}: {v}' for k, v in ran[0].items()) or 'none recorded'}), so the comparison "
+             "does not test one against the other (is the kernel package importable here?)")
     hsdiff = shutil.which("hsdiff")
     if hsdiff is None:
         note(f"hsdiff is not on PATH; compare with: hsdiff compare {paths[0]} {paths[1]}")
@@ -183,6 +190,11 @@ def run(args, note) -> int:
     note(f"running: hsdiff compare {paths[0]} {paths[1]}")
     sys.stdout.flush()
     return subprocess.run([hsdiff, "compare", str(paths[0]), str(paths[1])]).returncode
+
+
+def what_ran(fp: dict) -> dict:
+    """Per linear-attention function, what actually ran (the fingerprint's `actual`)."""
+    return {k: v.get("actual") for k, v in fp.get("linear_attention_impl", {}).items() if isinstance(v, dict)}
 
 
 def describe(res) -> str:

@@ -88,6 +88,22 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
                 self.caps[name] = self._take(first_output(output))
         return hook
 
+    def _router(self, i):
+        def hook(_module, _inputs, output):
+            if self.done or f"router.{i}.topk_ids" in self.caps:
+                return
+            logits, ids = router_outputs(output)
+            # The router sees the batch flattened to [B * T, …]; input_ids (recorded before any
+            # layer runs) give T.
+            if ids is None or "input_ids" not in self.caps:
+                return
+            rows = self.caps["input_ids"].shape[-1]
+            take = slice(self.batch_row * rows, (self.batch_row + 1) * rows)
+            self.caps[f"router.{i}.topk_ids"] = ids.detach()[take].to(torch_int64()).reshape(1, rows, -1).cpu().clone()
+            if logits is not None:
+                self.caps[f"router.{i}.logits"] = logits.detach()[take].float().reshape(1, rows, -1).cpu().clone()
+        return hook
+
     def _inputs(self, _module, args, kwargs):
         if self.done or "input_ids" in self.caps:
             return
@@ -122,6 +138,13 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
             self.handles.append(tm.embed.register_forward_hook(self._save("embed")))
             for i in self.wanted:
                 self.handles.append(tm.layers[i].register_forward_hook(self._save(f"layers.{i}")))
+            # Every MoE layer's router choice (a few ints per token): with them hsdiff sets aside
+            # exactly the tokens whose experts differ from the truth's, instead of judging the
+            # layer with flips it cannot locate (docs/reading-a-report.md#routing-flips).
+            for i, layer in enumerate(tm.layers):
+                gate = router_of(layer)
+                if gate is not None:
+                    self.handles.append(gate.register_forward_hook(self._router(i)))
             if tm.final_norm is not None:
                 self.handles.append(tm.final_norm.register_forward_hook(self._save("final_norm")))
             self.handles.append(self.model.register_forward_hook(self._finished))
@@ -157,7 +180,9 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
         meta = fingerprint.build(self.model, self.tm, self.forcing, self.packages, ids, param.dtype,
                                  self.stored_dtype, param.device, self.wanted, dict(self.extra))
         states = [n for n in self.caps if n.startswith("state.")] if self.keep_state else []
-        order = ["input_ids", "embed"] + [f"layers.{i}" for i in self.wanted] + states + ["final_norm", "logits"]
+        routers = sorted((n for n in self.caps if n.startswith("router.")), key=router_key)
+        order = (["input_ids", "embed"] + [f"layers.{i}" for i in self.wanted] + states + ["final_norm", "logits"]
+                 + routers)
         tensors = {k: self.caps[k] for k in order if k in self.caps}
         self.out.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -165,6 +190,32 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
         except OSError as e:
             raise CaptureError(f"{self.out}: cannot write: {e}") from None
         return CaptureResult(self.out, tensors, meta)
+
+
+def router_of(layer):
+    """The top-k router of an MoE decoder layer (transformers' `…TopKRouter` at `mlp.gate`), or
+    None for a dense layer."""
+    gate = getattr(getattr(layer, "mlp", None), "gate", None)
+    return gate if gate is not None and type(gate).__name__.endswith("TopKRouter") else None
+
+
+def router_outputs(output):
+    """(router logits, top-k expert ids) of a router's forward output: transformers' routers
+    return (logits, scores, indices)."""
+    if isinstance(output, tuple) and len(output) >= 3 and not output[2].is_floating_point():
+        return output[0], output[2]
+    return None, None
+
+
+def router_key(name: str):
+    _, layer, what = name.split(".", 2)
+    return int(layer), what
+
+
+def torch_int64():
+    import torch
+
+    return torch.int64
 
 
 def capture(model, input_ids, out, layers=None, dtype=None, **options) -> CaptureResult:

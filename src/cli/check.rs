@@ -237,6 +237,8 @@ fn check_one(
             )
         }),
         floor_skipped: args.no_floor,
+        uncalibrated_why: None,
+        one_sided: None,
         rows,
         dtype: [golden_dtype, dtype]
             .into_iter()

@@ -13,12 +13,15 @@ use clap::Args;
 use super::common::command_line;
 use super::report_args::ReportArgs;
 use crate::capture::names;
-use crate::compare::one_sided_states;
+use crate::compare::{TensorSource, one_sided_states};
+use crate::compare_tokens;
 use crate::device::parse_dtype;
+use crate::disjoint;
 use crate::error::Result;
-use crate::formats::{FileSource, coarseness};
+use crate::formats::{FileSource, coarseness, value_dtype_notes};
 use crate::pairing;
-use crate::planner::{self, SideRun};
+use crate::planner;
+use crate::plausibility;
 use crate::report::emit::emit;
 use crate::report::{ComparedInput, Comparison, build_report};
 use crate::session::Session;
@@ -63,9 +66,21 @@ pub struct CompareArgs {
     pub no_floor: bool,
 
     /// Compute dtype of files that record none (f64, f32, bf16, f16): sets the thresholds, and
-    /// lets 16-bit integer numpy arrays be read as bf16 bit patterns.
+    /// lets 16-bit integer numpy arrays be read as bf16 bit patterns. Without it, a file stored
+    /// as f32/f64 whose every value is bf16-exact (f16-exact) is read as a bf16 (f16) run.
     #[arg(long, value_name = "DTYPE")]
     pub dtype_hint: Option<String>,
+
+    /// Token ids the files were captured on, when they carry none (comma-separated, or @FILE):
+    /// with a model they make the truth and the floor computable. Checked against the files'
+    /// sequence length and against any ids they do carry.
+    #[arg(long, value_name = "IDS|@FILE", conflicts_with = "prompt")]
+    pub tokens: Option<String>,
+
+    /// The prompt the files were captured on (text, @FILE or a built-in prompt name),
+    /// tokenised with --model's tokenizer; as --tokens otherwise.
+    #[arg(long, value_name = "TEXT|@FILE|NAME")]
+    pub prompt: Option<String>,
 
     #[command(flatten)]
     pub report: ReportArgs,
@@ -80,7 +95,6 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
     let mut a = FileSource::open(&args.a, hint)?;
     let mut b = FileSource::open(&args.b, hint)?;
     let (label_a, label_b) = pairing::labels(&args.a, &args.b);
-
     let extra_rows = pairing::apply_maps(&mut a, &mut b, &args.map)?;
     // Two entries read as one name, unresolved by --map: refused before anything is said.
     a.check_unambiguous()?;
@@ -91,9 +105,20 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         }
         pairing::require_names(src)?;
     }
+    // A bf16 run saved as f32/f64 is judged as the bf16 run it is.
+    let value_notes = value_dtype_notes([("A", &mut a), ("B", &mut b)])?;
+    for note in &value_notes {
+        eprintln!("hsdiff: {note}");
+    }
 
     // Token ids first: different inputs make every other number meaningless.
-    let (input_ids, token_ids) = pairing::token_ids(&a, &b)?;
+    let (file_ids, token_ids) = pairing::token_ids(&a, &b)?;
+    let given = compare_tokens::given_ids(
+        args.tokens.as_deref(),
+        args.prompt.as_deref(),
+        args.model.as_deref(),
+    )?;
+    let (input_ids, ids_note) = compare_tokens::reconcile(file_ids, given, &a, &b)?;
 
     let (a_dtype, b_dtype) = (
         a.compute_dtype().unwrap_or(DType::F32),
@@ -108,17 +133,22 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         .iter()
         .flat_map(|(side, src)| src.conventions.iter().map(move |c| format!("{side}: {c}")))
         .collect();
+    notes.extend(value_notes);
+    notes.extend(ids_note);
     let model = if args.no_floor {
         Err("no floor measured (--no-floor)".to_string())
     } else {
         pairing::calibration_model(args.model.as_deref(), &a, &b, &input_ids)?
     };
+    let mut uncalibrated_why = None;
+    let mut calibrated_with = String::new();
     let session = match model {
         Ok((model, how)) => {
             eprintln!("hsdiff: calibrating with {how}");
             model.check_tokens(&input_ids)?;
             pairing::check_sequence_len(&model, [&a, &b], !args.map.is_empty())?;
             notes.push(format!("floor and truth measured with {how}"));
+            calibrated_with = how;
             Some(Session {
                 model,
                 ids: input_ids.clone(),
@@ -130,6 +160,10 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         Err(why) => {
             // The headline says so; a stderr line here would precede any later input error.
             notes.push(format!("uncalibrated: {why}"));
+            // Only the missing ids need other words than the headline's "pass --model DIR".
+            if input_ids.is_empty() && !args.no_floor {
+                uncalibrated_why = Some(why);
+            }
             None
         }
     };
@@ -153,21 +187,10 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
                 .iter()
                 .chain(&b.names())
                 .any(|n| names::parse_op(n).is_some());
-            let plan = planner::plan(
-                SideRun {
-                    dtype: a_dtype,
-                    is_reference_run: false,
-                },
-                SideRun {
-                    dtype: b_dtype,
-                    is_reference_run: false,
-                },
-            );
-            Some(planner::execute_on_session(
-                plan,
+            Some(planner::calibrate_files(
                 session,
+                (a_dtype, b_dtype),
                 capture_ops,
-                None,
                 last_layer,
             )?)
         }
@@ -179,6 +202,21 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         eprintln!("hsdiff: {note}");
         notes.push(note);
     }
+    // Files of another model would read as "equally close to the truth": check them first.
+    if let (Some(cal), Some(session)) = (&calibration, &session) {
+        let calibrated = cal.calibrated(
+            &a,
+            &b,
+            (a_dtype, b_dtype),
+            &session.model.source.to_string(),
+        );
+        if let Some(note) =
+            plausibility::check(&calibrated, &a, &b, (a_dtype, b_dtype), &calibrated_with)?
+        {
+            eprintln!("hsdiff: {note}");
+            notes.push(note);
+        }
+    }
     let alignment = pairing::align(&a, &mut b, thresholds(dtype).ok, args.shift)?;
     let layer_types = session
         .as_ref()
@@ -187,14 +225,35 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         eprintln!("hsdiff: {note}");
         notes.push(note);
     }
-    let rows = pairing::paired_rows(
-        &a,
-        &b,
-        layers.as_deref(),
-        layer_types,
-        extra_rows,
-        last_layer.is_some(),
-    )?;
+    // Files that hold different layers (hooks on layers[i] against hidden_states[i]): with
+    // the truth at hand, every layer of either side is judged against it.
+    let truth = calibration.as_ref().and_then(|c| c.truth_run());
+    let split = truth.and_then(|t| disjoint::disjoint_layers(&a, &b).map(|l| (t, l)));
+    let (rows, filled, one_sided) = match split {
+        Some((t, layers_ab)) => {
+            let (rows, fa, fb, one_sided, note) =
+                disjoint::judged_against(&a, &b, t, layers_ab, layer_types);
+            eprintln!("hsdiff: {note}");
+            notes.push(note);
+            (rows, Some((fa, fb)), Some(one_sided))
+        }
+        None => (
+            pairing::paired_rows(
+                &a,
+                &b,
+                layers.as_deref(),
+                layer_types,
+                extra_rows,
+                last_layer.is_some(),
+            )?,
+            None,
+            None,
+        ),
+    };
+    let (src_a, src_b): (&dyn TensorSource, &dyn TensorSource) = match &filled {
+        Some((fa, fb)) => (fa, fb),
+        None => (&a, &b),
+    };
     if let Some(last) = last_layer {
         notes.push(format!(
             "--layers: the truth and floor ran through layer {last} only, so final_norm and \
@@ -210,21 +269,24 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         input_ids.len()
     };
 
+    // Files of different layers have no diagonal to shift.
+    let alignment = alignment.filter(|_| one_sided.is_none());
     let comparison = Comparison {
-        a: &a,
-        b: &b,
+        a: src_a,
+        b: src_b,
         a_side: pairing::side(&a, label_a, dtype)?,
         b_side: pairing::side(&b, label_b, dtype)?,
         calibration: match (&calibration, &session) {
             (Some(cal), Some(session)) => Some(cal.calibrated(
-                &a,
-                &b,
+                src_a,
+                src_b,
                 (a_dtype, b_dtype),
                 &session.model.source.to_string(),
             )),
             _ => None,
         },
         floor_skipped: args.no_floor,
+        uncalibrated_why,
         rows,
         dtype,
         mode: "files".to_string(),
@@ -237,6 +299,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         command: Some(command_line()),
         alignment,
         notes,
+        one_sided,
     };
     let report = build_report(&comparison)?;
     emit(&report, &args.report.options())

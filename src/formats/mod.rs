@@ -16,8 +16,10 @@ pub mod pickle;
 mod read;
 mod safetensors_entries;
 mod torch;
+mod value_dtype;
 mod zipdir;
 
+pub use value_dtype::value_dtype_notes;
 pub use zipdir::ZipIndex;
 
 use std::collections::BTreeMap;
@@ -115,6 +117,11 @@ pub struct FileSource {
     pub fingerprint: Option<Value>,
     ids_list: Option<Vec<i64>>,
     dtype_hint: Option<DType>,
+    /// The dtype other tools record in safetensors metadata (`dtype`, `torch_dtype`).
+    metadata_dtype: Option<DType>,
+    /// The dtype every hidden state's values are exact in, when narrower than stored
+    /// ([`FileSource::infer_dtype_from_values`]).
+    value_dtype: Option<DType>,
     /// The archive's directory, for entries that are read through the inflater.
     zip: Option<ZipIndex>,
     /// hsdiff names two entries map to equally well, with the entries (refused unless `--map`
@@ -190,13 +197,16 @@ impl FileSource {
             fingerprint: None,
             ids_list: None,
             dtype_hint: None,
+            metadata_dtype: None,
+            value_dtype: None,
             zip: None,
             clashes: BTreeMap::new(),
         }
     }
 
-    /// The compute dtype: as recorded in the fingerprint, else `--dtype-hint`, else the coarsest
-    /// floating-point dtype stored.
+    /// The compute dtype: as recorded in the fingerprint, else `--dtype-hint`, else as other
+    /// tools' safetensors metadata records it, else the dtype every value is exact in (when
+    /// [`FileSource::infer_dtype_from_values`] ran), else the coarsest floating-point dtype stored.
     pub fn compute_dtype(&self) -> Option<DType> {
         let recorded = self
             .fingerprint
@@ -204,19 +214,23 @@ impl FileSource {
             .and_then(|f| f.get("dtype"))
             .and_then(Value::as_str)
             .and_then(parse_dtype_label);
-        recorded.or(self.dtype_hint).or_else(|| {
-            self.names
-                .iter()
-                .filter(|(n, _)| n.as_str() != names::INPUT_IDS)
-                .filter_map(
-                    |(_, &i)| match (self.entries[i].dtype, self.entries[i].bits16) {
-                        (Some(d), _) if d.is_float() => Some(d),
-                        (None, Some(_)) => Some(DType::BF16),
-                        _ => None,
-                    },
-                )
-                .max_by_key(|d| coarseness(*d))
-        })
+        recorded
+            .or(self.dtype_hint)
+            .or(self.metadata_dtype)
+            .or(self.value_dtype)
+            .or_else(|| {
+                self.names
+                    .iter()
+                    .filter(|(n, _)| n.as_str() != names::INPUT_IDS)
+                    .filter_map(
+                        |(_, &i)| match (self.entries[i].dtype, self.entries[i].bits16) {
+                            (Some(d), _) if d.is_float() => Some(d),
+                            (None, Some(_)) => Some(DType::BF16),
+                            _ => None,
+                        },
+                    )
+                    .max_by_key(|d| coarseness(*d))
+            })
     }
 }
 

@@ -42,9 +42,17 @@ impl FileSource {
         } else {
             FileFormat::Safetensors
         };
+        // Other writers record the run's dtype under these keys (`torch_dtype`: transformers'
+        // config name); an unreadable value records nothing.
+        let metadata_dtype = header.user_metadata().and_then(|m| {
+            ["dtype", "torch_dtype"]
+                .iter()
+                .find_map(|k| m.get(*k).and_then(|v| super::parse_dtype_label(v)))
+        });
         let mut src = Self::empty(path, format, map);
         src.entries = entries;
         src.fingerprint = fingerprint;
+        src.metadata_dtype = metadata_dtype;
         Ok(src)
     }
 }

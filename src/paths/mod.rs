@@ -209,8 +209,9 @@ fn compare_rows(
                     rel_l2: stats.rel_l2,
                     floor: Some(floor_rel),
                     non_finite: stats.non_finite_disagree + stats.non_finite_both > 0,
-                    // With a floor, depth plays no part in the verdict.
+                    // With a floor, depth and the expected floor play no part in the verdict.
                     depth: 0,
+                    dtype: a.dtype(),
                 },
                 th,
             ),

@@ -4,7 +4,7 @@
 use candle_core::{DType, Tensor};
 use sha2::{Digest, Sha256};
 
-use super::routing::{Routing, router_layers, routing};
+use super::routing::{MAX_SET_ASIDE, Routing, router_layers, routing};
 use super::summary::{self, Subject};
 use super::{
     Alignment, Inputs, Report, RouterRow, SCHEMA, Side, TensorRow, ThresholdInfo, TokenIds,
@@ -16,8 +16,8 @@ use crate::error::{Error, Result};
 use crate::metrics::logits::logit_stats;
 use crate::metrics::{DiffStats, diff_stats};
 use crate::verdict::{
-    Judged, K_DRIFT, K_MISMATCH, Verdict, amplification, classify, honest_bound, ratio_to_floor,
-    thresholds,
+    Judged, K_DRIFT, K_MISMATCH, Verdict, amplification, classify, expected_floor, ratio_to_floor,
+    thresholds, uncalibrated_bounds,
 };
 
 /// Everything a report is computed from. The report is complete when [`build_report`] returns.
@@ -30,6 +30,9 @@ pub struct Comparison<'a> {
     pub calibration: Option<Calibrated<'a>>,
     /// Uncalibrated because `--no-floor` asked so (rather than for want of a model).
     pub floor_skipped: bool,
+    /// Why there is no calibration otherwise, in words that say what is missing and how to
+    /// supply it (None: the generic "no model" reason).
+    pub uncalibrated_why: Option<String>,
     pub rows: Vec<PlannedRow>,
     /// The coarsest dtype compared: its bands judge the rows.
     pub dtype: DType,
@@ -38,6 +41,19 @@ pub struct Comparison<'a> {
     pub command: Option<String>,
     pub alignment: Option<Alignment>,
     pub notes: Vec<String>,
+    /// Files that hold different layers, each row judged against the truth (None: the usual
+    /// comparison of the rows both hold).
+    pub one_sided: Option<OneSided>,
+}
+
+/// Two files with no layer in common (`compare` with the truth at hand): the rows each side
+/// lacks are the truth's, so those rows measure the other side against the truth.
+pub struct OneSided {
+    pub a_layers: Vec<usize>,
+    pub b_layers: Vec<usize>,
+    /// Rows whose A value is the truth's (the tensor only B holds), and vice versa.
+    pub truth_for_a: Vec<String>,
+    pub truth_for_b: Vec<String>,
 }
 
 /// What was fed to both sides.
@@ -122,6 +138,8 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
     // Logit gap under which a top-2 order is within the noise: twice the RMS logit error of the
     // floor run, or, without a floor, the static ok band times the logits' RMS.
     let mut tie_margin = None;
+    // The most tokens set aside in a row, and the most refused by the MAX_SET_ASIDE bound.
+    let (mut most_aside, mut most_refused) = (0, 0);
     for row in &c.rows {
         let a = fetch(c.a, "A", &row.name)?;
         let b = fetch(c.b, "B", &row.name)?;
@@ -137,11 +155,17 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         let (depth, upto) = depth(row, num_layers);
         // A final state mixes every token, so tokens set aside for routing flips cannot be
         // taken out of it: it is judged whole.
-        let aside = if row.kind == Kind::State {
+        let mut aside = if row.kind == Kind::State {
             Vec::new()
         } else {
             routing.set_aside(upto)
         };
+        // Evidence rule: the judged set must cover most of the tensor.
+        if aside.len() as f64 > MAX_SET_ASIDE * stats.per_token_rel.len() as f64 {
+            most_refused = most_refused.max(aside.len());
+            aside.clear();
+        }
+        most_aside = most_aside.max(aside.len());
         let (mut floor_a, mut floor_b, mut a_vs, mut b_vs) = (None, None, None, None);
         if let Some(cal) = &c.calibration {
             floor_a = stats_vs(cal.floor_a.src, cal.truth, &row.name)?;
@@ -149,8 +173,18 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
                 Some(f) => stats_vs(f.src, cal.truth, &row.name)?,
                 None => floor_a.clone(),
             };
-            a_vs = stats_vs(c.a, cal.truth, &row.name)?.map(|s| s.rel_l2);
-            b_vs = stats_vs(c.b, cal.truth, &row.name)?.map(|s| s.rel_l2);
+            // A side standing in with the truth's value has no distance of its own.
+            let stand_in = |side: fn(&OneSided) -> &Vec<String>| {
+                c.one_sided
+                    .as_ref()
+                    .is_some_and(|o| side(o).contains(&row.name))
+            };
+            if !stand_in(|o| &o.truth_for_a) {
+                a_vs = stats_vs(c.a, cal.truth, &row.name)?.map(|s| s.rel_l2);
+            }
+            if !stand_in(|o| &o.truth_for_b) {
+                b_vs = stats_vs(c.b, cal.truth, &row.name)?.map(|s| s.rel_l2);
+            }
         }
         // The larger side's floor judges (two dtypes: the coarser side's rounding dominates).
         let larger = |skip: &[usize]| -> Option<f64> {
@@ -181,6 +215,7 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
                 floor: floor_judged,
                 non_finite: stats.non_finite_disagree + stats.non_finite_both > 0,
                 depth,
+                dtype: c.dtype,
             },
             th,
         );
@@ -205,7 +240,13 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
             depth,
             // Rows without a floor (uncalibrated, or a tensor the truth run lacks) are judged
             // by the depth-scaled band.
-            band: floor_judged.is_none().then(|| honest_bound(th, depth)),
+            band: floor_judged
+                .is_none()
+                .then(|| uncalibrated_bounds(c.dtype, th, depth).1),
+            expected_floor: floor_judged
+                .is_none()
+                .then(|| expected_floor(c.dtype, depth))
+                .flatten(),
             a_vs_truth: a_vs,
             b_vs_truth: b_vs,
             nan_a: stats.nan_a,
@@ -255,7 +296,21 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         .map(|t| t.verdict)
         .max()
         .unwrap_or(Verdict::Ok);
-    let set_aside_flips = routing.flips.iter().filter(|f| f.near_tie).count();
+    let one_sided_words = c.one_sided.as_ref().map(|o| {
+        let list = |l: &[usize]| {
+            l.iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        (list(&o.a_layers), list(&o.b_layers))
+    });
+    let routing_words = summary::routing_clause(
+        most_aside,
+        most_refused,
+        c.input.tokens,
+        &routing.silent_sides(),
+    );
     let mut summary = summary::summary(
         &Subject {
             a: &c.a_side.label,
@@ -264,7 +319,11 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
             overall,
             calibrated: c.calibration.is_some(),
             floor_skipped: c.floor_skipped,
-            routing_flips: set_aside_flips,
+            uncalibrated_why: c.uncalibrated_why.as_deref(),
+            routing: routing_words.as_deref(),
+            one_sided: one_sided_words
+                .as_ref()
+                .map(|(x, y)| (x.as_str(), y.as_str())),
         },
         &tensors,
         logits.as_ref(),
@@ -298,6 +357,14 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         }
         _ => summary,
     };
+    let summary = match crate::envdiff::same_implementations(
+        &env_diff,
+        &c.a_side.fingerprint,
+        &c.b_side.fingerprint,
+    ) {
+        Some(clause) => format!("{summary}; {clause}"),
+        None => summary,
+    };
 
     let mut sha = Sha256::new();
     for id in &c.input.input_ids {
@@ -325,7 +392,7 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
             rule: if c.calibration.is_some() {
                 "floor"
             } else {
-                "depth-scaled band"
+                "expected floor"
             }
             .to_string(),
         },

@@ -24,7 +24,7 @@ use crate::metrics::Location;
 use crate::metrics::logits::LogitStats;
 use crate::verdict::{Thresholds, Verdict};
 
-pub use build::{Calibrated, ComparedInput, Comparison, Floor, build_report};
+pub use build::{Calibrated, ComparedInput, Comparison, Floor, OneSided, build_report};
 
 pub const SCHEMA: &str = "hsdiff.report/v1";
 
@@ -54,7 +54,7 @@ pub struct Report {
     #[serde(default)]
     pub env_diff: Vec<EnvDiff>,
     /// MoE tokens whose expert choice differs from the truth's on some side (or the floor run):
-    /// judged apart from the other tokens (docs/reading-a-report.md#routing-flips).
+    /// judged apart from the other tokens where shown (docs/reading-a-report.md#routing-flips-moe).
     #[serde(default)]
     pub routing_flips: Vec<RoutingFlip>,
     /// How the inputs were read and calibrated (file conventions, the model that measured the
@@ -137,8 +137,8 @@ pub struct ThresholdInfo {
     pub k_mismatch: f64,
     /// How the floor was measured, or null when there is none.
     pub floor_source: Option<String>,
-    /// `floor` (calibrated: bands and k × floor) or `depth-scaled band` (no floor: mismatch only
-    /// beyond fail × √(depth + 1)).
+    /// `floor` (calibrated: bands and k × floor) or `expected floor` (no floor: k × the floor
+    /// expected from hsdiff's measurements at that dtype and depth).
     #[serde(default)]
     pub rule: String,
 }
@@ -176,9 +176,14 @@ pub struct TensorRow {
     /// Decoder layers this tensor has passed through (0: the embedding output).
     #[serde(default)]
     pub depth: usize,
-    /// Without a floor: the largest rel L2 honest rounding can produce at this depth.
+    /// Without a floor: the rel L2 above which the row is a mismatch (K × the expected floor,
+    /// or the depth-scaled band for a dtype without measurements).
     #[serde(default)]
     pub band: Option<f64>,
+    /// Without a floor: the floor expected at this depth and dtype from hsdiff's measurements
+    /// (data/honest_floors.json).
+    #[serde(default)]
+    pub expected_floor: Option<f64>,
     /// Each side's rel L2 against the f64 truth ("who is right").
     pub a_vs_truth: Option<f64>,
     pub b_vs_truth: Option<f64>,

@@ -7,6 +7,14 @@
 //! at which the floor run itself flipped (rounding at this dtype demonstrably flips choices that
 //! close), and at least [`MIN_TIE`] × the dtype's unit roundoff. A flip at a larger margin is not
 //! explained by rounding: it is listed, and its token stays in the judged set.
+//!
+//! Evidence rule: a token is set aside only where a flip is *shown* — a run's own recorded router
+//! choice differs from the truth's. A side that records no router choice at an MoE layer could
+//! have flipped anywhere, so nothing is set aside at that layer (the floor run's flips neither:
+//! taking them out of the floor alone would shrink it against a difference that keeps its own
+//! flips), and the report says the flips could not be separated. Where the tokens set aside
+//! would exceed [`MAX_SET_ASIDE`] of the tensor, none are: the verdict needs a judged set that
+//! covers most of the tensor (`report::build`).
 
 use std::collections::BTreeSet;
 
@@ -21,10 +29,17 @@ use crate::error::Result;
 /// from logits rounded to the dtype; a margin a few roundoffs wide is a tie at that precision).
 const MIN_TIE: f64 = 4.0;
 
+/// The largest share of a tensor's tokens that may be set aside for routing flips; beyond it
+/// every token is judged (and the report says the flips could not be separated).
+pub const MAX_SET_ASIDE: f64 = 0.25;
+
 /// Flips found, and per MoE layer the tokens set aside there.
 pub struct Routing {
     pub flips: Vec<RoutingFlip>,
     aside: Vec<(usize, Vec<usize>)>,
+    /// MoE layers where a compared side records no router choice, and those sides: flips there
+    /// cannot be located, so none are set aside.
+    pub unseen: Vec<(usize, Vec<String>)>,
 }
 
 impl Routing {
@@ -32,7 +47,16 @@ impl Routing {
         Routing {
             flips: Vec::new(),
             aside: Vec::new(),
+            unseen: Vec::new(),
         }
+    }
+
+    /// The sides that record no router choice at some MoE layer, e.g. `["B"]`.
+    pub fn silent_sides(&self) -> Vec<String> {
+        let mut sides: Vec<String> = self.unseen.iter().flat_map(|(_, s)| s.clone()).collect();
+        sides.sort();
+        sides.dedup();
+        sides
     }
 
     /// Tokens set aside for a tensor that has passed MoE layers `< upto` (all when None).
@@ -144,6 +168,7 @@ pub fn routing(
     let tau = (2.0 * floor_max).max(MIN_TIE * unit_roundoff(dtype));
     let mut flips = Vec::new();
     let mut aside = Vec::new();
+    let mut unseen = Vec::new();
     for LayerFlips {
         layer,
         margins,
@@ -152,28 +177,37 @@ pub fn routing(
     } in found
     {
         let margin = |t: usize| margins.as_ref().and_then(|m| m.get(t).copied());
+        // Only the compared sides' silence matters: the floor run is always ours and records.
+        let silent_sides: Vec<String> = silent
+            .iter()
+            .filter(|l| **l != floor_label)
+            .map(|l| l.to_string())
+            .collect();
         let mut tokens = Vec::new();
         for (t, who) in on.into_iter().enumerate() {
-            let near_tie = margin(t).is_some_and(|m| m < tau);
-            // A run that records no routing may have flipped any near-tie of the truth.
-            let unseen = !silent.is_empty() && near_tie;
-            if who.is_empty() && !unseen {
+            if who.is_empty() {
                 continue;
             }
-            if near_tie {
+            let near_tie = margin(t).is_some_and(|m| m < tau);
+            if near_tie && silent_sides.is_empty() {
                 tokens.push(t);
             }
-            if !who.is_empty() {
-                flips.push(RoutingFlip {
-                    layer,
-                    token: t,
-                    on: who,
-                    truth_margin: margin(t),
-                    near_tie,
-                });
-            }
+            flips.push(RoutingFlip {
+                layer,
+                token: t,
+                on: who,
+                truth_margin: margin(t),
+                near_tie,
+            });
+        }
+        if !silent_sides.is_empty() {
+            unseen.push((layer, silent_sides));
         }
         aside.push((layer, tokens));
     }
-    Ok(Routing { flips, aside })
+    Ok(Routing {
+        flips,
+        aside,
+        unseen,
+    })
 }

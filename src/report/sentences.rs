@@ -103,16 +103,26 @@ pub fn env_shown(r: &Report, all: bool) -> (Vec<&EnvDiff>, Option<String>) {
     if rest.is_empty() {
         return (ran, None);
     }
-    let mattering = rest.iter().filter(|d| d.matters).count();
+    let mattering: Vec<&str> = rest
+        .iter()
+        .filter(|d| d.matters)
+        .map(|d| d.key.as_str())
+        .collect();
+    let which = match mattering.len() {
+        0 => "none of them can change the numbers".to_string(),
+        n => format!(
+            "{n} of them can change the numbers: {}",
+            mattering
+                .iter()
+                .take(4)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
     let line = format!(
-        "{} more difference(s) ({mattering} of them can change the numbers: {}); --env all lists them",
-        rest.len(),
-        rest.iter()
-            .filter(|d| d.matters)
-            .take(4)
-            .map(|d| d.key.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+        "{} more difference(s) ({which}); --env all lists them",
+        rest.len()
     );
     (ran, Some(line))
 }

@@ -19,8 +19,13 @@ pub struct Subject<'a> {
     pub calibrated: bool,
     /// Not calibrated because `--no-floor` asked so.
     pub floor_skipped: bool,
-    /// Routing flips set aside (tokens, over every MoE layer), for the benign sentence.
-    pub routing_flips: usize,
+    /// Why not calibrated otherwise (what is missing, how to supply it).
+    pub uncalibrated_why: Option<&'a str>,
+    /// How MoE routing flips were handled ([`routing_clause`]), when there were any to handle.
+    pub routing: Option<&'a str>,
+    /// The layers of each side, when the two hold none in common and each row was judged
+    /// against the truth ("1, 3, 5", "0, 2, 4").
+    pub one_sided: Option<(&'a str, &'a str)>,
 }
 
 /// The one sentence that leads every report.
@@ -37,11 +42,23 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
         .map(|l| format!("; {}", logits_sentence(l)))
         .unwrap_or_default();
     let (a, b, dtype) = (s.a, s.b, s.dtype);
+    if let Some(layers) = s.one_sided {
+        return one_sided(s, layers, rows);
+    }
     let Some(first) = rows.iter().find(|r| r.verdict != Verdict::Ok) else {
-        let set_aside = match s.routing_flips {
-            0 => String::new(),
-            n => format!(" ({n} routing flips at near-ties set aside)"),
-        };
+        // Equal everywhere is the strongest answer there is, whatever the floor.
+        if rows
+            .iter()
+            .all(|r| r.max_abs == 0.0 && r.nan_a + r.inf_a + r.nan_b + r.inf_b == 0)
+        {
+            let n = rows.len();
+            let tensors = if n == 1 { "tensor" } else { "tensors" };
+            return format!(
+                "benign: {a} and {b} are identical (bit for bit): every element of the {n} \
+                 compared {tensors} is equal"
+            );
+        }
+        let set_aside = s.routing.map(|w| format!(" ({w})")).unwrap_or_default();
         if !s.calibrated {
             return format!(
                 "{}; nothing exceeds what {dtype} rounding can produce at its depth (max rel L2 \
@@ -76,6 +93,9 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
         op_path(first),
         how(first, dtype)
     );
+    if let Some(w) = s.routing {
+        out.push_str(&format!(" ({w})"));
+    }
     if first.verdict != s.overall
         && let Some(worse) = rows.iter().find(|r| r.verdict == s.overall)
     {
@@ -98,10 +118,76 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
     out
 }
 
+/// The headline of two files that hold different layers, each row judged against the truth.
+fn one_sided(s: &Subject, (la, lb): (&str, &str), rows: &[TensorRow]) -> String {
+    let (a, b, dtype) = (s.a, s.b, s.dtype);
+    let what = format!(
+        "{a} and {b} hold different layers ({a}: {la}; {b}: {lb}), so each was judged against the \
+         f64 truth"
+    );
+    match rows.iter().find(|r| r.verdict != Verdict::Ok) {
+        None => {
+            let max_ratio = rows
+                .iter()
+                .filter_map(|r| r.ratio_to_floor)
+                .fold(0.0_f64, f64::max);
+            format!(
+                "benign: {what}: every row within {max_ratio:.1}× the {dtype} rounding floor of it"
+            )
+        }
+        Some(first) => {
+            // The side with a distance of its own at that row is the one measured there.
+            let side = if first.a_vs_truth.is_some() { a } else { b };
+            format!(
+                "{}: {what}: {side} parts from the truth at {}, {}",
+                s.overall.as_str(),
+                first.name,
+                how(first, dtype)
+            )
+        }
+    }
+}
+
+/// How MoE routing flips were handled, for the headline: `aside` tokens set aside at most in a
+/// row, `refused` tokens that would have been set aside beyond the bound, of `tokens`; `silent`
+/// the sides that record no router choice. None when no flip had to be handled.
+pub fn routing_clause(
+    aside: usize,
+    refused: usize,
+    tokens: usize,
+    silent: &[String],
+) -> Option<String> {
+    if !silent.is_empty() {
+        let who = silent.join(" and ");
+        let verb = if silent.len() == 1 {
+            "records"
+        } else {
+            "record"
+        };
+        return Some(format!(
+            "MoE routing flips could not be separated: {who} {verb} no router ids, so every token is judged"
+        ));
+    }
+    if refused > 0 {
+        return Some(format!(
+            "MoE routing flips at near-ties on {refused} of {tokens} tokens, more than {:.0}%: \
+             every token is judged, the flips could not be separated",
+            100.0 * super::routing::MAX_SET_ASIDE
+        ));
+    }
+    (aside > 0).then(|| {
+        format!(
+            "{aside} of {tokens} tokens set aside: MoE routing flips at near-ties shown by the router ids"
+        )
+    })
+}
+
 /// Why there is no floor: "uncalibrated: no model to measure the bf16 floor — pass --model DIR".
 fn uncalibrated(s: &Subject) -> String {
     if s.floor_skipped {
         "uncalibrated: no floor measured (--no-floor)".to_string()
+    } else if let Some(why) = s.uncalibrated_why {
+        format!("uncalibrated: {why}")
     } else {
         format!(
             "uncalibrated: no model to measure the {} floor — pass --model DIR",
@@ -140,12 +226,21 @@ fn how(r: &TensorRow, dtype: &str) -> String {
             "rel L2 {:.2e} = {ratio:.1}× the {dtype} floor",
             r.rel_l2_judged.unwrap_or(r.rel_l2)
         ),
-        _ => format!(
-            "rel L2 {:.2e}, beyond what {dtype} rounding can produce at depth {} ({:.2e})",
-            r.rel_l2,
-            r.depth,
-            r.band.unwrap_or(f64::NAN)
-        ),
+        _ => match r.expected_floor.filter(|e| *e > 0.0) {
+            Some(e) => format!(
+                "rel L2 {:.2e} = {:.0}× the {dtype} floor expected at depth {} without a model \
+                 ({e:.1e}, from hsdiff's measurements)",
+                r.rel_l2,
+                r.rel_l2 / e,
+                r.depth
+            ),
+            None => format!(
+                "rel L2 {:.2e}, beyond what {dtype} rounding can produce at depth {} ({:.2e})",
+                r.rel_l2,
+                r.depth,
+                r.band.unwrap_or(f64::NAN)
+            ),
+        },
     }
 }
 
@@ -260,7 +355,7 @@ pub fn logits_line(l: &LogitStats) -> String {
     )
 }
 
-/// "28 MoE routing flips against the truth, judged apart: layer 0 token 41 (B, truth margin
+/// "MoE routing flips against the f64 truth (28 of 30 at near-ties): layer 0 token 41 (B, truth margin
 /// 8.0e-5), …" — None when nothing flipped.
 pub fn routing_line(flips: &[super::RoutingFlip], max_shown: usize) -> Option<String> {
     if flips.is_empty() {
@@ -291,7 +386,7 @@ pub fn routing_line(flips: &[super::RoutingFlip], max_shown: usize) -> Option<St
     };
     let apart = flips.iter().filter(|f| f.near_tie).count();
     Some(format!(
-        "MoE routing flips against the f64 truth ({apart} of {} at near-ties, judged apart): {}{more}",
+        "MoE routing flips against the f64 truth ({apart} of {} at near-ties): {}{more}",
         flips.len(),
         shown.join(", ")
     ))

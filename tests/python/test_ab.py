@@ -36,8 +36,10 @@ def test_ab_passes_compare_exit_code_through(tmp_path, fizzbuzz_args):
     assert r.returncode == 2, r.stderr
     assert (tmp_path / "args").read_text().split() == [
         "compare", str(tmp_path / "x.auto.safetensors"), str(tmp_path / "x.torch.safetensors")]
-    # Without the packages auto *is* torch: the two captures are the same bits.
+    # Without the packages auto *is* torch: the two captures are the same bits, and --ab says the
+    # comparison tests nothing.
     assert_bit_identical(read_dump(tmp_path / "x.auto.safetensors")[0], read_dump(tmp_path / "x.torch.safetensors")[0])
+    assert "both sides ran the same implementations" in r.stderr, r.stderr
 
 
 def test_ab_without_hsdiff_on_path_writes_both_and_says_how_to_compare(tmp_path, fizzbuzz_args):

@@ -178,3 +178,24 @@ def test_recording_errors_leave_nothing_behind(model, golden, tmp_path):
         hsdiff_capture.capture(model, golden[0]["input_ids"], out=tmp_path / "f.safetensors", core="fla")
     assert modeling_state(model) == before
     assert not any(tmp_path.iterdir())
+
+
+def test_moe_captures_record_every_moe_layers_router_choice(tmp_path):
+    """hsdiff sets routing flips aside only where a side's own router choice is shown: the
+    package records each MoE layer's top-k ids (and router logits), the same choices as the
+    golden capture of the same run."""
+    folder = GOLDEN_MODEL.parent / "qwen3_next_moe_tiny"
+    golden_f32 = GOLDEN_MODEL.parent / "states" / "qwen3_next_moe_tiny" / "fizzbuzz.f32.safetensors"
+    want, _ = read_dump(golden_f32)
+    m = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    res = hsdiff_capture.capture(m, want["input_ids"], out=tmp_path / "moe.safetensors", layers=[3])
+    tensors, _ = read_dump(res.path)
+    routed = sorted(int(k.split(".")[1]) for k in tensors if k.endswith(".topk_ids"))
+    assert routed == [0, 2, 3, 4, 5]  # every MoE layer (layer 1 is dense), not only the kept one
+    tokens = want["input_ids"].shape[-1]
+    for i in routed:
+        ids = tensors[f"router.{i}.topk_ids"]
+        assert ids.dtype == torch.int64 and list(ids.shape) == [1, tokens, 2]
+        assert list(tensors[f"router.{i}.logits"].shape) == [1, tokens, 8]
+        agree = (ids.sort(-1).values == want[f"router.{i}.topk_ids"].sort(-1).values).all(-1).float().mean()
+        assert agree >= 0.95, (i, float(agree))  # f32 on two machines: near-ties may differ
