@@ -3,6 +3,8 @@
 
 mod build;
 pub mod cells;
+pub mod dataset;
+pub mod dataset_render;
 pub mod emit;
 pub mod json;
 pub mod markdown;
