@@ -10,7 +10,7 @@ names and folders as in the pipelines' code (read, not copied; see docs/file-for
                                                  hidden_states [1, T, k·H]} (bf16), layers of
                                                  draft_config.json's dflash_config.target_layer_ids;
                                                  data_1 carries a PLANTED BUG: layer 4 (qwen3_5_tiny;
-                                                 layer 3 for the MoE model) perturbed by 3% relative;
+                                                 layer 3 for the MoE model) perturbed by 25% relative;
                                                  data_3 has tokens no other set has (a "tokens differ" pair)
     specforge_dflash_gz/rows_0-5000/data_0.ckpt.gz  the same as data_0, gzip-compressed (--compress)
     specforge_dflash_batch/batch.ckpt            the three prompts as one right-padded batch:
@@ -147,7 +147,7 @@ def perturb(t: torch.Tensor) -> torch.Tensor:
     g = torch.Generator().manual_seed(7)
     noise = torch.randn(t.shape, generator=g, dtype=torch.float32)
     tf = t.float()
-    return (tf + 0.03 * tf.norm() / noise.norm() * noise).to(t.dtype)
+    return (tf + 0.25 * tf.norm() / noise.norm() * noise).to(t.dtype)
 
 
 def write(name: str, spec: dict) -> None:

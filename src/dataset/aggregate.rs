@@ -265,7 +265,19 @@ fn headline(r: &DatasetReport) -> String {
     if !r.failed.is_empty() {
         s.push_str(&format!("; {} sample(s) could not be compared", r.failed.len()));
     }
-    s.push_str(&format!("; {}", r.calibration));
+    let calibrated = r
+        .samples
+        .iter()
+        .filter(|x| x.rows.values().any(|f| f.x_floor.is_some()))
+        .count();
+    if calibrated == n {
+        s.push_str(&format!("; {}", r.calibration));
+    } else {
+        s.push_str(&format!(
+            "; {}: {calibrated} of {n} samples calibrated",
+            r.calibration
+        ));
+    }
     s
 }
 

@@ -220,7 +220,8 @@ pub fn side(
         };
         let batch = first.pipeline.as_ref().map_or(1, |p| p.batch);
         let format = match &first.pipeline {
-            Some(p) => strip_batch(&p.description),
+            Some(p) => general(&strip_batch(&p.description), p.stored_positions),
+            None if first.conventions.is_empty() => first.format.as_str().to_string(),
             None => format!("{} ({})", first.format.as_str(), first.conventions.join("; ")),
         };
         if !formats.contains(&format) {
@@ -277,6 +278,31 @@ fn strip_batch(description: &str) -> String {
         .join("; ")
 }
 
+/// A reading's description with the sample's length inside shapes written `T`
+/// (`[1, 230, 640]` → `[1, T, 640]`), so that samples read alike are listed once.
+fn general(description: &str, positions: usize) -> String {
+    let t = positions.to_string();
+    let mut out = String::with_capacity(description.len());
+    for (k, part) in description.split('[').enumerate() {
+        if k > 0 {
+            out.push('[');
+        }
+        match part.split_once(']') {
+            Some((dims, rest)) if k > 0 => {
+                let dims: Vec<&str> = dims
+                    .split(", ")
+                    .map(|d| if d == t { "T" } else { d })
+                    .collect();
+                out.push_str(&dims.join(", "));
+                out.push(']');
+                out.push_str(rest);
+            }
+            _ => out.push_str(part),
+        }
+    }
+    out
+}
+
 pub fn digest(ids: &[u32]) -> [u8; 32] {
     let mut h = Sha256::new();
     for id in ids {
@@ -297,6 +323,14 @@ mod tests {
         assert!(glob_match(&p("**/hs_?.safetensors"), &p("a/b/hs_3.safetensors")));
         assert!(glob_match(&p("**/hs_?.safetensors"), &p("hs_3.safetensors")));
         assert!(!glob_match(&p("**/hs_?.safetensors"), &p("hs_31.safetensors")));
+    }
+
+    #[test]
+    fn shapes_generalised() {
+        assert_eq!(
+            general("`hidden_states` [1, 230, 640] and [230, 64]; 230 positions", 230),
+            "`hidden_states` [1, T, 640] and [T, 64]; 230 positions"
+        );
     }
 
     #[test]

@@ -113,8 +113,10 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
             dir.display()
         ),
         (Some(dir), None, _) => format!("truth and floor per sample with --model {}", dir.display()),
-        (None, _, _) => "calibrated where a file's fingerprint names the model, else uncalibrated"
-            .to_string(),
+        (None, _, _) => {
+            "truth and floor per sample with the model a file's fingerprint names, where one does"
+                .to_string()
+        }
     };
 
     let mut samples = Vec::with_capacity(mine.len());
