@@ -106,10 +106,7 @@ pub fn compare_pair(
         calibration
     };
     let (found, slot) = match calibration {
-        Calibration::Find(dir) => (
-            pairing::calibration_model(dir, &a, &b, &input_ids)?,
-            None,
-        ),
+        Calibration::Find(dir) => (pairing::calibration_model(dir, &a, &b, &input_ids)?, None),
         Calibration::Loaded(slot) => {
             let found = match slot.take() {
                 _ if input_ids.is_empty() => Err(
@@ -357,7 +354,10 @@ fn compare_on(
                 }),
                 _ => None,
             };
-            let kept: Vec<u32> = index.iter().map(|&i| input_ids.get(i as usize).copied().unwrap_or(0)).collect();
+            let kept: Vec<u32> = index
+                .iter()
+                .map(|&i| input_ids.get(i as usize).copied().unwrap_or(0))
+                .collect();
             let sub = Comparison {
                 a: &va,
                 b: &vb,
@@ -372,7 +372,11 @@ fn compare_on(
                 dtype,
                 mode: "files".to_string(),
                 input: ComparedInput {
-                    input_ids: if input_ids.is_empty() { Vec::new() } else { kept },
+                    input_ids: if input_ids.is_empty() {
+                        Vec::new()
+                    } else {
+                        kept
+                    },
                     token_ids,
                     tokens: index.len(),
                     num_layers,
@@ -429,10 +433,8 @@ impl<'s> Positions<'s> {
 
     /// Whether `name` holds one row per position (routers and final states do not).
     fn per_token(name: &str) -> bool {
-        matches!(
-            name,
-            names::EMBED | names::FINAL_NORM | names::LOGITS
-        ) || names::parse_layer(name).is_some()
+        matches!(name, names::EMBED | names::FINAL_NORM | names::LOGITS)
+            || names::parse_layer(name).is_some()
             || names::parse_op(name).is_some()
     }
 }

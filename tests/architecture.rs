@@ -35,7 +35,17 @@ const LAYERS: &[&[&str]] = &[
         "report",
     ],
     &[
-        "session", "run", "planner", "live", "pairing", "compare_pair", "dataset", "check", "paths", "selftest", "bench",
+        "session",
+        "run",
+        "planner",
+        "live",
+        "pairing",
+        "compare_pair",
+        "dataset",
+        "check",
+        "paths",
+        "selftest",
+        "bench",
     ],
     &["cli"],
 ];

@@ -112,9 +112,16 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         verbose: true,
     };
     let batched = |p: &PathBuf, read: &ReadOptions| -> Result<bool> {
-        Ok(FileSource::open_with(p, hint, &ReadOptions { sample: Some(0), ..read.clone() })?
-            .pipeline
-            .is_some_and(|p| p.batch > 1))
+        Ok(FileSource::open_with(
+            p,
+            hint,
+            &ReadOptions {
+                sample: Some(0),
+                ..read.clone()
+            },
+        )?
+        .pipeline
+        .is_some_and(|p| p.batch > 1))
     };
     if dataset::is_dataset(&args.a)
         || dataset::is_dataset(&args.b)
@@ -125,14 +132,24 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
     }
     if args.shard.is_some() || args.calibrate.is_some() {
         return Err(Error::argument(
-            if args.shard.is_some() { "--shard" } else { "--calibrate" },
+            if args.shard.is_some() {
+                "--shard"
+            } else {
+                "--calibrate"
+            },
             "applies to datasets (folders, globs or batched files), not to two files",
         ));
     }
     let a = FileSource::open_with(&args.a, hint, &read_a)?;
     let b = FileSource::open_with(&args.b, hint, &read_b)?;
     let labels = pairing::labels(&args.a, &args.b);
-    let outcome = compare_pair(a, b, labels, &pair, Calibration::Find(args.model.as_deref()))?;
+    let outcome = compare_pair(
+        a,
+        b,
+        labels,
+        &pair,
+        Calibration::Find(args.model.as_deref()),
+    )?;
     let mut report = outcome.report;
     if let Some(t) = &outcome.trained {
         report.notes.push(trained_note(t));
@@ -152,7 +169,11 @@ fn trained_note(t: &crate::compare_pair::Trained) -> String {
         Some((x, name)) => format!("worst {x:.1}× the floor at {name}"),
         None => format!(
             "max rel L2 {:.2e}",
-            t.report.tensors.iter().map(|r| r.rel_l2).fold(0.0, f64::max)
+            t.report
+                .tensors
+                .iter()
+                .map(|r| r.rel_l2)
+                .fold(0.0, f64::max)
         ),
     };
     format!(
@@ -236,8 +257,14 @@ fn run_dataset(
         read_b,
         dtype_hint,
         model: args.model.clone(),
-        calibrate: args.calibrate.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
-        shard: args.shard.as_deref().map(dataset::parse_shard).transpose()?,
+        calibrate: args
+            .calibrate
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        shard: args
+            .shard
+            .as_deref()
+            .map(dataset::parse_shard)
+            .transpose()?,
     };
     let report = dataset::run(&args.a, &args.b, &opts)?;
     dataset_render::emit(&report, &options)?;

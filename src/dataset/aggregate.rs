@@ -5,9 +5,7 @@
 use crate::compare_pair::PairOutcome;
 use crate::metrics::stats::median;
 use crate::report::Report;
-use crate::report::dataset::{
-    DatasetReport, LayerRow, RowFigures, SampleRow, TrainedFigures,
-};
+use crate::report::dataset::{DatasetReport, LayerRow, RowFigures, SampleRow, TrainedFigures};
 use crate::verdict::Verdict;
 
 /// The worst ×floor and rel L2 of a report, and the row of the worst.
@@ -16,7 +14,11 @@ fn worst(report: &Report) -> (Option<f64>, Option<String>, f64) {
     let mut rel = 0f64;
     for t in &report.tensors {
         // NaN is the worst there is.
-        let r = if t.rel_l2.is_nan() { f64::INFINITY } else { t.rel_l2 };
+        let r = if t.rel_l2.is_nan() {
+            f64::INFINITY
+        } else {
+            t.rel_l2
+        };
         rel = rel.max(r);
         if let Some(v) = t.ratio_to_floor {
             let v = if v.is_nan() { f64::INFINITY } else { v };
@@ -181,9 +183,18 @@ pub fn finish(report: &mut DatasetReport) {
 
 fn headline(r: &DatasetReport) -> String {
     let n = r.samples.len();
-    let flagged: Vec<&SampleRow> = r.samples.iter().filter(|s| s.verdict != Verdict::Ok).collect();
+    let flagged: Vec<&SampleRow> = r
+        .samples
+        .iter()
+        .filter(|s| s.verdict != Verdict::Ok)
+        .collect();
     let mut s = if flagged.is_empty() {
-        let how = match r.samples.iter().filter_map(|s| s.worst_x_floor).reduce(f64::max) {
+        let how = match r
+            .samples
+            .iter()
+            .filter_map(|s| s.worst_x_floor)
+            .reduce(f64::max)
+        {
             Some(x) if r.metric == "x_floor" => format!("within {x:.1}× the rounding floor"),
             _ => format!(
                 "within the depth-scaled band (uncalibrated; max rel L2 {:.2e})",
@@ -213,7 +224,7 @@ fn headline(r: &DatasetReport) -> String {
                 None => format!("rel L2 {:.2e}", w.worst_rel_l2),
             };
             format!(
-                " — worst {}: {} from {at} ({size})",
+                " — worst sample {}: {} from {at} ({size})",
                 w.id,
                 w.verdict.as_str()
             )
@@ -263,7 +274,10 @@ fn headline(r: &DatasetReport) -> String {
         s.push_str(&format!("; unpaired in B: {}", ids(&r.unpaired_b)));
     }
     if !r.failed.is_empty() {
-        s.push_str(&format!("; {} sample(s) could not be compared", r.failed.len()));
+        s.push_str(&format!(
+            "; {} sample(s) could not be compared",
+            r.failed.len()
+        ));
     }
     let calibrated = r
         .samples

@@ -12,7 +12,15 @@ use crate::formats::pipelines::{ReadOptions, sample_id};
 
 /// File names a capture can have.
 const CAPTURE_SUFFIXES: &[&str] = &[
-    ".ckpt", ".ckpt.gz", ".pt", ".pth", ".bin", ".safetensors", ".st", ".npz", ".npy",
+    ".ckpt",
+    ".ckpt.gz",
+    ".pt",
+    ".pth",
+    ".bin",
+    ".safetensors",
+    ".st",
+    ".npz",
+    ".npy",
 ];
 
 /// One sample of one side.
@@ -111,7 +119,8 @@ pub fn files(spec: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
 const MAX_DEPTH: usize = 8;
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result<()> {
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::file(dir, crate::input::io_words(&e)))?;
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| Error::file(dir, crate::input::io_words(&e)))?;
     for entry in entries {
         let entry = entry.map_err(|e| Error::file(dir, crate::input::io_words(&e)))?;
         let path = entry.path();
@@ -144,9 +153,12 @@ fn glob_match(pattern: &[String], parts: &[String]) -> bool {
     match (pattern.first(), parts.first()) {
         (None, None) => true,
         (Some(p), _) if p == "**" => {
-            glob_match(&pattern[1..], parts) || (!parts.is_empty() && glob_match(pattern, &parts[1..]))
+            glob_match(&pattern[1..], parts)
+                || (!parts.is_empty() && glob_match(pattern, &parts[1..]))
         }
-        (Some(p), Some(s)) => name_match(p.as_bytes(), s.as_bytes()) && glob_match(&pattern[1..], &parts[1..]),
+        (Some(p), Some(s)) => {
+            name_match(p.as_bytes(), s.as_bytes()) && glob_match(&pattern[1..], &parts[1..])
+        }
         _ => false,
     }
 }
@@ -222,7 +234,11 @@ pub fn side(
         let format = match &first.pipeline {
             Some(p) => general(&strip_batch(&p.description), p.stored_positions),
             None if first.conventions.is_empty() => first.format.as_str().to_string(),
-            None => format!("{} ({})", first.format.as_str(), first.conventions.join("; ")),
+            None => format!(
+                "{} ({})",
+                first.format.as_str(),
+                first.conventions.join("; ")
+            ),
         };
         if !formats.contains(&format) {
             formats.push(format);
@@ -252,7 +268,11 @@ pub fn side(
                 }
             };
             samples.push(Sample {
-                id: if batch > 1 { format!("{id}#{b}") } else { id.clone() },
+                id: if batch > 1 {
+                    format!("{id}#{b}")
+                } else {
+                    id.clone()
+                },
                 path: path.clone(),
                 batch_index: (batch > 1).then_some(b),
                 tokens,
@@ -318,17 +338,35 @@ mod tests {
     #[test]
     fn globs() {
         let p = |s: &str| s.split('/').map(String::from).collect::<Vec<_>>();
-        assert!(glob_match(&p("rows_*/data_*.ckpt"), &p("rows_0-5000/data_12.ckpt")));
-        assert!(!glob_match(&p("rows_*/data_*.ckpt"), &p("rows_0-5000/x/data_12.ckpt")));
-        assert!(glob_match(&p("**/hs_?.safetensors"), &p("a/b/hs_3.safetensors")));
-        assert!(glob_match(&p("**/hs_?.safetensors"), &p("hs_3.safetensors")));
-        assert!(!glob_match(&p("**/hs_?.safetensors"), &p("hs_31.safetensors")));
+        assert!(glob_match(
+            &p("rows_*/data_*.ckpt"),
+            &p("rows_0-5000/data_12.ckpt")
+        ));
+        assert!(!glob_match(
+            &p("rows_*/data_*.ckpt"),
+            &p("rows_0-5000/x/data_12.ckpt")
+        ));
+        assert!(glob_match(
+            &p("**/hs_?.safetensors"),
+            &p("a/b/hs_3.safetensors")
+        ));
+        assert!(glob_match(
+            &p("**/hs_?.safetensors"),
+            &p("hs_3.safetensors")
+        ));
+        assert!(!glob_match(
+            &p("**/hs_?.safetensors"),
+            &p("hs_31.safetensors")
+        ));
     }
 
     #[test]
     fn shapes_generalised() {
         assert_eq!(
-            general("`hidden_states` [1, 230, 640] and [230, 64]; 230 positions", 230),
+            general(
+                "`hidden_states` [1, 230, 640] and [230, 64]; 230 positions",
+                230
+            ),
             "`hidden_states` [1, T, 640] and [T, 64]; 230 positions"
         );
     }

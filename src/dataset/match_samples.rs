@@ -49,7 +49,11 @@ pub fn match_samples(a: &[Sample], b: &[Sample]) -> Matching {
         if agree {
             used_a[i] = true;
             used_b[j] = true;
-            pairs.push(Pair { a: i, b: j, by_id: true });
+            pairs.push(Pair {
+                a: i,
+                b: j,
+                by_id: true,
+            });
         } else {
             id_conflicts.push((i, j));
         }
@@ -72,7 +76,11 @@ pub fn match_samples(a: &[Sample], b: &[Sample]) -> Matching {
         {
             used_a[i] = true;
             used_b[j] = true;
-            pairs.push(Pair { a: i, b: j, by_id: false });
+            pairs.push(Pair {
+                a: i,
+                b: j,
+                by_id: false,
+            });
         }
     }
     let token_mismatches: Vec<(usize, usize)> = id_conflicts
@@ -109,7 +117,12 @@ mod tests {
 
     #[test]
     fn by_id_then_by_tokens() {
-        let a = [s("0", Some(1)), s("1", Some(2)), s("2", Some(3)), s("3", Some(9))];
+        let a = [
+            s("0", Some(1)),
+            s("1", Some(2)),
+            s("2", Some(3)),
+            s("3", Some(9)),
+        ];
         let b = [
             s("x", Some(3)),
             s("0", Some(1)),
@@ -120,8 +133,16 @@ mod tests {
         assert_eq!(
             m.pairs,
             [
-                Pair { a: 0, b: 1, by_id: true },
-                Pair { a: 2, b: 0, by_id: false }
+                Pair {
+                    a: 0,
+                    b: 1,
+                    by_id: true
+                },
+                Pair {
+                    a: 2,
+                    b: 0,
+                    by_id: false
+                }
             ]
         );
         assert_eq!(m.token_mismatches, [(3, 2)]);
@@ -135,7 +156,14 @@ mod tests {
         let a = [s("1", Some(5))];
         let b = [s("1", Some(6)), s("z", Some(5))];
         let m = match_samples(&a, &b);
-        assert_eq!(m.pairs, [Pair { a: 0, b: 1, by_id: false }]);
+        assert_eq!(
+            m.pairs,
+            [Pair {
+                a: 0,
+                b: 1,
+                by_id: false
+            }]
+        );
         assert!(m.token_mismatches.is_empty());
         assert_eq!(m.unpaired_b, [0]);
     }

@@ -43,7 +43,12 @@ pub struct DatasetOptions {
 
 /// `--shard I/N`.
 pub fn parse_shard(arg: &str) -> Result<Shard> {
-    let bad = || Error::argument("--shard", format!("expects I/N with 0 ≤ I < N, got `{arg}`"));
+    let bad = || {
+        Error::argument(
+            "--shard",
+            format!("expects I/N with 0 ≤ I < N, got `{arg}`"),
+        )
+    };
     let (i, n) = arg.split_once('/').ok_or_else(bad)?;
     let (index, count): (usize, usize) = (
         i.trim().parse().map_err(|_| bad())?,
@@ -97,7 +102,8 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
                  two or three forward passes each)",
                 dir.display(),
                 match opts.calibrate {
-                    Some(n) => format!("the first {n} pairs only, their floors applied to the rest"),
+                    Some(n) =>
+                        format!("the first {n} pairs only, their floors applied to the rest"),
                     None => format!("all {} pairs", mine.len()),
                 },
             );
@@ -112,7 +118,9 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
             n.min(mine.len()),
             dir.display()
         ),
-        (Some(dir), None, _) => format!("truth and floor per sample with --model {}", dir.display()),
+        (Some(dir), None, _) => {
+            format!("truth and floor per sample with --model {}", dir.display())
+        }
         (None, _, _) => {
             "truth and floor per sample with the model a file's fingerprint names, where one does"
                 .to_string()

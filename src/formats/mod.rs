@@ -122,6 +122,9 @@ pub struct FileSource {
     views: BTreeMap<usize, pipelines::view::View>,
     /// What a drafter pipeline's file was read as ([`pipelines`]), if one wrote it.
     pub pipeline: Option<pipelines::PipelineInfo>,
+    /// The map is anonymous memory (an inflated `.gz`): its pages are never released, as
+    /// releasing them would zero them.
+    inflated: bool,
 }
 
 fn bad(path: &Path, msg: impl Into<String>) -> Error {
@@ -149,7 +152,8 @@ impl FileSource {
         }
         // SAFETY: read-only map; a file truncated underneath us is the user's own race.
         let mut map = unsafe { Mmap::map(&file) }.map_err(|e| bad(path, e.to_string()))?;
-        if pipelines::gzip::is_gzip(&map) {
+        let inflated = pipelines::gzip::is_gzip(&map);
+        if inflated {
             map = pipelines::gzip::inflate(path, &map)?;
         }
         let ext = path
@@ -173,7 +177,9 @@ impl FileSource {
                     "a zip archive holding neither data.pkl (torch.save) nor .npy arrays (np.savez)",
                 ));
             }
-        } else if map.first() == Some(&0x80) && matches!(ext.as_str(), "pt" | "pth" | "bin" | "ckpt") {
+        } else if map.first() == Some(&0x80)
+            && matches!(ext.as_str(), "pt" | "pth" | "bin" | "ckpt")
+        {
             return Err(bad(
                 path,
                 "a legacy (pre-1.6, non-zip) torch.save file: re-save it with torch ≥ 1.6 defaults",
@@ -188,6 +194,7 @@ impl FileSource {
             })?
         };
         src.dtype_hint = dtype_hint;
+        src.inflated = inflated;
         if !src.read_as_pipeline(opts)? {
             src.split_stacked();
             src.assign_names();
@@ -211,6 +218,7 @@ impl FileSource {
             zip: None,
             views: BTreeMap::new(),
             pipeline: None,
+            inflated: false,
         }
     }
 

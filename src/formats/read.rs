@@ -79,7 +79,7 @@ impl FileSource {
     fn release(&self, a: usize, b: usize) {
         // madvise wants a page-aligned start; 64 KiB is a multiple of every page size in use.
         let start = a & !(RELEASE_ALIGN - 1);
-        if b <= start || b > self.map.len() {
+        if self.inflated || b <= start || b > self.map.len() {
             return;
         }
         // SAFETY: MADV_DONTNEED on a read-only, file-backed mapping only drops page-table

@@ -76,7 +76,11 @@ fn sample_cells(s: &SampleRow) -> Vec<String> {
 }
 
 fn layer_columns(metric: &str) -> Vec<String> {
-    let m = if metric == "x_floor" { "×floor" } else { "rel L2" };
+    let m = if metric == "x_floor" {
+        "×floor"
+    } else {
+        "rel L2"
+    };
     vec![
         "tensor".to_string(),
         "samples".to_string(),

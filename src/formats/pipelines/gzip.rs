@@ -31,7 +31,10 @@ pub fn inflate(path: &Path, map: &Mmap) -> Result<Mmap> {
     if out.len() > cap {
         return Err(Error::file(
             path,
-            format!("inflates past {cap} bytes (the cap for a {}-byte gzip file)", map.len()),
+            format!(
+                "inflates past {cap} bytes (the cap for a {}-byte gzip file)",
+                map.len()
+            ),
         ));
     }
     if out.is_empty() {

@@ -81,8 +81,8 @@ const DRAFT_KEYS: &[&[&str]] = &[
 /// The layer ids a drafter's config.json names, and the key they came from.
 pub fn from_draft_config(path: &Path) -> Result<(Vec<usize>, String)> {
     let bytes = crate::input::read_regular(path, crate::limits::get().json_bytes, "json-bytes")?;
-    let json: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::file(path, format!("not JSON: {e}")))?;
+    let json: Value =
+        serde_json::from_slice(&bytes).map_err(|e| Error::file(path, format!("not JSON: {e}")))?;
     for keys in DRAFT_KEYS {
         let mut v = &json;
         for k in *keys {
@@ -139,7 +139,10 @@ mod tests {
 
     #[test]
     fn lists() {
-        assert_eq!(parse_list("1, 16,31", "--layer-ids").ok(), Some(vec![1, 16, 31]));
+        assert_eq!(
+            parse_list("1, 16,31", "--layer-ids").ok(),
+            Some(vec![1, 16, 31])
+        );
         assert!(parse_list("1,x", "--layer-ids").is_err());
         assert!(parse_list("", "--layer-ids").is_err());
     }

@@ -12,8 +12,8 @@
 
 mod ge_data;
 pub mod gzip;
-pub mod layer_ids;
 mod last_state;
+pub mod layer_ids;
 mod modelopt;
 mod specforge;
 mod speculators;
@@ -332,7 +332,10 @@ impl FileSource {
         self.views = views;
         self.conventions.push(description.clone());
         // Ids were read through a convention: the caller checks the reading against the truth.
-        self.index_keyed = true;
+        self.index_keyed = plan
+            .parts
+            .iter()
+            .any(|p| names::parse_layer(&p.name).is_some());
         self.pipeline = Some(PipelineInfo {
             pipeline: plan.pipeline,
             description,
@@ -505,7 +508,15 @@ pub fn sample_id(path: &Path) -> String {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let mut stem = name.as_str();
-    for ext in [".gz", ".ckpt", ".safetensors", ".pt", ".pth", ".npz", ".npy"] {
+    for ext in [
+        ".gz",
+        ".ckpt",
+        ".safetensors",
+        ".pt",
+        ".pth",
+        ".npz",
+        ".npy",
+    ] {
         stem = stem.strip_suffix(ext).unwrap_or(stem);
     }
     for prefix in ["data_", "hs_"] {
