@@ -64,6 +64,17 @@ pub fn parse_shard(arg: &str) -> Result<Shard> {
 pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
     let (side_a, failed_a) = discover::side(a, opts.dtype_hint, &opts.read_a)?;
     let (side_b, failed_b) = discover::side(b, opts.dtype_hint, &opts.read_b)?;
+    let matching = match_samples::match_samples(&side_a.samples, &side_b.samples);
+    if matching.pairs.is_empty() {
+        return Err(Error::Compare(format!(
+            "no sample of {} ({} samples) pairs with one of {} ({}): neither their ids nor their token ids match",
+            a.display(),
+            side_a.samples.len(),
+            b.display(),
+            side_b.samples.len()
+        )));
+    }
+    // Said once the sides pair: an error before this is one line.
     for (name, spec, side) in [("A", a, &side_a), ("B", b, &side_b)] {
         eprintln!(
             "hsdiff: {name} ({}): {} samples in {} files",
@@ -74,16 +85,6 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         for f in &side.formats {
             eprintln!("hsdiff: {name}: {f}");
         }
-    }
-    let matching = match_samples::match_samples(&side_a.samples, &side_b.samples);
-    if matching.pairs.is_empty() {
-        return Err(Error::Compare(format!(
-            "no sample of {} ({} samples) pairs with one of {} ({}): neither their ids nor their token ids match",
-            a.display(),
-            side_a.samples.len(),
-            b.display(),
-            side_b.samples.len()
-        )));
     }
     let total = matching.pairs.len();
     let mine: Vec<(usize, match_samples::Pair)> = matching
