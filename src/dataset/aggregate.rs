@@ -140,9 +140,13 @@ pub fn layers(samples: &[SampleRow], metric: &str) -> Vec<LayerRow> {
         }
         let mut sorted: Vec<f64> = values.iter().map(|v| v.0).collect();
         sorted.sort_by(f64::total_cmp);
+        // The first of equal values: the sample order decides ties.
         let worst = values
             .iter()
-            .max_by(|p, q| p.0.total_cmp(&q.0))
+            .fold(None::<&(f64, &str)>, |w, v| match w {
+                Some(w) if w.0.total_cmp(&v.0).is_ge() => Some(w),
+                _ => Some(v),
+            })
             .map(|v| v.1.to_string())
             .unwrap_or_default();
         out.push(LayerRow {

@@ -99,8 +99,8 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         (Some(dir), false) => {
             let m = Model::load(dir)?;
             eprintln!(
-                "hsdiff: calibrating with --model {}: {} per pair (the f64 truth and a floor run per dtype: \
-                 two or three forward passes each)",
+                "hsdiff: calibrating with --model {}: {}, each with the f64 truth and a floor run per \
+                 dtype (two or three forward passes per pair)",
                 dir.display(),
                 match opts.calibrate {
                     Some(n) =>

@@ -71,7 +71,8 @@ impl View {
                 Op::Squeeze(axis) => t.squeeze(*axis)?,
                 Op::Select { axis, index } => {
                     let idx = Tensor::from_vec(index.clone(), index.len(), &Device::Cpu)?;
-                    t.index_select(&idx, *axis)?
+                    // index_select wants one buffer; a narrowed view is not.
+                    t.contiguous()?.index_select(&idx, *axis)?
                 }
             };
         }
