@@ -298,6 +298,45 @@ fn refused_when_it_cannot_be_read() {
     }
 }
 
+/// Layer ids that name nothing (no side is a pipeline's dump, or not the side they were given
+/// for) are refused, never ignored.
+#[test]
+fn unused_layer_ids_refused() {
+    let model = "qwen3_5_tiny";
+    let eval = fx(model, "eval/prompt_0.safetensors");
+    let dflash = fx(model, "specforge_dflash/rows_0-5000/data_0.ckpt");
+    for (a, b, opt) in [
+        (&eval, &eval, "--layer-ids"),
+        (&eval, &dflash, "--layer-ids-a"),
+    ] {
+        // B's own ids, so that only A's are unused.
+        let o = hsdiff(&[
+            "compare",
+            a,
+            b,
+            opt,
+            "1,2,4,5,6",
+            "--layer-ids-b",
+            "1,2,4,5,6",
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{opt}");
+        let err = stderr(&o);
+        assert!(
+            err.contains(opt) && err.contains("would name nothing"),
+            "{err}"
+        );
+    }
+    let o = hsdiff(&[
+        "compare",
+        &fx(model, "eval"),
+        &fx(model, "eval"),
+        "--layer-ids",
+        "1,2",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("would name nothing"), "{}", stderr(&o));
+}
+
 /// A DFlash file whose token ids and hidden states disagree on the length: refused, naming
 /// both shapes.
 #[test]

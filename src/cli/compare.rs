@@ -18,7 +18,7 @@ use crate::dataset::{self, DatasetOptions};
 use crate::device::parse_dtype;
 use crate::error::{Error, Result};
 use crate::formats::FileSource;
-use crate::formats::pipelines::{LayerIds, ReadOptions, layer_ids};
+use crate::formats::pipelines::{self, LayerIds, ReadOptions, layer_ids};
 use crate::pairing;
 use crate::report::dataset_render;
 use crate::report::emit::emit;
@@ -142,6 +142,10 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
     }
     let a = FileSource::open_with(&args.a, hint, &read_a)?;
     let b = FileSource::open_with(&args.b, hint, &read_b)?;
+    pipelines::check_ids_used(
+        (&read_a, a.pipeline.is_some()),
+        (&read_b, b.pipeline.is_some()),
+    )?;
     let labels = pairing::labels(&args.a, &args.b);
     let outcome = compare_pair(
         a,

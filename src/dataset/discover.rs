@@ -49,6 +49,8 @@ pub struct Side {
     pub formats: Vec<String>,
     /// Files that are no capture (by name): counted in the report's notes.
     pub skipped: Vec<PathBuf>,
+    /// Whether some file was read as a drafter pipeline's dump.
+    pub pipeline: bool,
 }
 
 /// Whether `spec` names more than one file: a folder or a glob.
@@ -220,6 +222,7 @@ pub fn side(
     let mut samples = Vec::new();
     let mut formats: Vec<String> = Vec::new();
     let mut failed = Vec::new();
+    let mut pipeline = false;
     for (n, path) in paths.iter().enumerate() {
         // Sample 0 tells the batch size.
         let first = match open(path, Some(0), hint, read) {
@@ -231,6 +234,7 @@ pub fn side(
             }
         };
         let batch = first.pipeline.as_ref().map_or(1, |p| p.batch);
+        pipeline |= first.pipeline.is_some();
         let format = match &first.pipeline {
             Some(p) => general(&strip_batch(&p.description), p.stored_positions),
             None if first.conventions.is_empty() => first.format.as_str().to_string(),
@@ -284,6 +288,7 @@ pub fn side(
             samples,
             formats,
             skipped,
+            pipeline,
         },
         failed,
     ))

@@ -64,6 +64,10 @@ pub fn parse_shard(arg: &str) -> Result<Shard> {
 pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
     let (side_a, failed_a) = discover::side(a, opts.dtype_hint, &opts.read_a)?;
     let (side_b, failed_b) = discover::side(b, opts.dtype_hint, &opts.read_b)?;
+    crate::formats::pipelines::check_ids_used(
+        (&opts.read_a, side_a.pipeline),
+        (&opts.read_b, side_b.pipeline),
+    )?;
     let matching = match_samples::match_samples(&side_a.samples, &side_b.samples);
     if matching.pairs.is_empty() {
         return Err(Error::Compare(format!(

@@ -379,6 +379,34 @@ impl FileSource {
     }
 }
 
+/// Refuses layer ids that no side used (they name layers of a drafter pipeline's file, and
+/// neither file is one): given ids are never silently ignored.
+pub fn check_ids_used(
+    (read_a, a_is_pipeline): (&ReadOptions, bool),
+    (read_b, b_is_pipeline): (&ReadOptions, bool),
+) -> Result<()> {
+    let refuse = |ids: &LayerIds, which: &str| {
+        Error::argument(
+            ids.from.split(' ').next().unwrap_or("--layer-ids"),
+            format!(
+                "{which} no drafter pipeline's dump (SpecForge, vLLM speculators, Model-Optimizer, ge_data): the ids would name nothing"
+            ),
+        )
+    };
+    match (&read_a.layer_ids, &read_b.layer_ids) {
+        (Some(x), Some(y)) if x == y && !a_is_pipeline && !b_is_pipeline => {
+            Err(refuse(x, "neither side is"))
+        }
+        (Some(x), _) if x.from.starts_with("--layer-ids-a") && !a_is_pipeline => {
+            Err(refuse(x, "side A is"))
+        }
+        (_, Some(y)) if y.from.starts_with("--layer-ids-b") && !b_is_pipeline => {
+            Err(refuse(y, "side B is"))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Resolves the layer ids of a pipeline tensor holding `k` layers: the ids given, else the
 /// pipeline's default for the model at hand; refused when neither fits.
 fn resolve_ids(
