@@ -12,6 +12,7 @@ use crate::input::{Tokenizer, parse_token_list, read_regular, resolve_prompt};
 use crate::limits;
 
 /// Token ids given on the command line, and how, for the report ("--tokens (32 ids)").
+#[derive(Debug, Clone)]
 pub struct GivenIds {
     pub ids: Vec<u32>,
     pub how: String,

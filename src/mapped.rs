@@ -55,6 +55,12 @@ impl FileMap {
         Ok(FileMap { map, slot })
     }
 
+    /// Anonymous memory holding a file's bytes (an inflated `.gz`): nothing can truncate it, so
+    /// it is not guarded.
+    pub fn anonymous(map: Mmap) -> Self {
+        FileMap { map, slot: None }
+    }
+
     /// The memmap2 map itself (for `madvise`).
     pub fn inner(&self) -> &Mmap {
         &self.map

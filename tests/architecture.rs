@@ -46,6 +46,8 @@ const LAYERS: &[&[&str]] = &[
         "pairing",
         "compare_tokens",
         "disjoint",
+        "compare_pair",
+        "dataset",
         "check",
         "paths",
         "selftest",

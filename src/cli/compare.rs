@@ -7,29 +7,28 @@
 
 use std::path::PathBuf;
 
-use candle_core::{DType, Device};
+use candle_core::DType;
 use clap::Args;
 
 use super::common::command_line;
 use super::report_args::ReportArgs;
-use crate::capture::names;
-use crate::compare::{TensorSource, one_sided_states};
+use crate::compare_pair::{Calibration, PairOptions, compare_pair};
 use crate::compare_tokens;
+use crate::config::ModelConfig;
+use crate::dataset::{self, DatasetOptions};
 use crate::device::parse_dtype;
-use crate::disjoint;
-use crate::error::Result;
-use crate::formats::{FileSource, coarseness, value_dtype_notes};
+use crate::error::{Error, Result};
+use crate::formats::FileSource;
+use crate::formats::pipelines::{self, LayerIds, ReadOptions, layer_ids};
 use crate::pairing;
-use crate::planner;
-use crate::plausibility;
+use crate::report::dataset_render;
 use crate::report::emit::emit;
-use crate::report::{ComparedInput, Comparison, build_report};
-use crate::session::Session;
-use crate::verdict::thresholds;
 
 #[derive(Args, Debug, Clone)]
 pub struct CompareArgs {
-    /// Side A: an hsdiff dump, safetensors, torch.save (.pt/.pth), .npy or .npz file.
+    /// Side A: an hsdiff dump, safetensors, torch.save (.pt/.pth/.ckpt, .ckpt.gz), .npy or
+    /// .npz file, a drafter pipeline's sample (SpecForge, vLLM speculators, Model-Optimizer,
+    /// EAGLE ge_data) — or a folder or glob of them (a dataset, compared pair by pair).
     #[arg(value_name = "A")]
     pub a: PathBuf,
 
@@ -71,9 +70,36 @@ pub struct CompareArgs {
     #[arg(long, value_name = "DTYPE")]
     pub dtype_hint: Option<String>,
 
+    /// The layer ids a drafter pipeline concatenated (both sides), in its own convention
+    /// (docs/file-formats.md#drafter-pipelines), e.g. 1,16,31,46,61.
+    #[arg(long, value_name = "LIST")]
+    pub layer_ids: Option<String>,
+
+    /// Layer ids of side A only.
+    #[arg(long, value_name = "LIST")]
+    pub layer_ids_a: Option<String>,
+
+    /// Layer ids of side B only.
+    #[arg(long, value_name = "LIST")]
+    pub layer_ids_b: Option<String>,
+
+    /// A drafter's config.json naming the layer ids (`dflash_config.target_layer_ids`,
+    /// `eagle_aux_hidden_state_layer_ids`, …).
+    #[arg(long, value_name = "FILE")]
+    pub draft_config: Option<PathBuf>,
+
+    /// Datasets: measure the floors on the first N pairs (with --model) and apply them to all,
+    /// instead of the truth and floor of every pair.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub calibrate: Option<u64>,
+
+    /// Datasets: compare every N-th pair from the I-th (0-based), for `hsdiff merge`.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
+
     /// Token ids the files were captured on, when they carry none (comma-separated, or @FILE):
     /// with a model they make the truth and the floor computable. Checked against the files'
-    /// sequence length and against any ids they do carry.
+    /// sequence length and against any ids they do carry. Two files only.
     #[arg(long, value_name = "IDS|@FILE", conflicts_with = "prompt")]
     pub tokens: Option<String>,
 
@@ -92,215 +118,194 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         .options()
         .check_targets(&inputs.into_iter().flatten().collect::<Vec<_>>())?;
     let hint = args.dtype_hint.as_deref().map(parse_dtype).transpose()?;
-    let mut a = FileSource::open(&args.a, hint)?;
-    let mut b = FileSource::open(&args.b, hint)?;
-    let (label_a, label_b) = pairing::labels(&args.a, &args.b);
-    let extra_rows = pairing::apply_maps(&mut a, &mut b, &args.map)?;
-    // Two entries read as one name, unresolved by --map: refused before anything is said.
-    a.check_unambiguous()?;
-    b.check_unambiguous()?;
-    for (side, src) in [("A", &a), ("B", &b)] {
-        for c in &src.conventions {
-            eprintln!("hsdiff: {side} ({}): {c}", src.path().display());
+    let (read_a, read_b) = read_options(args)?;
+    let pair = PairOptions {
+        maps: args.map.clone(),
+        shift: args.shift,
+        layers: args.report.layers()?,
+        command: Some(command_line()),
+        no_floor: args.no_floor,
+        verbose: true,
+        given_ids: None,
+    };
+    let batched = |p: &PathBuf, read: &ReadOptions| -> Result<bool> {
+        Ok(FileSource::open_with(
+            p,
+            hint,
+            &ReadOptions {
+                sample: Some(0),
+                ..read.clone()
+            },
+        )?
+        .pipeline
+        .is_some_and(|p| p.batch > 1))
+    };
+    if dataset::is_dataset(&args.a)
+        || dataset::is_dataset(&args.b)
+        || batched(&args.a, &read_a)?
+        || batched(&args.b, &read_b)?
+    {
+        if args.tokens.is_some() || args.prompt.is_some() {
+            return Err(Error::argument(
+                if args.tokens.is_some() {
+                    "--tokens"
+                } else {
+                    "--prompt"
+                },
+                "applies to two files, not to datasets (each sample carries its own token ids)",
+            ));
         }
-        pairing::require_names(src)?;
+        return run_dataset(args, hint, pair, read_a, read_b);
     }
-    // A bf16 run saved as f32/f64 is judged as the bf16 run it is.
-    let value_notes = value_dtype_notes([("A", &mut a), ("B", &mut b)])?;
-    for note in &value_notes {
-        eprintln!("hsdiff: {note}");
+    if args.shard.is_some() || args.calibrate.is_some() {
+        return Err(Error::argument(
+            if args.shard.is_some() {
+                "--shard"
+            } else {
+                "--calibrate"
+            },
+            "applies to datasets (folders, globs or batched files), not to two files",
+        ));
     }
-
-    // Token ids first: different inputs make every other number meaningless.
-    let (file_ids, token_ids) = pairing::token_ids(&a, &b)?;
-    let given = compare_tokens::given_ids(
-        args.tokens.as_deref(),
-        args.prompt.as_deref(),
-        args.model.as_deref(),
+    let a = FileSource::open_with(&args.a, hint, &read_a)?;
+    let b = FileSource::open_with(&args.b, hint, &read_b)?;
+    pipelines::check_ids_used(
+        (&read_a, a.pipeline.is_some()),
+        (&read_b, b.pipeline.is_some()),
     )?;
-    let (input_ids, ids_note) = compare_tokens::reconcile(file_ids, given, &a, &b)?;
+    let labels = pairing::labels(&args.a, &args.b);
+    let pair = PairOptions {
+        given_ids: compare_tokens::given_ids(
+            args.tokens.as_deref(),
+            args.prompt.as_deref(),
+            args.model.as_deref(),
+        )?,
+        ..pair
+    };
+    let outcome = compare_pair(
+        a,
+        b,
+        labels,
+        &pair,
+        Calibration::Find(args.model.as_deref()),
+    )?;
+    let mut report = outcome.report;
+    if let Some(t) = &outcome.trained {
+        report.notes.push(trained_note(t));
+    }
+    emit(&report, &args.report.options())
+}
 
-    let (a_dtype, b_dtype) = (
-        a.compute_dtype().unwrap_or(DType::F32),
-        b.compute_dtype().unwrap_or(DType::F32),
-    );
-    let dtype = [a_dtype, b_dtype]
-        .into_iter()
-        .max_by_key(|d| coarseness(*d))
-        .unwrap_or(DType::F32);
-
-    let mut notes: Vec<String> = [("A", &a), ("B", &b)]
+/// The figures of the positions `loss_mask` trains on, as a note under one pair's table.
+fn trained_note(t: &crate::compare_pair::Trained) -> String {
+    let worst = t
+        .report
+        .tensors
         .iter()
-        .flat_map(|(side, src)| src.conventions.iter().map(move |c| format!("{side}: {c}")))
-        .collect();
-    notes.extend(value_notes);
-    notes.extend(ids_note);
-    let model = if args.no_floor {
-        Err("no floor measured (--no-floor)".to_string())
-    } else {
-        pairing::calibration_model(args.model.as_deref(), &a, &b, &input_ids)?
-    };
-    let mut uncalibrated_why = None;
-    let mut calibrated_with = String::new();
-    let session = match model {
-        Ok((model, how)) => {
-            eprintln!("hsdiff: calibrating with {how}");
-            model.check_tokens(&input_ids)?;
-            pairing::check_sequence_len(&model, [&a, &b], !args.map.is_empty())?;
-            notes.push(format!("floor and truth measured with {how}"));
-            calibrated_with = how;
-            Some(Session {
-                model,
-                ids: input_ids.clone(),
-                prompt_label: None,
-                dtype,
-                device: Device::Cpu,
-            })
-        }
-        Err(why) => {
-            // The headline says so; a stderr line here would precede any later input error.
-            notes.push(format!("uncalibrated: {why}"));
-            // Only the missing ids need other words than the headline's "pass --model DIR".
-            if input_ids.is_empty() && !args.no_floor {
-                uncalibrated_why = Some(why);
-            }
-            None
-        }
-    };
-    let layers = args.report.layers()?;
-    // With --layers the truth and floor runs stop after the last layer that can be paired (the
-    // layers asked for, plus the ±2 of shift detection and any --shift): a deep model's
-    // calibration costs only the layers reported.
-    let num_layers = session.as_ref().map(|s| s.model.config.num_hidden_layers);
-    let last_layer = match (&layers, num_layers) {
-        (Some(list), Some(n)) => list
-            .iter()
-            .max()
-            .map(|&l| l + 2 + args.shift.unsigned_abs() as usize)
-            .filter(|&l| l + 1 < n),
-        _ => None,
-    };
-    let calibration = match &session {
-        Some(session) => {
-            let capture_ops = a
-                .names()
+        .filter_map(|r| r.ratio_to_floor.map(|x| (x, &r.name)))
+        .max_by(|p, q| p.0.total_cmp(&q.0));
+    let size = match worst {
+        Some((x, name)) => format!("worst {x:.1}× the floor at {name}"),
+        None => format!(
+            "max rel L2 {:.2e}",
+            t.report
+                .tensors
                 .iter()
-                .chain(&b.names())
-                .any(|n| names::parse_op(n).is_some());
-            Some(planner::calibrate_files(
-                session,
-                (a_dtype, b_dtype),
-                capture_ops,
-                last_layer,
-            )?)
+                .map(|r| r.rel_l2)
+                .fold(0.0, f64::max)
+        ),
+    };
+    format!(
+        "trained positions (loss_mask): {} of {}: {} ({size})",
+        t.positions,
+        t.of,
+        t.report.verdict.as_str()
+    )
+}
+
+/// `--layer-ids`, `--layer-ids-a/-b`, `--draft-config`, and the model's size, for each side.
+fn read_options(args: &CompareArgs) -> Result<(ReadOptions, ReadOptions)> {
+    let given = |list: &Option<String>, option: &str| -> Result<Option<LayerIds>> {
+        list.as_deref()
+            .map(|l| {
+                Ok(LayerIds {
+                    ids: layer_ids::parse_list(l, option)?,
+                    from: option.to_string(),
+                })
+            })
+            .transpose()
+    };
+    let both = given(&args.layer_ids, "--layer-ids")?;
+    let draft = match &args.draft_config {
+        Some(path) => {
+            let (ids, key) = layer_ids::from_draft_config(path)?;
+            Some(LayerIds {
+                ids,
+                from: format!("--draft-config {} ({key})", path.display()),
+            })
         }
         None => None,
     };
-
-    let truth = calibration.as_ref().and_then(|c| c.truth_run());
-    for note in pairing::read_layer_indices(&mut a, &mut b, truth)? {
-        eprintln!("hsdiff: {note}");
-        notes.push(note);
-    }
-    // Files of another model would read as "equally close to the truth": check them first.
-    if let (Some(cal), Some(session)) = (&calibration, &session) {
-        let calibrated = cal.calibrated(
-            &a,
-            &b,
-            (a_dtype, b_dtype),
-            &session.model.source.to_string(),
-        );
-        if let Some(note) =
-            plausibility::check(&calibrated, &a, &b, (a_dtype, b_dtype), &calibrated_with)?
-        {
-            eprintln!("hsdiff: {note}");
-            notes.push(note);
-        }
-    }
-    let alignment = pairing::align(&a, &mut b, thresholds(dtype).ok, args.shift)?;
-    let layer_types = session
-        .as_ref()
-        .map(|s| s.model.config.layer_types.as_slice());
-    if let Some(note) = one_sided_states(&a.names(), &b.names()) {
-        eprintln!("hsdiff: {note}");
-        notes.push(note);
-    }
-    // Files that hold different layers (hooks on layers[i] against hidden_states[i]): with
-    // the truth at hand, every layer of either side is judged against it.
-    let truth = calibration.as_ref().and_then(|c| c.truth_run());
-    let split = truth.and_then(|t| disjoint::disjoint_layers(&a, &b).map(|l| (t, l)));
-    let (rows, filled, one_sided) = match split {
-        Some((t, layers_ab)) => {
-            let (rows, fa, fb, one_sided, note) =
-                disjoint::judged_against(&a, &b, t, layers_ab, layer_types);
-            eprintln!("hsdiff: {note}");
-            notes.push(note);
-            (rows, Some((fa, fb)), Some(one_sided))
-        }
-        None => (
-            pairing::paired_rows(
-                &a,
-                &b,
-                layers.as_deref(),
-                layer_types,
-                extra_rows,
-                last_layer.is_some(),
-            )?,
-            None,
-            None,
-        ),
-    };
-    let (src_a, src_b): (&dyn TensorSource, &dyn TensorSource) = match &filled {
-        Some((fa, fb)) => (fa, fb),
-        None => (&a, &b),
-    };
-    if let Some(last) = last_layer {
-        notes.push(format!(
-            "--layers: the truth and floor ran through layer {last} only, so final_norm and \
-             logits are not reported"
+    if both.is_some() && draft.is_some() {
+        return Err(Error::argument(
+            "--draft-config",
+            "give the layer ids once: --layer-ids or --draft-config",
         ));
     }
-    let tokens = if input_ids.is_empty() {
-        rows.iter()
-            .find_map(|r| a.shape(&r.name))
-            .and_then(|s| s.get(1).copied())
-            .unwrap_or(0)
-    } else {
-        input_ids.len()
+    let common = both.or(draft);
+    let (num_layers, hidden_size) = match &args.model {
+        Some(dir) => {
+            let c = ModelConfig::from_file(&dir.join("config.json"))?;
+            (Some(c.num_hidden_layers), Some(c.hidden_size))
+        }
+        None => (None, None),
     };
+    let side = |own: Option<LayerIds>| ReadOptions {
+        layer_ids: own.or_else(|| common.clone()),
+        num_layers,
+        hidden_size,
+        sample: None,
+    };
+    Ok((
+        side(given(&args.layer_ids_a, "--layer-ids-a")?),
+        side(given(&args.layer_ids_b, "--layer-ids-b")?),
+    ))
+}
 
-    // Files of different layers have no diagonal to shift.
-    let alignment = alignment.filter(|_| one_sided.is_none());
-    let comparison = Comparison {
-        a: src_a,
-        b: src_b,
-        a_side: pairing::side(&a, label_a, dtype)?,
-        b_side: pairing::side(&b, label_b, dtype)?,
-        calibration: match (&calibration, &session) {
-            (Some(cal), Some(session)) => Some(cal.calibrated(
-                src_a,
-                src_b,
-                (a_dtype, b_dtype),
-                &session.model.source.to_string(),
-            )),
-            _ => None,
-        },
-        floor_skipped: args.no_floor,
-        uncalibrated_why,
-        rows,
-        dtype,
-        mode: "files".to_string(),
-        input: ComparedInput {
-            input_ids,
-            token_ids,
-            tokens,
-            num_layers,
-        },
-        command: Some(command_line()),
-        alignment,
-        notes,
-        one_sided,
+fn run_dataset(
+    args: &CompareArgs,
+    dtype_hint: Option<DType>,
+    mut pair: PairOptions,
+    read_a: ReadOptions,
+    read_b: ReadOptions,
+) -> Result<i32> {
+    let options = args.report.options();
+    if options.plot.is_some() {
+        return Err(Error::argument(
+            "--plot",
+            "is not drawn for datasets yet: use --format json and plot `samples[].rows`",
+        ));
+    }
+    if args.calibrate.is_some() && args.model.is_none() {
+        return Err(Error::argument("--calibrate", "needs --model DIR"));
+    }
+    pair.verbose = false;
+    let opts = DatasetOptions {
+        pair,
+        read_a,
+        read_b,
+        dtype_hint,
+        model: args.model.clone(),
+        calibrate: args
+            .calibrate
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        shard: args
+            .shard
+            .as_deref()
+            .map(dataset::parse_shard)
+            .transpose()?,
     };
-    let report = build_report(&comparison)?;
-    emit(&report, &args.report.options())
+    let report = dataset::run(&args.a, &args.b, &opts)?;
+    dataset_render::emit(&report, &options)?;
+    Ok(dataset::exit_code(&report, options.fail_on))
 }

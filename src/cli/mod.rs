@@ -9,6 +9,7 @@ mod compare;
 mod diff;
 mod dump;
 mod env;
+mod merge;
 mod paths;
 mod report_args;
 mod selftest;
@@ -52,8 +53,10 @@ enum Command {
     /// reference; `--bench` times the CUDA delta-rule kernel (docs/cuda.md).
     Selftest(selftest::SelftestArgs),
     /// Compare two files of captured hidden states (hsdiff dumps, safetensors, torch.save,
-    /// .npy/.npz).
+    /// .npy/.npz, drafter pipelines' samples), or two datasets of them (folders or globs).
     Compare(compare::CompareArgs),
+    /// Join the JSON reports of `compare … --shard I/N` runs into the dataset's report.
+    Merge(merge::MergeArgs),
     /// List the linear-attention backends and what each would run on each device kind.
     Backends,
     /// Benchmark the backends (and transformers) on the GDN core or the whole forward pass.
@@ -186,6 +189,7 @@ fn dispatch(cli: &Cli) -> Result<i32> {
         Some(Command::Dump(args)) => dump::run(args),
         Some(Command::Selftest(args)) => selftest::run(args),
         Some(Command::Compare(args)) => compare::run(args),
+        Some(Command::Merge(args)) => merge::run(args),
         Some(Command::Backends) => backends::run(),
         Some(Command::Bench(args)) => bench::run(args),
         Some(Command::Env(args)) => env::run(args),

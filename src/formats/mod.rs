@@ -13,6 +13,7 @@ mod entry_names;
 pub mod naming;
 pub mod npy;
 pub mod pickle;
+pub mod pipelines;
 mod read;
 mod safetensors_entries;
 mod torch;
@@ -127,6 +128,13 @@ pub struct FileSource {
     /// hsdiff names two entries map to equally well, with the entries (refused unless `--map`
     /// picks one: [`FileSource::check_unambiguous`]).
     clashes: BTreeMap<String, Vec<usize>>,
+    /// Entries that are a part of a stored tensor (a drafter pipeline's layer), by index.
+    views: BTreeMap<usize, pipelines::view::View>,
+    /// What a drafter pipeline's file was read as ([`pipelines`]), if one wrote it.
+    pub pipeline: Option<pipelines::PipelineInfo>,
+    /// The map is anonymous memory (an inflated `.gz`): its pages are never released, as
+    /// releasing them would zero them.
+    inflated: bool,
 }
 
 fn bad(path: &Path, msg: impl Into<String>) -> Error {
@@ -137,12 +145,26 @@ impl FileSource {
     /// Opens and indexes `path`. `dtype_hint` (`--dtype-hint`) is the compute dtype of files that
     /// record none, and lets 16-bit integer arrays be read as bf16 bits.
     pub fn open(path: &Path, dtype_hint: Option<DType>) -> Result<Self> {
+        Self::open_with(path, dtype_hint, &pipelines::ReadOptions::default())
+    }
+
+    /// [`FileSource::open`], with what a drafter pipeline's file needs to be read (its layer
+    /// ids, the model's size, the sample of a batch).
+    pub fn open_with(
+        path: &Path,
+        dtype_hint: Option<DType>,
+        opts: &pipelines::ReadOptions,
+    ) -> Result<Self> {
         let file = crate::input::open_regular(path)?;
         let len = file.metadata().map_err(|e| bad(path, e.to_string()))?.len();
         if len == 0 {
             return Err(bad(path, "empty file"));
         }
-        let map = FileMap::map(&file, path)?;
+        let mut map = FileMap::map(&file, path)?;
+        let inflated = pipelines::gzip::is_gzip(&map);
+        if inflated {
+            map = FileMap::anonymous(pipelines::gzip::inflate(path, &map)?);
+        }
         let ext = path
             .extension()
             .and_then(|e| e.to_str())
@@ -164,7 +186,9 @@ impl FileSource {
                     "a zip archive holding neither data.pkl (torch.save) nor .npy arrays (np.savez)",
                 ));
             }
-        } else if map.first() == Some(&0x80) && matches!(ext.as_str(), "pt" | "pth" | "bin") {
+        } else if map.first() == Some(&0x80)
+            && matches!(ext.as_str(), "pt" | "pth" | "bin" | "ckpt")
+        {
             return Err(bad(
                 path,
                 "a legacy (pre-1.6, non-zip) torch.save file: re-save it with torch ≥ 1.6 defaults",
@@ -179,8 +203,11 @@ impl FileSource {
             })?
         };
         src.dtype_hint = dtype_hint;
-        src.split_stacked();
-        src.assign_names();
+        src.inflated = inflated;
+        if !src.read_as_pipeline(opts)? {
+            src.split_stacked();
+            src.assign_names();
+        }
         Ok(src)
     }
 
@@ -201,6 +228,9 @@ impl FileSource {
             value_dtype: None,
             zip: None,
             clashes: BTreeMap::new(),
+            views: BTreeMap::new(),
+            pipeline: None,
+            inflated: false,
         }
     }
 

@@ -16,10 +16,11 @@ const RELEASE_ALIGN: usize = 64 << 10;
 impl FileSource {
     /// Reads one entry as stored.
     fn load(&self, idx: usize) -> Result<Tensor> {
-        self.load_entry(&self.entries[idx])
+        let t = self.load_entry(&self.entries[idx])?;
+        self.apply_view(idx, t)
     }
 
-    fn load_entry(&self, e: &Entry) -> Result<Tensor> {
+    pub(super) fn load_entry(&self, e: &Entry) -> Result<Tensor> {
         let err = |msg: String| Error::tensor(&self.path, &e.raw, msg);
         let dtype = match (e.dtype, e.bits16) {
             (Some(d), _) => d,
@@ -80,7 +81,7 @@ impl FileSource {
     fn release(&self, a: usize, b: usize) {
         // madvise wants a page-aligned start; 64 KiB is a multiple of every page size in use.
         let start = a & !(RELEASE_ALIGN - 1);
-        if b <= start || b > self.map.len() {
+        if self.inflated || b <= start || b > self.map.len() {
             return;
         }
         // SAFETY: MADV_DONTNEED on a read-only, file-backed mapping only drops page-table
@@ -101,6 +102,9 @@ impl FileSource {
             return Ok(None);
         };
         let e = &self.entries[idx];
+        if self.has_view(idx) {
+            return self.get(name);
+        }
         // Token axis: 1 for [1, T, …], 0 for [T, D]; only C-order single sequences.
         let axis = match e.shape.len() {
             2 => 0,
@@ -183,11 +187,15 @@ impl FileSource {
 
     /// Shape of the tensor hsdiff calls `name`, normalised as by [`FileSource::get`].
     pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
-        let e = &self.entries[*self.names.get(name)?];
-        Some(if e.shape.len() == 2 {
-            [&[1], e.shape.as_slice()].concat()
+        let idx = *self.names.get(name)?;
+        let shape = self
+            .views
+            .get(&idx)
+            .map_or(&self.entries[idx].shape, |v| &v.shape);
+        Some(if shape.len() == 2 {
+            [&[1], shape.as_slice()].concat()
         } else {
-            e.shape.clone()
+            shape.clone()
         })
     }
 

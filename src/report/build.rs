@@ -48,6 +48,7 @@ pub struct Comparison<'a> {
 
 /// Two files with no layer in common (`compare` with the truth at hand): the rows each side
 /// lacks are the truth's, so those rows measure the other side against the truth.
+#[derive(Debug, Clone)]
 pub struct OneSided {
     pub a_layers: Vec<usize>,
     pub b_layers: Vec<usize>,

@@ -3,6 +3,8 @@
 
 mod build;
 pub mod cells;
+pub mod dataset;
+pub mod dataset_render;
 pub mod emit;
 mod fp8_notes;
 pub mod json;

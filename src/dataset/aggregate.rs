@@ -1,0 +1,313 @@
+//! From per-pair reports to the dataset report's rows: one [`SampleRow`] per pair, the
+//! per-layer distribution across samples ([`LayerRow`]), the dataset verdict and headline.
+//! `hsdiff merge` calls [`finish`] on the merged samples, so a merge equals the whole run.
+
+use crate::compare_pair::PairOutcome;
+use crate::metrics::stats::median;
+use crate::report::Report;
+use crate::report::dataset::{DatasetReport, LayerRow, RowFigures, SampleRow, TrainedFigures};
+use crate::verdict::Verdict;
+
+/// The worst ×floor and rel L2 of a report, and the row of the worst.
+fn worst(report: &Report) -> (Option<f64>, Option<String>, f64) {
+    let mut x: Option<(f64, &str)> = None;
+    let mut rel = 0f64;
+    for t in &report.tensors {
+        // NaN is the worst there is.
+        let r = if t.rel_l2.is_nan() {
+            f64::INFINITY
+        } else {
+            t.rel_l2
+        };
+        rel = rel.max(r);
+        if let Some(v) = t.ratio_to_floor {
+            let v = if v.is_nan() { f64::INFINITY } else { v };
+            if x.is_none_or(|(w, _)| v > w) {
+                x = Some((v, &t.name));
+            }
+        }
+    }
+    let worst_name = x.map(|(_, n)| n.to_string()).or_else(|| {
+        report
+            .tensors
+            .iter()
+            .max_by(|p, q| p.rel_l2.total_cmp(&q.rel_l2))
+            .map(|t| t.name.clone())
+    });
+    (x.map(|(v, _)| v), worst_name, rel)
+}
+
+/// The dataset's row for one compared pair.
+pub fn sample_row(
+    pair: usize,
+    (id, id_b): (String, Option<String>),
+    by_id: bool,
+    files: (String, String),
+    outcome: &PairOutcome,
+) -> SampleRow {
+    let r = &outcome.report;
+    let (worst_x_floor, worst_tensor, worst_rel_l2) = worst(r);
+    let rows = r
+        .tensors
+        .iter()
+        .map(|t| {
+            (
+                t.name.clone(),
+                RowFigures {
+                    rel_l2: t.rel_l2,
+                    x_floor: t.ratio_to_floor,
+                    verdict: t.verdict,
+                },
+            )
+        })
+        .collect();
+    let trained = outcome.trained.as_ref().map(|t| {
+        let (x, _, rel) = worst(&t.report);
+        TrainedFigures {
+            positions: t.positions,
+            of: t.of,
+            verdict: t.report.verdict,
+            first_divergent: t.report.first_divergent.clone(),
+            worst_x_floor: x,
+            worst_rel_l2: rel,
+        }
+    });
+    SampleRow {
+        pair,
+        id,
+        id_b,
+        paired_by: if by_id { "id" } else { "token ids" }.to_string(),
+        verdict: r.verdict,
+        first_divergent: r.first_divergent.clone(),
+        worst_x_floor,
+        worst_tensor,
+        worst_rel_l2,
+        positions: r.inputs.tokens,
+        trained,
+        file_a: files.0,
+        file_b: files.1,
+        rows,
+        order: r.tensors.iter().map(|t| t.name.clone()).collect(),
+    }
+}
+
+/// Nearest-rank quantile of sorted `xs` (`q` in (0, 1]).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Every row name in forward order: the first sample's order, then names only later samples
+/// hold, each after the name it followed there.
+fn row_order(samples: &[SampleRow]) -> Vec<String> {
+    let mut order: Vec<String> = Vec::new();
+    for s in samples {
+        let mut at = 0;
+        for n in &s.order {
+            match order.iter().position(|o| o == n) {
+                Some(p) => at = p + 1,
+                None => {
+                    order.insert(at, n.clone());
+                    at += 1;
+                }
+            }
+        }
+    }
+    order
+}
+
+/// Per-layer aggregates of `metric` (`x_floor` or `rel_l2`).
+pub fn layers(samples: &[SampleRow], metric: &str) -> Vec<LayerRow> {
+    let mut out = Vec::new();
+    for name in row_order(samples) {
+        let mut values: Vec<(f64, &str)> = Vec::new();
+        let mut flagged = 0;
+        for s in samples {
+            let Some(f) = s.rows.get(&name) else {
+                continue;
+            };
+            let v = if metric == "x_floor" {
+                f.x_floor.unwrap_or(f64::NAN)
+            } else {
+                f.rel_l2
+            };
+            // NaN sorts last and is the worst sample.
+            values.push((if v.is_nan() { f64::INFINITY } else { v }, &s.id));
+            flagged += usize::from(f.verdict != Verdict::Ok);
+        }
+        let mut sorted: Vec<f64> = values.iter().map(|v| v.0).collect();
+        sorted.sort_by(f64::total_cmp);
+        // The first of equal values: the sample order decides ties.
+        let worst = values
+            .iter()
+            .fold(None::<&(f64, &str)>, |w, v| match w {
+                Some(w) if w.0.total_cmp(&v.0).is_ge() => Some(w),
+                _ => Some(v),
+            })
+            .map(|v| v.1.to_string())
+            .unwrap_or_default();
+        out.push(LayerRow {
+            samples: values.len(),
+            median: median(&sorted),
+            p95: quantile(&sorted, 0.95),
+            max: sorted.last().copied().unwrap_or(f64::NAN),
+            worst_sample: worst,
+            flagged,
+            name,
+        });
+    }
+    out
+}
+
+/// Fills in what follows from the samples: the metric, the per-layer rows, the verdict and the
+/// headline. `report.samples` is sorted into pairing order first.
+pub fn finish(report: &mut DatasetReport) {
+    report.samples.sort_by_key(|s| s.pair);
+    report
+        .failed
+        .sort_by(|x, y| (&x.file_a, &x.file_b).cmp(&(&y.file_a, &y.file_b)));
+    let calibrated = !report.samples.is_empty()
+        && report
+            .samples
+            .iter()
+            .all(|s| s.rows.values().any(|r| r.x_floor.is_some()));
+    report.metric = if calibrated { "x_floor" } else { "rel_l2" }.to_string();
+    report.layers = layers(&report.samples, &report.metric);
+    report.verdict = report
+        .samples
+        .iter()
+        .map(|s| s.verdict)
+        .max()
+        .unwrap_or(Verdict::Ok);
+    report.summary = headline(report);
+}
+
+fn headline(r: &DatasetReport) -> String {
+    let n = r.samples.len();
+    let flagged: Vec<&SampleRow> = r
+        .samples
+        .iter()
+        .filter(|s| s.verdict != Verdict::Ok)
+        .collect();
+    let mut s = if flagged.is_empty() {
+        let how = match r
+            .samples
+            .iter()
+            .filter_map(|s| s.worst_x_floor)
+            .reduce(f64::max)
+        {
+            Some(x) if r.metric == "x_floor" => format!("within {x:.1}× the rounding floor"),
+            _ => format!(
+                "within the depth-scaled band (uncalibrated; max rel L2 {:.2e})",
+                r.samples.iter().map(|s| s.worst_rel_l2).fold(0.0, f64::max)
+            ),
+        };
+        format!("ok: all {n} compared samples {how}")
+    } else {
+        let worst = flagged
+            .iter()
+            .max_by(|p, q| {
+                p.verdict.cmp(&q.verdict).then(
+                    p.worst_x_floor
+                        .unwrap_or(p.worst_rel_l2)
+                        .total_cmp(&q.worst_x_floor.unwrap_or(q.worst_rel_l2)),
+                )
+            })
+            .copied();
+        let what = worst.map_or(String::new(), |w| {
+            let at = w
+                .first_divergent
+                .as_deref()
+                .or(w.worst_tensor.as_deref())
+                .unwrap_or("?");
+            let size = match w.worst_x_floor {
+                Some(x) => format!("{x:.1}× the floor"),
+                None => format!("rel L2 {:.2e}", w.worst_rel_l2),
+            };
+            format!(
+                " — worst sample {}: {} from {at} ({size})",
+                w.id,
+                w.verdict.as_str()
+            )
+        });
+        format!(
+            "{}: {} of {n} compared samples flagged{what}",
+            r.verdict.as_str(),
+            flagged.len()
+        )
+    };
+    let by_tokens = r.samples.iter().filter(|x| x.paired_by != "id").count();
+    if by_tokens > 0 {
+        s.push_str(&format!("; {by_tokens} paired by token ids"));
+    }
+    let trained_differs: Vec<&str> = r
+        .samples
+        .iter()
+        .filter(|x| x.trained.as_ref().is_some_and(|t| t.verdict != x.verdict))
+        .map(|x| x.id.as_str())
+        .collect();
+    if !trained_differs.is_empty() {
+        s.push_str(&format!(
+            "; the trained positions (loss_mask) judge differently in {}",
+            trained_differs.join(", ")
+        ));
+    }
+    let ids = |v: &[crate::report::dataset::Unpaired]| {
+        let shown: Vec<&str> = v.iter().take(3).map(|u| u.id.as_str()).collect();
+        let more = if v.len() > 3 {
+            format!(", … ({} in all)", v.len())
+        } else {
+            String::new()
+        };
+        format!("{}{more}", shown.join(", "))
+    };
+    if !r.token_mismatches.is_empty() {
+        s.push_str(&format!(
+            "; {} pair(s) left out, token ids differ ({})",
+            r.token_mismatches.len(),
+            ids(&r.token_mismatches)
+        ));
+    }
+    if !r.unpaired_a.is_empty() {
+        s.push_str(&format!("; unpaired in A: {}", ids(&r.unpaired_a)));
+    }
+    if !r.unpaired_b.is_empty() {
+        s.push_str(&format!("; unpaired in B: {}", ids(&r.unpaired_b)));
+    }
+    if !r.failed.is_empty() {
+        s.push_str(&format!(
+            "; {} sample(s) could not be compared",
+            r.failed.len()
+        ));
+    }
+    let calibrated = r
+        .samples
+        .iter()
+        .filter(|x| x.rows.values().any(|f| f.x_floor.is_some()))
+        .count();
+    if calibrated == n {
+        s.push_str(&format!("; {}", r.calibration));
+    } else {
+        s.push_str(&format!(
+            "; {}: {calibrated} of {n} samples calibrated",
+            r.calibration
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles() {
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.95), 19.0);
+        assert_eq!(quantile(&v, 1.0), 20.0);
+        assert_eq!(quantile(&[3.0], 0.95), 3.0);
+    }
+}

@@ -1,0 +1,240 @@
+//! The dataset report rendered: a terminal table, markdown or JSON (`hsdiff.dataset/v1`).
+//! Formatting only; every figure is the report's.
+
+use comfy_table::Cell;
+
+use super::dataset::{DatasetReport, SampleRow, Unpaired};
+use super::emit::{Format, ReportOptions};
+use super::table::grid;
+use crate::error::{Error, Result};
+
+fn x_floor(x: Option<f64>) -> String {
+    match x {
+        Some(v) if v.is_nan() => "NaN".to_string(),
+        Some(v) if v.is_infinite() => "∞".to_string(),
+        Some(v) => format!("{v:.1}"),
+        None => "—".to_string(),
+    }
+}
+
+fn rel(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.2e}")
+    } else if v.is_nan() {
+        "NaN".to_string()
+    } else {
+        "∞".to_string()
+    }
+}
+
+/// The figure `metric` names, as the layer table shows it.
+fn metric_value(metric: &str, v: f64) -> String {
+    if metric == "x_floor" {
+        x_floor(Some(v))
+    } else {
+        rel(v)
+    }
+}
+
+const SAMPLE_COLUMNS: [&str; 8] = [
+    "sample",
+    "paired with",
+    "positions",
+    "first divergent",
+    "worst ×floor (tensor)",
+    "max rel L2",
+    "trained positions (loss_mask)",
+    "verdict",
+];
+
+fn sample_cells(s: &SampleRow) -> Vec<String> {
+    let partner = match &s.id_b {
+        Some(b) => format!("{b} (by {})", s.paired_by),
+        None => format!("same id ({})", s.paired_by),
+    };
+    let worst = match (&s.worst_x_floor, &s.worst_tensor) {
+        (Some(x), Some(t)) => format!("{} ({t})", x_floor(Some(*x))),
+        _ => "—".to_string(),
+    };
+    let trained = s.trained.as_ref().map_or("—".to_string(), |t| {
+        let size = match t.worst_x_floor {
+            Some(x) => format!("{}×", x_floor(Some(x))),
+            None => rel(t.worst_rel_l2),
+        };
+        format!("{}/{}: {} {size}", t.positions, t.of, t.verdict.as_str())
+    });
+    vec![
+        s.id.clone(),
+        partner,
+        s.positions.to_string(),
+        s.first_divergent.clone().unwrap_or_else(|| "—".to_string()),
+        worst,
+        rel(s.worst_rel_l2),
+        trained,
+        s.verdict.as_str().to_string(),
+    ]
+}
+
+fn layer_columns(metric: &str) -> Vec<String> {
+    let m = if metric == "x_floor" {
+        "×floor"
+    } else {
+        "rel L2"
+    };
+    vec![
+        "tensor".to_string(),
+        "samples".to_string(),
+        format!("median {m}"),
+        format!("p95 {m}"),
+        format!("max {m}"),
+        "worst sample".to_string(),
+        "flagged".to_string(),
+    ]
+}
+
+fn lists(r: &DatasetReport) -> Vec<String> {
+    let mut out = Vec::new();
+    let line = |u: &Unpaired| match (&u.other, &u.why) {
+        (Some(o), Some(w)) => format!("{} ({} vs {o}: {w})", u.id, u.file),
+        _ => format!("{} ({})", u.id, u.file),
+    };
+    for (what, v) in [
+        ("left out, token ids differ", &r.token_mismatches),
+        ("unpaired in A", &r.unpaired_a),
+        ("unpaired in B", &r.unpaired_b),
+    ] {
+        if !v.is_empty() {
+            out.push(format!(
+                "{what}: {}",
+                v.iter().map(line).collect::<Vec<_>>().join("; ")
+            ));
+        }
+    }
+    for f in &r.failed {
+        out.push(format!(
+            "could not be compared: {} ({} vs {}): {}",
+            f.id, f.file_a, f.file_b, f.error
+        ));
+    }
+    out
+}
+
+fn header(r: &DatasetReport) -> String {
+    let mut out = format!("{}\n\n", r.summary);
+    for note in &r.notes {
+        out.push_str(&format!("note: {note}\n"));
+    }
+    for (side, spec, formats) in [("A", &r.a, &r.formats_a), ("B", &r.b, &r.formats_b)] {
+        out.push_str(&format!("{side}: {spec}\n"));
+        for f in formats {
+            out.push_str(&format!("   {f}\n"));
+        }
+    }
+    let shard = match r.shard {
+        Some(s) => format!(" (shard {}/{}: every {}th pair)", s.index, s.count, s.count),
+        None => String::new(),
+    };
+    out.push_str(&format!(
+        "{} of {} pairs compared{shard}; {}\n",
+        r.samples.len(),
+        r.pairs_total,
+        r.calibration
+    ));
+    out
+}
+
+fn table(r: &DatasetReport) -> String {
+    let mut out = header(r);
+    let mut g = grid(SAMPLE_COLUMNS.to_vec());
+    for s in &r.samples {
+        g.add_row(sample_cells(s).into_iter().map(Cell::new));
+    }
+    out.push_str(&format!("{g}\n"));
+    let cols = layer_columns(&r.metric);
+    let mut g = grid(cols.iter().map(String::as_str).collect());
+    for l in &r.layers {
+        g.add_row(
+            [
+                l.name.clone(),
+                l.samples.to_string(),
+                metric_value(&r.metric, l.median),
+                metric_value(&r.metric, l.p95),
+                metric_value(&r.metric, l.max),
+                l.worst_sample.clone(),
+                l.flagged.to_string(),
+            ]
+            .into_iter()
+            .map(Cell::new),
+        );
+    }
+    out.push_str(&format!("{g}\n"));
+    for l in lists(r) {
+        out.push_str(&format!("{l}\n"));
+    }
+    out
+}
+
+fn md_row(cells: &[String]) -> String {
+    let cells: Vec<String> = cells.iter().map(|c| c.replace('|', "\\|")).collect();
+    format!("| {} |\n", cells.join(" | "))
+}
+
+fn markdown(r: &DatasetReport) -> String {
+    let mut out = format!("**{}**\n\n", r.summary.replace('|', "\\|"));
+    let head = header(r);
+    let body: Vec<&str> = head.lines().skip(2).collect();
+    for line in body {
+        out.push_str(&format!("{}  \n", line.trim_start()));
+    }
+    out.push('\n');
+    let cols: Vec<String> = SAMPLE_COLUMNS.iter().map(|s| s.to_string()).collect();
+    out.push_str(&md_row(&cols));
+    out.push_str(&md_row(&vec!["---".to_string(); cols.len()]));
+    for s in &r.samples {
+        out.push_str(&md_row(&sample_cells(s)));
+    }
+    out.push('\n');
+    let cols = layer_columns(&r.metric);
+    out.push_str(&md_row(&cols));
+    out.push_str(&md_row(&vec!["---".to_string(); cols.len()]));
+    for l in &r.layers {
+        out.push_str(&md_row(&[
+            format!("`{}`", l.name),
+            l.samples.to_string(),
+            metric_value(&r.metric, l.median),
+            metric_value(&r.metric, l.p95),
+            metric_value(&r.metric, l.max),
+            l.worst_sample.clone(),
+            l.flagged.to_string(),
+        ]));
+    }
+    let rest = lists(r);
+    if !rest.is_empty() {
+        out.push('\n');
+        for l in rest {
+            out.push_str(&format!("- {}\n", l.replace('|', "\\|")));
+        }
+    }
+    out
+}
+
+/// The report in `format`.
+pub fn render(r: &DatasetReport, format: Format) -> Result<Vec<u8>> {
+    Ok(match format {
+        Format::Table => table(r).into_bytes(),
+        Format::Markdown => markdown(r).into_bytes(),
+        Format::Json => {
+            let mut bytes = serde_json::to_vec_pretty(r).map_err(|e| {
+                Error::Internal(format!("cannot encode the dataset report as JSON: {e}"))
+            })?;
+            bytes.push(b'\n');
+            bytes
+        }
+    })
+}
+
+/// Writes the report as `options` ask (`--plot` is refused for datasets by the command).
+pub fn emit(r: &DatasetReport, options: &ReportOptions) -> Result<()> {
+    let bytes = render(r, options.format)?;
+    options.write(&bytes, &[&r.summary])
+}
