@@ -16,6 +16,7 @@ use crate::capture::names;
 use crate::compare::one_sided_states;
 use crate::device::parse_dtype;
 use crate::error::Result;
+use crate::escape::one_line;
 use crate::formats::{FileSource, coarseness};
 use crate::pairing;
 use crate::planner::{self, SideRun};
@@ -87,7 +88,8 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
     b.check_unambiguous()?;
     for (side, src) in [("A", &a), ("B", &b)] {
         for c in &src.conventions {
-            eprintln!("hsdiff: {side} ({}): {c}", src.path().display());
+            let line = format!("{side} ({}): {c}", src.path().display());
+            eprintln!("hsdiff: {}", one_line(&line));
         }
         pairing::require_names(src)?;
     }
@@ -176,7 +178,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
 
     let truth = calibration.as_ref().and_then(|c| c.truth_run());
     for note in pairing::read_layer_indices(&mut a, &mut b, truth)? {
-        eprintln!("hsdiff: {note}");
+        eprintln!("hsdiff: {}", one_line(&note));
         notes.push(note);
     }
     let alignment = pairing::align(&a, &mut b, thresholds(dtype).ok, args.shift)?;
@@ -184,7 +186,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         .as_ref()
         .map(|s| s.model.config.layer_types.as_slice());
     if let Some(note) = one_sided_states(&a.names(), &b.names()) {
-        eprintln!("hsdiff: {note}");
+        eprintln!("hsdiff: {}", one_line(&note));
         notes.push(note);
     }
     let rows = pairing::paired_rows(
