@@ -2920,7 +2920,7 @@ fn round_two_nothing_is_resolved_silently() {
     let text = String::from_utf8_lossy(&o.stdout);
     let row = text
         .lines()
-        .find(|l| l.contains("layers.1 "))
+        .find(|l| l.starts_with('│') && l.contains("layers.1 "))
         .expect("the layers.1 row");
     assert!(row.contains("NaN/Inf: A 0, B 48"), "{row}");
     assert!(!row.contains("1.000000") && !row.contains("┆ 0 "), "{row}");

@@ -503,6 +503,10 @@ fn cross_format_pairing() {
             "1,2,4,5,6",
             "--layer-ids-b",
             vllm_ids(model),
+            // Calibrated: a 25 % error at one bf16 layer is far beyond this model's floor, but
+            // within the uncalibrated envelope deep random-weight geometries need (issue 19).
+            "--model",
+            &m,
         ],
     );
     assert_eq!(code, 1, "the planted bug: {}", r["summary"]);
