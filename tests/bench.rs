@@ -74,7 +74,8 @@ fn bench_core_prints_a_table_and_writes_json_of_every_case() {
     assert_eq!(table.len(), 13, "{stdout}");
     assert!(table[0].contains("ms/call (median)") && table[0].contains("rel L2 vs transformers"));
     for row in &table[1..] {
-        assert_eq!(row.matches('┆').count(), 9, "{row}");
+        // 11 columns (the GFLOP/s one included: `—` for core cases, which count no FLOPs).
+        assert_eq!(row.matches('┆').count(), 10, "{row}");
         assert!(!row.contains("FAILED"), "{row}");
     }
     let skipped: Vec<&&str> = table
