@@ -11,8 +11,6 @@ use super::stats::Timings;
 /// transformers' forward (forward).
 pub const TORCH_REFERENCES: &[&str] = &["torch_chunk", "torch"];
 
-// One per row of a bench run (tens of them): the measured variant's size does not matter.
-#[allow(clippy::large_enum_variant)]
 #[derive(Serialize, Debug)]
 #[serde(tag = "status", rename_all = "lowercase")]
 pub enum CaseOutcome {
