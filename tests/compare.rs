@@ -186,8 +186,9 @@ fn layer_shift_is_detected_and_shift_aligns() {
     let (code, r) = compare_json("shifted.safetensors", "dump_f32.safetensors", &[]);
     assert_eq!(code, 1);
     let summary = r["summary"].as_str().expect("summary");
+    // The shift explains the table: the headline leads with it, after the verdict word.
     assert!(
-        summary.contains("B looks shifted by +1 layer relative to A"),
+        summary.starts_with("mismatch: B looks shifted by +1 layer relative to A"),
         "{summary}"
     );
     assert_eq!(r["alignment"]["offset"], 1);

@@ -333,7 +333,13 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         summary = if al.applied {
             format!("{summary} (compared with --shift {})", al.offset)
         } else {
-            format!("{summary}; {}", crate::alignment::describe(al))
+            // A detected shift explains the rows below it: the headline leads with it, right
+            // after the verdict word.
+            let shift = crate::alignment::describe(al);
+            match summary.split_once(": ") {
+                Some((word, rest)) => format!("{word}: {shift}; {rest}"),
+                None => format!("{shift}; {summary}"),
+            }
         };
     }
 
