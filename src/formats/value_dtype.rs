@@ -18,13 +18,18 @@ use crate::error::Result;
 const HEAD_TOKENS: usize = 16;
 
 /// The narrowest dtype among bf16 and f16 that holds every value of `t` exactly; None when
-/// neither does (or `t` is already 16-bit, or empty). Non-finite values are left out.
+/// neither does (or `t` is already 16-bit, empty, or holds no finite value). Non-finite values
+/// are left out.
 pub fn exact_in(t: &Tensor) -> Result<Option<DType>> {
     if !matches!(t.dtype(), DType::F32 | DType::F64) || t.elem_count() == 0 {
         return Ok(None);
     }
     let values: Vec<f64> = t.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?;
     let finite = || values.iter().copied().filter(|v| v.is_finite());
+    // No finite value is no evidence of any dtype (an all-NaN layer says nothing).
+    if finite().next().is_none() {
+        return Ok(None);
+    }
     let as_f32 = |v: f64| {
         let x = v as f32;
         (f64::from(x) == v).then_some(x)
@@ -158,6 +163,8 @@ mod tests {
         let mut with_nan = v.clone();
         with_nan[5] = f32::NAN;
         assert_eq!(exact_in(&Tensor::new(with_nan, &dev)?)?, Some(DType::BF16));
+        let all_nan = vec![f32::NAN; 8];
+        assert_eq!(exact_in(&Tensor::new(all_nan, &dev)?)?, None);
         assert_eq!(exact_in(&bf.to_dtype(DType::BF16)?)?, None);
         Ok(())
     }
