@@ -372,6 +372,11 @@ fn every_fused_kernel_level_this_cpu_has_passes_the_selftest_when_forced() {
                 Some(0),
                 "{level} passed on a CPU without it"
             );
+            let out = stdout_of(&o);
+            assert!(
+                out.contains("FAIL  fused kernels vs the f64 truth"),
+                "the kernel section says why it is empty:\n{out}"
+            );
             // The live run refuses with one line, exit 2.
             let live = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
                 .args(["--a", "fused", "--b", "reference"])
