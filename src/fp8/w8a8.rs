@@ -197,11 +197,12 @@ mod tests {
     }
 
     #[test]
-    fn the_gemm_applies_each_blocks_scales_and_rounds_once_to_bf16() {
+    fn the_gemm_applies_each_blocks_scales_and_rounds_once_to_bf16() -> Result<(), String> {
         // A [2, 5] weight of 1.0 codes, column blocks of 3 (the second partial): scales 2 and 4
         // for row 0, 8 and 16 for row 1.
-        let scales = BlockScales::new(&[2, 5], [1, 3], vec![2.0, 4.0, 8.0, 16.0]).unwrap();
-        let w = Fp8Weight::new(Fp8Format::E4M3, &[0x38; 10], 2, 5, &scales).unwrap();
+        let scales = BlockScales::new(&[2, 5], [1, 3], vec![2.0, 4.0, 8.0, 16.0])
+            .ok_or("a 2 × 2 grid of scales")?;
+        let w = Fp8Weight::new(Fp8Format::E4M3, &[0x38; 10], 2, 5, &scales)?;
         // Each x / s is an e4m3 value (112, 224, 448 and 224, 448), so the sums are those of x
         // up to f32 roundings of s that bf16 does not see: Σ_b s_w · Σ x.
         let x = [1.0f32, 2.0, 4.0, 8.0, 16.0];
@@ -212,5 +213,6 @@ mod tests {
         let y2 = matmul(&x, 1, &swapped, ActScale::Fp32);
         assert_eq!((y2[0], y2[1]), (y[1], y[0]));
         assert!(Fp8Weight::new(Fp8Format::E5M2, &[0; 10], 2, 5, &scales).is_err());
+        Ok(())
     }
 }
