@@ -9,6 +9,8 @@
 //! - captures saved by layer index (`{1: t}`, `layer_N`, `{'hidden_states': {1: t}}`, and
 //!   indices meaning `hidden_states[N]`), read as the layers they are and said so.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,22 +30,6 @@ fn state(model: &str, name: &str) -> PathBuf {
         .join("golden/states")
         .join(model)
         .join(format!("{name}.safetensors"))
-}
-
-/// `hsdiff compare A B --format json …`: exit code, report, stderr.
-fn compare(a: &Path, b: &Path, extra: &[&str]) -> (i32, Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
-        .arg("compare")
-        .arg(a)
-        .arg(b)
-        .args(["--format", "json"])
-        .args(extra)
-        .output()
-        .expect("run hsdiff");
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    let report = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON report ({e}); stderr: {err}"));
-    (out.status.code().expect("exit code"), report, err)
 }
 
 fn rows(r: &Value) -> &Vec<Value> {
@@ -91,7 +77,7 @@ fn transformers_captures_vs_strict_f64_are_ok_with_the_model() {
         let dir = root().join("golden").join(model);
         let dir = dir.to_string_lossy();
         for dtype in ["bf16", "f32"] {
-            let (code, r, err) = compare(
+            let (code, r, err) = common::compare_json(
                 &state(model, "fizzbuzz.f64"),
                 &state(model, &format!("fizzbuzz.{dtype}")),
                 &["--model", &dir],
@@ -125,7 +111,7 @@ fn transformers_captures_vs_strict_f64_are_ok_with_the_model() {
 #[test]
 fn the_moe_bf16_capture_sets_routing_flips_aside_with_their_margins() {
     let dir = root().join("golden/qwen3_next_moe_tiny");
-    let (code, r, _) = compare(
+    let (code, r, _) = common::compare_json(
         &state("qwen3_next_moe_tiny", "fizzbuzz.f64"),
         &state("qwen3_next_moe_tiny", "fizzbuzz.bf16"),
         &["--model", &dir.to_string_lossy()],
@@ -177,7 +163,7 @@ fn a_quarter_error_planted_at_one_layer_is_flagged_there() {
     let dir = tmp("planted");
     let planted = save(&t, &dir, "planted.bf16.safetensors");
     let gold = root().join("golden").join(model);
-    let (code, r, _) = compare(
+    let (code, r, _) = common::compare_json(
         &state(model, "fizzbuzz.f64"),
         &planted,
         &["--model", &gold.to_string_lossy()],
@@ -199,7 +185,7 @@ fn a_quarter_error_planted_at_one_layer_is_flagged_there() {
 
 #[test]
 fn the_golden_dumps_are_calibrated_with_the_builtin_model_without_model() {
-    let (code, r, err) = compare(
+    let (code, r, err) = common::compare_json(
         &state("qwen3_5_tiny", "fizzbuzz.f64"),
         &state("qwen3_5_tiny", "fizzbuzz.bf16"),
         &[],
@@ -246,7 +232,7 @@ fn without_a_model_the_report_says_uncalibrated_and_scales_the_band_with_depth()
             }
         }
     });
-    let (code, r, _) = compare(&a, &b, &["--dtype-hint", "bf16"]);
+    let (code, r, _) = common::compare_json(&a, &b, &["--dtype-hint", "bf16"]);
     assert_eq!(code, 0, "{}", summary(&r));
     // Both are missing: the ids and the model, and the headline names both.
     assert!(
@@ -289,7 +275,7 @@ fn nan_and_inf_are_judged_per_element() {
         let (tok, ch) = if is_a { (5, 7) } else { (9, 3) };
         poke(t, "layers.2", tok, ch, f32::NAN);
     });
-    let (code, r, _) = compare(&a, &b, &[]);
+    let (code, r, _) = common::compare_json(&a, &b, &[]);
     assert_eq!(code, 1, "{}", summary(&r));
     assert_eq!(r["first_divergent"], "layers.2");
     assert_eq!(row(&r, "layers.2")["non_finite_disagree"], 2);
@@ -313,7 +299,7 @@ fn nan_and_inf_are_judged_per_element() {
             },
         );
     });
-    let (code, r, _) = compare(&a, &b, &[]);
+    let (code, r, _) = common::compare_json(&a, &b, &[]);
     assert_eq!(code, 1, "{}", summary(&r));
     assert_eq!(r["first_divergent"], "layers.4");
     assert!(
@@ -324,7 +310,7 @@ fn nan_and_inf_are_judged_per_element() {
 
     // NaN at the same element on both sides: never benign.
     let (a, b) = uncalibrated_pair(&dir, |t, _| poke(t, "layers.1", 17, 0, f32::NAN));
-    let (code, r, _) = compare(&a, &b, &[]);
+    let (code, r, _) = common::compare_json(&a, &b, &[]);
     assert_eq!(code, 1, "{}", summary(&r));
     assert!(
         summary(&r).contains("both NaN") && summary(&r).contains("layers.1"),
@@ -347,7 +333,7 @@ fn nan_and_inf_are_judged_per_element() {
             }
         }
     });
-    let (code, r, _) = compare(&a, &b, &[]);
+    let (code, r, _) = common::compare_json(&a, &b, &[]);
     assert_eq!(code, 1, "{}", summary(&r));
     assert_eq!(r["first_divergent"], "layers.3");
     assert!(
@@ -368,7 +354,7 @@ fn captures_saved_by_layer_index_compare_as_those_layers() {
         ("idx_nested.pt", "the output of layer N"),
         ("idx_input.pt", "hidden_states[N], the input of layer N"),
     ] {
-        let (code, r, err) = compare(&full, &layouts.join(file), &[]);
+        let (code, r, err) = common::compare_json(&full, &layouts.join(file), &[]);
         assert_eq!(code, 0, "{file}: {}\n{err}", summary(&r));
         assert_eq!(r["verdict"], "ok", "{file}");
         assert_eq!(names(&r), ["layers.1", "layers.3", "layers.5"], "{file}");

@@ -3,6 +3,8 @@
 //! accepted format and name convention, the hidden_states convention, layer-shift detection,
 //! the token-mismatch refusal, environment differences, exit codes, and malformed files.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -33,24 +35,10 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// Runs `compare … --format json`; returns the exit code and the report.
+/// Runs `compare … --format json` on two fixtures; returns the exit code and the report.
 fn compare_json(a: &str, b: &str, extra: &[&str]) -> (i32, Value) {
-    let mut args = vec!["--format", "json"];
-    args.extend_from_slice(extra);
-    let o = compare(&fixture(a), &fixture(b), &args);
-    let code = o.status.code().expect("exit code");
-    let report = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("no JSON report ({e}); stderr: {}", stderr(&o)));
+    let (code, report, _) = common::compare_json(&fixture(a), &fixture(b), extra);
     (code, report)
-}
-
-fn row_names(r: &Value) -> Vec<String> {
-    r["tensors"]
-        .as_array()
-        .expect("tensors")
-        .iter()
-        .map(|t| t["name"].as_str().expect("name").to_string())
-        .collect()
 }
 
 fn max_rel(r: &Value) -> f64 {
@@ -99,7 +87,7 @@ fn every_format_reads_like_the_dump() {
             };
             want.insert(at, m.to_string());
         }
-        assert_eq!(row_names(&r), want, "{file}");
+        assert_eq!(common::row_names(&r), want, "{file}");
         let tol = if *dtype == "bf16" { 4e-3 } else { 0.0 };
         assert!(max_rel(&r) <= tol, "{file}: max rel {}", max_rel(&r));
         assert!(r["alignment"].is_null(), "{file}");
@@ -167,7 +155,7 @@ fn hsdiff_dump_against_pytorch_hidden_states() {
     let o = compare(&dump, &fixture("hs_tuple.pt"), &["--format", "json"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let r: Value = serde_json::from_slice(&o.stdout).expect("json");
-    assert_eq!(row_names(&r), hs_rows());
+    assert_eq!(common::row_names(&r), hs_rows());
     assert!(max_rel(&r) < 1e-5, "max rel {}", max_rel(&r));
     // And against the PyTorch dump with ids: checked, equal.
     let o = compare(
@@ -326,7 +314,7 @@ fn exit_codes() {
     );
     assert_eq!(code, 0);
     assert_eq!(
-        row_names(&r),
+        common::row_names(&r),
         ["embed", "layers.1", "layers.2", "final_norm"]
     );
 }
@@ -348,7 +336,7 @@ fn map_names_tensors_no_convention_knows() {
         &["--map", "layers.3=block3", "--map", "embed=emb"],
     );
     assert_eq!(code, 0, "{}", r["summary"]);
-    assert_eq!(row_names(&r), ["embed", "layers.3"]);
+    assert_eq!(common::row_names(&r), ["embed", "layers.3"]);
     assert_eq!(max_rel(&r), 0.0);
     // Mapping the wrong tensor shows up as a mismatch.
     let (code, _) = compare_json(
@@ -397,7 +385,7 @@ fn bf16_bits_in_numpy_need_the_hint() {
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let r: Value = serde_json::from_slice(&o.stdout).expect("json");
-    assert_eq!(row_names(&r), ["embed"]);
+    assert_eq!(common::row_names(&r), ["embed"]);
     assert_eq!(max_rel(&r), 0.0);
 }
 

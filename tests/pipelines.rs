@@ -4,7 +4,9 @@
 //! the truth, datasets paired by id and by token ids, a planted bug named with its sample and
 //! layer, masks honoured, batches split, `--calibrate N`, and shards merged into the whole.
 
-use std::path::PathBuf;
+mod common;
+
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use hsdiff::formats::FileSource;
@@ -71,21 +73,8 @@ fn stderr(o: &Output) -> String {
 
 /// `hsdiff compare A B … --format json`: exit code and report.
 fn json(a: &str, b: &str, extra: &[&str]) -> (i32, Value) {
-    let mut args = vec!["compare", a, b, "--format", "json"];
-    args.extend_from_slice(extra);
-    let o = hsdiff(&args);
-    let report = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("no JSON report ({e}); stderr: {}", stderr(&o)));
-    (o.status.code().expect("exit code"), report)
-}
-
-fn rows(r: &Value) -> Vec<String> {
-    r["tensors"]
-        .as_array()
-        .expect("tensors")
-        .iter()
-        .map(|t| t["name"].as_str().expect("name").to_string())
-        .collect()
+    let (code, report, _) = common::compare_json(Path::new(a), Path::new(b), extra);
+    (code, report)
 }
 
 fn max_x_floor(r: &Value) -> f64 {
@@ -180,7 +169,7 @@ fn each_format_reads_its_layers() {
             args.extend(extra);
             let (code, r) = json(&file, &eval, &args);
             assert_eq!(code, 0, "{model} {what}: {}", r["summary"]);
-            let mut got = rows(&r);
+            let mut got = common::row_names(&r);
             got.sort();
             let mut want = want.clone();
             want.sort();
@@ -234,7 +223,7 @@ fn defaults_and_last_state() {
         n.contains("read as the last layer's output before the final norm (layers.7)"),
         "{n}"
     );
-    assert!(rows(&r).contains(&"layers.7".to_string()));
+    assert!(common::row_names(&r).contains(&"layers.7".to_string()));
 }
 
 /// A speculators `hidden_states [T, k, H]` is never read as an `output_hidden_states` stack

@@ -286,3 +286,30 @@ pub fn stderr_of(o: &Output) -> String {
 pub fn stdout_of(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
+
+/// `hsdiff compare A B --format json EXTRA…` from the current folder: the exit code, the JSON
+/// report (a test that expects one fails with stderr when none was printed) and stderr.
+pub fn compare_json(a: &Path, b: &Path, extra: &[&str]) -> (i32, serde_json::Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+        .arg("compare")
+        .arg(a)
+        .arg(b)
+        .args(["--format", "json"])
+        .args(extra)
+        .output()
+        .expect("run hsdiff");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON report ({e}); stderr: {err}"));
+    (out.status.code().expect("exit code"), report, err)
+}
+
+/// The names of a JSON report's tensor rows, in order.
+pub fn row_names(r: &serde_json::Value) -> Vec<String> {
+    r["tensors"]
+        .as_array()
+        .expect("tensors")
+        .iter()
+        .map(|t| t["name"].as_str().expect("name").to_string())
+        .collect()
+}
