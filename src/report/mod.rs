@@ -10,6 +10,7 @@ mod fp8_notes;
 pub mod json;
 pub mod markdown;
 pub mod plot;
+mod raster;
 mod routing;
 pub mod sentences;
 pub mod summary;

@@ -6,9 +6,9 @@
 //! the mismatch line max(ok band, k × floor), and the first divergent tensor marked. Bottom panel:
 //! a tensor × token heatmap of the per-token relative error on a log colour scale.
 //!
-//! The figure needs no system fonts or libraries: text is laid out (SVG) and drawn (PNG) with
-//! DejaVu Sans, embedded in the binary through the `dejavu` crate, and the PNG is encoded in
-//! memory. Like the other renderers, this computes nothing: everything comes from the report.
+//! The figure needs no system fonts or libraries: text is laid out with DejaVu Sans, embedded in
+//! the binary through the `dejavu` crate, and the PNG is the SVG rasterised in memory
+//! (`raster.rs`). Like the other renderers, this computes nothing: everything comes from the report.
 
 use std::ops::Range;
 use std::path::Path;
@@ -126,33 +126,9 @@ fn render_svg(report: &Report) -> std::result::Result<String, String> {
     Ok(svg)
 }
 
-/// The figure as PNG bytes (8-bit RGB).
+/// The figure as PNG bytes: the SVG figure rasterised, so both formats show the same thing.
 fn render_png(report: &Report) -> std::result::Result<Vec<u8>, String> {
-    register_fonts()?;
-    let (w, h) = (WIDTH, figure_height(report));
-    let mut rgb = vec![0u8; (w * h * 3) as usize];
-    {
-        let root = BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area();
-        draw(&root, report).map_err(|e| format!("cannot draw the plot: {e}"))?;
-        root.present()
-            .map_err(|e| format!("cannot draw the plot: {e}"))?;
-    }
-    let mut out = Vec::new();
-    {
-        let mut encoder = png::Encoder::new(&mut out, w, h);
-        encoder.set_color(png::ColorType::Rgb);
-        encoder.set_depth(png::BitDepth::Eight);
-        let mut writer = encoder
-            .write_header()
-            .map_err(|e| format!("cannot encode the PNG: {e}"))?;
-        writer
-            .write_image_data(&rgb)
-            .map_err(|e| format!("cannot encode the PNG: {e}"))?;
-        writer
-            .finish()
-            .map_err(|e| format!("cannot encode the PNG: {e}"))?;
-    }
-    Ok(out)
+    super::raster::svg_to_png(&render_svg(report)?)
 }
 
 /// Registers the embedded font under the family names plotters asks for (once per process).
@@ -317,11 +293,16 @@ fn min_max(xs: &[f64]) -> Option<(f64, f64)> {
 }
 
 /// Consecutive runs of present values as (x, y) segments, zeros and negatives clamped to
-/// `bottom` (a log axis has no 0), non-finite values dropped.
-fn segments(values: &[Option<f64>], bottom: f64) -> Vec<Vec<(i32, f64)>> {
+/// `bottom` (a log axis has no 0), non-finite values dropped. A run also ends where
+/// `new_line[i]` is set: the recurrent-state rows are their own line, not a continuation of the
+/// layer outputs' line.
+fn segments(values: &[Option<f64>], new_line: &[bool], bottom: f64) -> Vec<Vec<(i32, f64)>> {
     let mut out: Vec<Vec<(i32, f64)>> = Vec::new();
     let mut current = Vec::new();
     for (i, v) in values.iter().enumerate() {
+        if new_line.get(i).copied().unwrap_or(false) && !current.is_empty() {
+            out.push(std::mem::take(&mut current));
+        }
         match v {
             Some(v) if v.is_finite() => current.push((i as i32, v.max(bottom))),
             _ => {
@@ -335,6 +316,14 @@ fn segments(values: &[Option<f64>], bottom: f64) -> Vec<Vec<(i32, f64)>> {
         out.push(current);
     }
     out
+}
+
+/// Where a new line starts: at each change between recurrent-state rows and the other rows.
+fn line_starts(tensors: &[TensorRow]) -> Vec<bool> {
+    let is_state: Vec<bool> = tensors.iter().map(|t| t.kind == Kind::State).collect();
+    (0..tensors.len())
+        .map(|i| i > 0 && is_state[i] != is_state[i - 1])
+        .collect()
 }
 
 fn draw_rel_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report) -> DrawResult<DB> {
@@ -374,11 +363,21 @@ fn draw_rel_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report)
         }
     }
     let has_ops = r.tensors.iter().any(|t| t.kind == Kind::Op);
-    let x_desc = if has_ops {
-        "captured tensor, forward order (decoder layer index; small points: ops inside linear-attention layers)"
-    } else {
-        "captured tensor, forward order (decoder layer index)"
-    };
+    let has_states = r.tensors.iter().any(|t| t.kind == Kind::State);
+    let x_desc = format!(
+        "captured tensor, forward order (decoder layer index{}{})",
+        if has_ops {
+            "; small points: ops inside linear-attention layers"
+        } else {
+            ""
+        },
+        if has_states {
+            "; sN: layer N's recurrent state after the last token, a line of its own"
+        } else {
+            ""
+        }
+    );
+    let new_line = line_starts(&r.tensors);
     // One empty slot either side so that the end points do not sit on the frame.
     let x_range: Range<i32> = -1..n as i32;
     let mut chart = ChartBuilder::on(area)
@@ -398,7 +397,7 @@ fn draw_rel_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report)
     let y_fmt = |y: &f64| format!("{y:.0e}");
     chart
         .configure_mesh()
-        .x_desc(x_desc)
+        .x_desc(x_desc.as_str())
         .y_desc("rel L2 = ‖a − b‖ / ‖b‖ (log)")
         .x_label_formatter(&x_fmt)
         .y_label_formatter(&y_fmt)
@@ -440,7 +439,7 @@ fn draw_rel_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report)
 
     // The floor and the mismatch line it implies.
     let floors: Vec<Option<f64>> = r.tensors.iter().map(|t| t.floor).collect();
-    for (j, seg) in segments(&floors, lo).into_iter().enumerate() {
+    for (j, seg) in segments(&floors, &new_line, lo).into_iter().enumerate() {
         let s = chart.draw_series(DashedLineSeries::new(seg, 8, 5, FLOOR_GREY.stroke_width(2)))?;
         if j == 0 {
             s.label("floor: reference at this dtype vs f64 truth (same input)".to_string())
@@ -452,7 +451,10 @@ fn draw_rel_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report)
         }
     }
     let faint_red = FAIL_RED.mix(0.45);
-    for (j, seg) in segments(&mismatch_line, lo).into_iter().enumerate() {
+    for (j, seg) in segments(&mismatch_line, &new_line, lo)
+        .into_iter()
+        .enumerate()
+    {
         let s = chart.draw_series(DashedLineSeries::new(seg, 2, 4, faint_red.stroke_width(2)))?;
         if j == 0 {
             s.label(format!(
@@ -481,7 +483,7 @@ fn draw_rel_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report)
             format!("B ({}) vs f64 truth", r.b.label),
         ),
     ] {
-        for (j, seg) in segments(&values, lo).into_iter().enumerate() {
+        for (j, seg) in segments(&values, &new_line, lo).into_iter().enumerate() {
             let s = chart.draw_series(LineSeries::new(seg, color.mix(0.85).stroke_width(1)))?;
             if j == 0 {
                 s.label(label.clone()).legend(move |(x, y)| {
@@ -493,7 +495,7 @@ fn draw_rel_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report)
 
     // A vs B, the primary line, with points coloured by verdict.
     let rel: Vec<Option<f64>> = r.tensors.iter().map(|t| Some(t.rel_l2)).collect();
-    for (j, seg) in segments(&rel, lo).into_iter().enumerate() {
+    for (j, seg) in segments(&rel, &new_line, lo).into_iter().enumerate() {
         let s = chart.draw_series(LineSeries::new(seg, BLUE_A_VS_B.stroke_width(3)))?;
         if j == 0 {
             s.label(format!("A vs B: {} vs {}", r.a.label, r.b.label))
@@ -762,4 +764,24 @@ fn draw_heatmap<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report) -
         )
     }))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_break_at_gaps_and_at_marked_starts() {
+        let values = [Some(1.0), Some(2.0), None, Some(3.0), Some(0.0), Some(5.0)];
+        let new_line = [false, false, false, false, false, true];
+        let segs = segments(&values, &new_line, 0.5);
+        assert_eq!(
+            segs,
+            vec![
+                vec![(0, 1.0), (1, 2.0)],
+                vec![(3, 3.0), (4, 0.5)],
+                vec![(5, 5.0)]
+            ]
+        );
+    }
 }
