@@ -83,6 +83,67 @@ fn a_model_four_times_the_memory_limit_runs_under_it() {
     let logits = dump.tensor("logits").unwrap();
     assert_eq!(logits.dims(), &[1, 8, vocab]);
     assert!(common::all_finite(&logits));
+    streamed_ends_equal_in_memory(&model, &dump, &logits);
+}
+
+/// The streamed ends of the forward against the same model's whole matrices in memory (this
+/// test process has no limit): the embedding rows read one by one must be the rows of the
+/// whole table, and the lm_head applied in 128 MB blocks (4 blocks here, the last partial)
+/// must equal `final_norm · headᵀ` with the whole head — a seam or row-offset bug is an O(1)
+/// error, f64 rounding of a 512-term dot is ~1e-16 relative.
+fn streamed_ends_equal_in_memory(
+    model: &Path,
+    dump: &hsdiff::capture::dump::Dump,
+    logits: &candle_core::Tensor,
+) {
+    use candle_core::{DType, Device, IndexOp};
+    use hsdiff::checkpoint::TensorRequest;
+    let path = model.join("config.json");
+    let cfg =
+        hsdiff::config::ModelConfig::from_bytes(&std::fs::read(&path).unwrap(), &path).unwrap();
+    let weights = hsdiff::random_weights::RandomWeights::new(&cfg, 3).unwrap();
+    let whole = |suffix: &str| {
+        let (name, shape) = weights
+            .tensors()
+            .iter()
+            .find(|(n, _)| n.ends_with(suffix))
+            .unwrap_or_else(|| panic!("no {suffix} in the generated checkpoint"));
+        let device = Device::Cpu;
+        let want = TensorRequest {
+            name,
+            shape,
+            dtype: DType::F64,
+            device: &device,
+        };
+        weights.get(&want).unwrap()
+    };
+
+    let table = whole("embed_tokens.weight");
+    let embed = dump.tensor("embed").unwrap().i(0).unwrap();
+    for (t, id) in [11u32, 7, 224, 5, 99, 317, 8, 1].into_iter().enumerate() {
+        assert_eq!(
+            common::raw_bits(&embed.i(t).unwrap()),
+            common::raw_bits(&table.i(id as usize).unwrap()),
+            "embedding row of token {id} (position {t})"
+        );
+    }
+    drop(table);
+
+    let head = whole("lm_head.weight");
+    let normed = dump.tensor("final_norm").unwrap().i(0).unwrap();
+    let expected = normed.matmul(&head.t().unwrap()).unwrap();
+    let got = common::to_f64_vec(&logits.i(0).unwrap());
+    let want = common::to_f64_vec(&expected);
+    let scale = want.iter().fold(0f64, |m, x| m.max(x.abs()));
+    let worst = got
+        .iter()
+        .zip(&want)
+        .map(|(g, w)| (g - w).abs())
+        .fold(0f64, f64::max);
+    assert!(
+        scale > 0.0 && worst <= 1e-12 * scale,
+        "blocked lm_head differs from the whole one by {worst:e} (scale {scale:e})"
+    );
 }
 
 #[test]
