@@ -265,11 +265,11 @@ fn compare_on(
         }
     }
     // Files of another model would read as "equally close to the truth": check them first.
-    if let (Some(calibrated), Some((_, how))) = (done.calibrated(), session) {
-        if let Some(note) = plausibility::check(&calibrated, a, b, (a_dtype, b_dtype), how)? {
-            say(&note);
-            notes.push(note);
-        }
+    if let (Some(calibrated), Some((_, how))) = (done.calibrated(), session)
+        && let Some(note) = plausibility::check(&calibrated, a, b, (a_dtype, b_dtype), how)?
+    {
+        say(&note);
+        notes.push(note);
     }
     let alignment = pairing::align(a, b, thresholds(dtype).ok, opts.shift)?;
     let layer_types = session.map(|(s, _)| s.model.config.layer_types.as_slice());
