@@ -1,17 +1,26 @@
 //! `hsdiff check`: recompute what a golden dump describes and compare. This module holds what
-//! does not depend on the command line: the built-in golden set, which of a golden file's states
-//! are compared, the golden side of the report, the notes on a model that differs from the one
-//! the file was made from, and the rendering of a set of checks (schema `hsdiff.check/v1`).
-//! The golden files themselves are read by [`Dump`].
+//! does not depend on the command line: each check as a job (the golden file against a live
+//! run of a backend on its ids and dtype, [`check_golden`]), the built-in golden set, which of a
+//! golden file's states are compared, the golden side of the report, the notes on a model that
+//! differs from the one the file was made from, and the rendering of a set of checks (schema
+//! `hsdiff.check/v1`). The golden files themselves are read by [`Dump`].
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use candle_core::{DType, Device};
+
+use crate::backends::BackendKind;
+use crate::builtin;
 use crate::capture::dump::Dump;
 use crate::capture::names;
+use crate::compare::{TensorSource, plan_rows};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
+use crate::job::{Calibration, Job, Live, Parts, Role, SideSpec, Spec};
 use crate::model::Model;
+use crate::report::emit::{Format, ReportOptions};
 use crate::report::{Report, Side};
+use crate::session::{ModelInput, check_layer_list, find_model};
 use crate::verdict::Verdict;
 
 /// Schema of the JSON of a set of checks (docs/report-schema.md).
@@ -37,6 +46,161 @@ pub const BUILTIN_SET: &[(&str, &[u8])] = &[
 /// One built-in golden file, opened from the binary.
 pub fn builtin_golden(name: &str, bytes: &'static [u8]) -> Result<Dump> {
     Dump::from_static(&format!("<built-in golden {name}>"), bytes)
+}
+
+/// What every check of a command runs with.
+pub struct CheckRun {
+    /// Recompute with each of these, in turn.
+    pub backends: Vec<BackendKind>,
+    /// The compute dtype (None: each golden file's).
+    pub dtype: Option<DType>,
+    pub device: Device,
+    /// `--model DIR` (None: the model the file names; the built-in model for the built-in set).
+    pub model: Option<PathBuf>,
+    pub no_floor: bool,
+    pub layers: Option<Vec<usize>>,
+    pub command: Option<String>,
+}
+
+/// `check --golden FILE`: the file against each backend, one line per check on stderr.
+pub fn check_file(path: &Path, run: &CheckRun) -> Result<Vec<CheckOutcome>> {
+    let golden = Dump::open(path)?;
+    let model = match &run.model {
+        Some(dir) => Model::load(dir)?,
+        None => named_model(&golden)?,
+    };
+    let name = path.display().to_string();
+    let mut outcomes = Vec::new();
+    check_golden(&golden, &model, run, |report| {
+        eprintln!("{}", line(&name, &report));
+        outcomes.push(CheckOutcome {
+            name: name.clone(),
+            report,
+        });
+    })?;
+    Ok(outcomes)
+}
+
+/// `check` without a file: the built-in golden set against each backend.
+pub fn check_builtin_set(run: &CheckRun) -> Result<Vec<CheckOutcome>> {
+    let mut outcomes = Vec::new();
+    for (name, bytes) in BUILTIN_SET {
+        let golden = builtin_golden(name, bytes)?;
+        let model = match &run.model {
+            Some(dir) => Model::load(dir)?,
+            None => builtin::model()?,
+        };
+        check_golden(&golden, &model, run, |report| {
+            outcomes.push(CheckOutcome {
+                name: (*name).to_string(),
+                report,
+            });
+        })?;
+    }
+    Ok(outcomes)
+}
+
+/// The model a golden file's fingerprint names ([`find_model`]), looked for beside the file too.
+fn named_model(golden: &Dump) -> Result<Model> {
+    let fp = golden.fingerprint.as_ref();
+    let name = fp.and_then(|f| f.model.as_deref());
+    match find_model(
+        name,
+        fp.and_then(|f| f.weights_digest.as_deref()),
+        golden.path().parent(),
+    )? {
+        Some((model, _)) => Ok(model),
+        None => Err(Error::file(
+            golden.path(),
+            match name {
+                Some(name) => {
+                    format!("the model it names, `{name}`, is not a folder here; pass --model DIR")
+                }
+                None => "the fingerprint names no model; pass --model DIR".to_string(),
+            },
+        )),
+    }
+}
+
+/// One report per backend, each handed to `each` as it is made: the run `golden` describes —
+/// its ids, its dtype (unless `run` sets one), on `model` — as side B of a job whose side A is
+/// the golden file.
+pub fn check_golden(
+    golden: &Dump,
+    model: &Model,
+    run: &CheckRun,
+    mut each: impl FnMut(Report),
+) -> Result<()> {
+    let ids = golden.required_input_ids()?;
+    model.check_tokens(&ids)?;
+    let dtype = match run.dtype {
+        Some(d) => d,
+        None => golden.states_dtype()?,
+    };
+    if let Some(fp) = &golden.fingerprint {
+        note_model_differences(golden.path(), fp, model);
+    }
+    let prompt_label = golden.fingerprint.as_ref().and_then(|f| f.prompt.clone());
+    let input = ModelInput {
+        model,
+        ids: &ids,
+        prompt_label: prompt_label.as_deref(),
+        device: &run.device,
+    };
+    if let Some(layers) = &run.layers {
+        check_layer_list(layers, model.config.num_hidden_layers, "the model")?;
+    }
+    let golden_dtype = golden.states_dtype()?;
+    let capture_ops = golden.names().iter().any(|n| names::parse_op(n).is_some());
+    for &backend in &run.backends {
+        let spec = Spec {
+            a: SideSpec::Golden {
+                dtype: golden_dtype,
+            },
+            b: SideSpec::Live(Live {
+                backend,
+                dtype,
+                fed: false,
+            }),
+            calibration: if run.no_floor {
+                Calibration::NoFloor
+            } else {
+                Calibration::Measure
+            },
+            ops: capture_ops,
+            through: None,
+        };
+        let done = Job::plan(spec).execute(Some(input))?;
+        let ours = done
+            .side(Role::B)
+            .ok_or_else(|| Error::Internal("check: side B is not a run".to_string()))?;
+        let common = shared_states(golden, &TensorSource::names(ours))?;
+        let rows = plan_rows(
+            &common,
+            Some(&model.config.layer_types),
+            run.layers.as_deref(),
+        );
+        if rows.is_empty() {
+            return Err(Error::file(
+                golden.path(),
+                "holds no hidden states hsdiff captures (embed, layers.N, final_norm, logits)",
+            ));
+        }
+        each(done.report(Parts {
+            a: Some(golden),
+            b: None,
+            a_side: golden_side(golden),
+            b_side: done.live_side(Role::B, " (here)")?,
+            rows,
+            input: input.compared_input(),
+            command: run.command.clone(),
+            alignment: None,
+            notes: Vec::new(),
+            one_sided: None,
+            uncalibrated_why: None,
+        })?);
+    }
+    Ok(())
 }
 
 /// One check's outcome: what was checked, and its report.
@@ -184,6 +348,21 @@ pub fn set_text(
         out.push(b'\n');
     }
     Ok(out)
+}
+
+/// Several checks written as `options` say (JSON: one object with every report; text: each
+/// report, then one line per check).
+pub fn write_set(outcomes: &[CheckOutcome], options: &ReportOptions) -> Result<()> {
+    let text = match options.format {
+        Format::Json => set_json(outcomes)?,
+        Format::Markdown | Format::Table => {
+            let renderer = options.renderer();
+            set_text(outcomes, |r| renderer.render(r))?
+        }
+    };
+    let lines: Vec<String> = outcomes.iter().map(|o| line(&o.name, &o.report)).collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    options.write(&text, &lines)
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! One pair of capture files compared, from two opened files to a report: the steps of
-//! [`crate::pairing`] in order, the truth and floor runs when a model is at hand, and
-//! [`build_report`]. `hsdiff compare A B` runs it once; a dataset ([`crate::dataset`]) once per
-//! pair of samples, with the model loaded once for all of them.
+//! [`crate::pairing`] in order, and a job ([`crate::job`]) whose sides are the two files — the
+//! truth and floor runs when a model is at hand, and the report. `hsdiff compare A B` runs it
+//! once; a dataset ([`crate::dataset`]) once per pair of samples, with the model loaded once for
+//! all of them.
 //!
 //! When a drafter pipeline's `loss_mask` marks only some positions as trained, the positions it
 //! trains on are compared again on their own (same truth and floor runs, restricted to those
@@ -17,13 +18,13 @@ use crate::compare_tokens::{self, GivenIds};
 use crate::disjoint;
 use crate::error::{Error, Result};
 use crate::escape::one_line;
-use crate::formats::{FileSource, coarseness, pipelines, value_dtype_notes};
+use crate::formats::{FileSource, pipelines, value_dtype_notes};
+use crate::job::{self, Job, Parts, SideSpec, Spec};
 use crate::model::Model;
 use crate::pairing;
-use crate::planner;
 use crate::plausibility;
-use crate::report::{Calibrated, ComparedInput, Comparison, Floor, Report, build_report};
-use crate::session::Session;
+use crate::report::{ComparedInput, Report};
+use crate::session::ModelInput;
 use crate::verdict::thresholds;
 
 /// How one pair is compared (the command's options, less the files).
@@ -103,14 +104,14 @@ pub fn compare_pair(
     let (input_ids, ids_note) =
         compare_tokens::reconcile(file_ids, opts.given_ids.clone(), &a, &b)?;
 
-    let (a_dtype, b_dtype) = (
-        a.compute_dtype().unwrap_or(DType::F32),
-        b.compute_dtype().unwrap_or(DType::F32),
+    let sides = (
+        SideSpec::File {
+            dtype: a.compute_dtype().unwrap_or(DType::F32),
+        },
+        SideSpec::File {
+            dtype: b.compute_dtype().unwrap_or(DType::F32),
+        },
     );
-    let dtype = [a_dtype, b_dtype]
-        .into_iter()
-        .max_by_key(|d| coarseness(*d))
-        .unwrap_or(DType::F32);
 
     let mut notes: Vec<String> = [("A", &a), ("B", &b)]
         .iter()
@@ -138,17 +139,8 @@ pub fn compare_pair(
         Calibration::Skip(why) => (Err(why), None),
     };
     let mut uncalibrated_why = None;
-    let (session, how) = match found {
-        Ok((model, how)) => (
-            Some(Session {
-                model,
-                ids: input_ids.clone(),
-                prompt_label: None,
-                dtype,
-                device: Device::Cpu,
-            }),
-            how,
-        ),
+    let (model, how) = match found {
+        Ok((model, how)) => (Some(model), how),
         Err(why) => {
             // The headline says so; a stderr line here would precede any later input error.
             notes.push(format!("uncalibrated: {why}"));
@@ -159,26 +151,31 @@ pub fn compare_pair(
             (None, String::new())
         }
     };
+    let cpu = Device::Cpu;
+    let input = model.as_ref().map(|model| ModelInput {
+        model,
+        ids: &input_ids,
+        prompt_label: None,
+        device: &cpu,
+    });
     let result = compare_on(
         &mut a,
         &mut b,
         labels,
         opts,
-        session.as_ref().map(|s| (s, how.as_str())),
+        input.map(|i| (i, how.as_str())),
         Inputs {
-            input_ids,
+            input_ids: input_ids.clone(),
             token_ids,
-            a_dtype,
-            b_dtype,
-            dtype,
+            sides,
             extra_rows,
             notes,
             uncalibrated_why,
         },
     );
     // A dataset's model goes back to it, whatever became of this pair.
-    if let (Some(slot), Some(session)) = (slot, session) {
-        *slot = Some((session.model, how));
+    if let (Some(slot), Some(model)) = (slot, model) {
+        *slot = Some((model, how));
     }
     result
 }
@@ -186,9 +183,8 @@ pub fn compare_pair(
 struct Inputs {
     input_ids: Vec<u32>,
     token_ids: crate::report::TokenIds,
-    a_dtype: DType,
-    b_dtype: DType,
-    dtype: DType,
+    /// The two files, with the dtypes they were computed in.
+    sides: (SideSpec, SideSpec),
     extra_rows: Vec<String>,
     notes: Vec<String>,
     /// Why no truth could be computed, when it is the missing token ids.
@@ -200,7 +196,7 @@ fn compare_on(
     b: &mut FileSource,
     (label_a, label_b): (String, String),
     opts: &PairOptions,
-    session: Option<(&Session, &str)>,
+    session: Option<(ModelInput, &str)>,
     inputs: Inputs,
 ) -> Result<PairOutcome> {
     let say = |line: &str| {
@@ -211,9 +207,7 @@ fn compare_on(
     let Inputs {
         input_ids,
         token_ids,
-        a_dtype,
-        b_dtype,
-        dtype,
+        sides,
         extra_rows,
         mut notes,
         uncalibrated_why,
@@ -221,7 +215,7 @@ fn compare_on(
     if let Some((session, how)) = session {
         say(&format!("calibrating with {how}"));
         session.model.check_tokens(&input_ids)?;
-        pairing::check_sequence_len(&session.model, [a, b], !opts.maps.is_empty())?;
+        pairing::check_sequence_len(session.model, [a, b], !opts.maps.is_empty())?;
         notes.push(format!("floor and truth measured with {how}"));
     }
     let layers = opts.layers.clone();
@@ -237,24 +231,26 @@ fn compare_on(
             .filter(|&l| l + 1 < n),
         _ => None,
     };
-    let calibration = match session {
-        Some((session, _)) => {
-            let capture_ops = a
-                .names()
-                .iter()
-                .chain(&b.names())
-                .any(|n| names::parse_op(n).is_some());
-            Some(planner::calibrate_files(
-                session,
-                (a_dtype, b_dtype),
-                capture_ops,
-                last_layer,
-            )?)
-        }
-        None => None,
+    let spec = Spec {
+        a: sides.0,
+        b: sides.1,
+        calibration: match (&session, opts.no_floor) {
+            (Some(_), _) => job::Calibration::Measure,
+            (None, true) => job::Calibration::NoFloor,
+            (None, false) => job::Calibration::Unavailable,
+        },
+        // The truth's op captures, when a file holds some.
+        ops: a
+            .names()
+            .iter()
+            .chain(&b.names())
+            .any(|n| names::parse_op(n).is_some()),
+        through: last_layer,
     };
+    let (a_dtype, b_dtype, dtype) = (spec.a.dtype(), spec.b.dtype(), spec.dtype());
+    let done = Job::plan(spec).execute(session.map(|(input, _)| input))?;
 
-    let truth = calibration.as_ref().and_then(|c| c.truth_run());
+    let truth = done.truth();
     for note in pairing::read_layer_indices(a, b, truth)? {
         say(&note);
         notes.push(note);
@@ -269,17 +265,11 @@ fn compare_on(
         }
     }
     // Files of another model would read as "equally close to the truth": check them first.
-    if let (Some(cal), Some((session, how))) = (&calibration, session) {
-        let calibrated = cal.calibrated(
-            &*a,
-            &*b,
-            (a_dtype, b_dtype),
-            &session.model.source.to_string(),
-        );
-        if let Some(note) = plausibility::check(&calibrated, a, b, (a_dtype, b_dtype), how)? {
-            say(&note);
-            notes.push(note);
-        }
+    if let (Some(calibrated), Some((_, how))) = (done.calibrated(), session)
+        && let Some(note) = plausibility::check(&calibrated, a, b, (a_dtype, b_dtype), how)?
+    {
+        say(&note);
+        notes.push(note);
     }
     let alignment = pairing::align(a, b, thresholds(dtype).ok, opts.shift)?;
     let layer_types = session.map(|(s, _)| s.model.config.layer_types.as_slice());
@@ -341,30 +331,15 @@ fn compare_on(
         Some((fa, fb)) => (fa, fb),
         None => (&*a, &*b),
     };
-    let calibrated = match (&calibration, session) {
-        (Some(cal), Some((session, _))) => Some(cal.calibrated(
-            src_a,
-            src_b,
-            (a_dtype, b_dtype),
-            &session.model.source.to_string(),
-        )),
-        _ => None,
-    };
-    let floor_skipped = opts.no_floor;
     let a_side = pairing::side(a, label_a, dtype)?;
     let b_side = pairing::side(b, label_b, dtype)?;
     let trained_positions = trained_positions(a, b, tokens)?;
-    let comparison = Comparison {
-        a: src_a,
-        b: src_b,
+    let report = done.report(Parts {
+        a: Some(src_a),
+        b: Some(src_b),
         a_side: a_side.clone(),
         b_side: b_side.clone(),
-        calibration: calibrated,
-        floor_skipped,
-        uncalibrated_why: uncalibrated_why.clone(),
         rows: rows.clone(),
-        dtype,
-        mode: "files".to_string(),
         input: ComparedInput {
             input_ids: input_ids.clone(),
             token_ids,
@@ -373,58 +348,26 @@ fn compare_on(
         },
         command: opts.command.clone(),
         alignment,
-        notes: notes.clone(),
+        notes,
         one_sided: one_sided.clone(),
-    };
-    let report = build_report(&comparison)?;
+        uncalibrated_why: uncalibrated_why.clone(),
+    })?;
 
     let trained = match trained_positions {
         Some(index) => {
-            let view = |s| Positions::of(s, &index);
-            let (va, vb) = (view(src_a), view(src_b));
-            let cal_views = comparison.calibration.as_ref().map(|c| {
-                (
-                    view(c.truth),
-                    view(c.floor_a.src),
-                    c.floor_b.as_ref().map(|f| view(f.src)),
-                )
-            });
-            let calibration = match (&comparison.calibration, &cal_views) {
-                (Some(c), Some((t, fa, fb))) => Some(Calibrated {
-                    truth: t,
-                    floor_a: Floor {
-                        src: fa,
-                        dtype: c.floor_a.dtype,
-                    },
-                    floor_b: match (&c.floor_b, fb) {
-                        (Some(f), Some(v)) => Some(Floor {
-                            src: v,
-                            dtype: f.dtype,
-                        }),
-                        _ => None,
-                    },
-                    source: c.source.clone(),
-                }),
-                _ => None,
-            };
             let kept: Vec<u32> = index
                 .iter()
                 .map(|&i| input_ids.get(i as usize).copied().unwrap_or(0))
                 .collect();
-            let sub = Comparison {
-                a: &va,
-                b: &vb,
+            let sub = Parts {
+                a: Some(src_a),
+                b: Some(src_b),
                 a_side,
                 b_side,
-                calibration,
-                floor_skipped,
-                uncalibrated_why,
                 rows: rows
                     .into_iter()
                     .filter(|r| Positions::per_token(&r.name) && r.kind != Kind::State)
                     .collect(),
-                dtype,
-                mode: "files".to_string(),
                 input: ComparedInput {
                     input_ids: if input_ids.is_empty() {
                         Vec::new()
@@ -439,11 +382,16 @@ fn compare_on(
                 alignment: None,
                 notes: Vec::new(),
                 one_sided,
+                uncalibrated_why,
             };
+            let view = job::view(|s| {
+                let seen: Box<dyn TensorSource + '_> = Box::new(Positions::of(s, &index));
+                seen
+            });
             Some(Trained {
                 positions: index.len(),
                 of: tokens,
-                report: build_report(&sub)?,
+                report: done.report_seen(sub, &view)?,
             })
         }
         None => None,

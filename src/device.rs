@@ -4,21 +4,60 @@ use candle_core::{DType, Device, Tensor};
 
 use crate::error::{Error, Result};
 
+/// A `--device` value as spelled: its syntax checked when it is read, the device opened only
+/// when a command needs it ([`DeviceName::open`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceName {
+    Cpu,
+    /// `cuda` (None) or `cuda:N`.
+    Cuda(Option<usize>),
+}
+
+impl std::str::FromStr for DeviceName {
+    type Err = String;
+
+    fn from_str(arg: &str) -> std::result::Result<DeviceName, String> {
+        match arg {
+            "cpu" => Ok(DeviceName::Cpu),
+            "cuda" => Ok(DeviceName::Cuda(None)),
+            other => match other.strip_prefix("cuda:").map(str::parse::<usize>) {
+                Some(Ok(n)) => Ok(DeviceName::Cuda(Some(n))),
+                _ => Err("expected cpu, cuda or cuda:N".to_string()),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceName::Cpu => write!(f, "cpu"),
+            DeviceName::Cuda(None) => write!(f, "cuda"),
+            DeviceName::Cuda(Some(n)) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl DeviceName {
+    /// `arg` read as a device name, or an error naming it.
+    pub fn parse(arg: &str) -> Result<DeviceName> {
+        arg.parse().map_err(|msg| Error::Device {
+            device: arg.to_string(),
+            msg,
+        })
+    }
+
+    /// The device, or why this build or machine cannot open it (never substituted).
+    pub fn open(self) -> Result<Device> {
+        match self {
+            DeviceName::Cpu => Ok(Device::Cpu),
+            DeviceName::Cuda(n) => cuda_device(&self.to_string(), n.unwrap_or(0)),
+        }
+    }
+}
+
 pub fn parse_device(arg: &str) -> Result<Device> {
-    let ordinal = match arg {
-        "cpu" => return Ok(Device::Cpu),
-        "cuda" => 0,
-        other => match other.strip_prefix("cuda:").map(str::parse::<usize>) {
-            Some(Ok(n)) => n,
-            _ => {
-                return Err(Error::Device {
-                    device: arg.to_string(),
-                    msg: "expected cpu, cuda or cuda:N".to_string(),
-                });
-            }
-        },
-    };
-    cuda_device(arg, ordinal)
+    DeviceName::parse(arg)?.open()
 }
 
 #[cfg(feature = "cuda")]
@@ -51,20 +90,38 @@ pub fn device_label(device: &Device) -> String {
     }
 }
 
-pub fn parse_dtype(arg: &str) -> Result<DType> {
-    match arg {
-        "f64" | "float64" => Ok(DType::F64),
-        "f32" | "float32" => Ok(DType::F32),
-        "bf16" | "bfloat16" => Ok(DType::BF16),
-        "f16" | "float16" => Ok(DType::F16),
-        // An FP8 checkpoint served in W8A8 (crate::fp8::serving): bf16 between layers.
-        "fp8" => Ok(crate::fp8::serving::SERVED),
-        "fp8-ue8m0" => Ok(crate::fp8::serving::SERVED_UE8M0),
-        other => Err(Error::argument(
-            "--dtype",
-            format!("unknown dtype `{other}` (expected f64, f32, bf16, f16, fp8 or fp8-ue8m0)"),
-        )),
+/// The compute dtypes a run can be asked for (`--dtype`), by [`dtype_label`]'s names.
+pub const COMPUTE_DTYPES: [DType; 6] = [
+    DType::F64,
+    DType::F32,
+    DType::BF16,
+    DType::F16,
+    // An FP8 checkpoint served in W8A8 (crate::fp8::serving): bf16 between layers.
+    crate::fp8::serving::SERVED,
+    crate::fp8::serving::SERVED_UE8M0,
+];
+
+/// The other names a compute dtype is accepted by (torch's).
+pub fn dtype_aliases(dtype: DType) -> &'static [&'static str] {
+    match dtype {
+        DType::F64 => &["float64"],
+        DType::F32 => &["float32"],
+        DType::BF16 => &["bfloat16"],
+        DType::F16 => &["float16"],
+        _ => &[],
     }
+}
+
+pub fn parse_dtype(arg: &str) -> Result<DType> {
+    COMPUTE_DTYPES
+        .into_iter()
+        .find(|&d| dtype_label(d) == arg || dtype_aliases(d).contains(&arg))
+        .ok_or_else(|| {
+            Error::argument(
+                "--dtype",
+                format!("unknown dtype `{arg}` (expected f64, f32, bf16, f16, fp8 or fp8-ue8m0)"),
+            )
+        })
 }
 
 pub fn dtype_label(dtype: DType) -> &'static str {

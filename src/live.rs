@@ -1,13 +1,12 @@
-//! A live run: two backends on one session's input (B fed A's layer inputs in isolate mode),
-//! the f64 truth and each side's floor as the planner asks, and the report. The default command
-//! and `selftest` run it; the command line is the caller's business.
+//! A live run as a job: two backends on one session's input (B fed A's layer inputs in isolate
+//! mode), the f64 truth and each side's floor as the plan asks, and the report. The default
+//! command and `selftest` run it; the command line is the caller's business.
 
-use crate::backends::LinearAttentionBackend;
+use crate::backends::BackendKind;
 use crate::compare::{TensorSource, plan_rows};
-use crate::error::Result;
-use crate::planner;
-use crate::report::{Comparison, Report, Side, build_report};
-use crate::run::{fingerprint_for, forward};
+use crate::error::{Error, Result};
+use crate::job::{Calibration, Instead, Job, Live, Parts, Role, SideSpec, Spec};
+use crate::report::Report;
 use crate::session::{Session, check_layer_list};
 
 /// How side B is run.
@@ -20,19 +19,10 @@ pub enum Mode {
     Isolate,
 }
 
-impl Mode {
-    fn label(self) -> &'static str {
-        match self {
-            Mode::Propagate => "propagate",
-            Mode::Isolate => "isolate",
-        }
-    }
-}
-
 /// What to run besides the session: the two backends and what to capture and measure.
-pub struct LiveRun<'a> {
-    pub a: &'a dyn LinearAttentionBackend,
-    pub b: &'a dyn LinearAttentionBackend,
+pub struct LiveRun {
+    pub a: BackendKind,
+    pub b: BackendKind,
     pub mode: Mode,
     /// Also capture the values inside linear-attention layers.
     pub ops: bool,
@@ -44,61 +34,61 @@ pub struct LiveRun<'a> {
     pub command: Option<String>,
 }
 
+impl LiveRun {
+    /// The job: A and B at the session's dtype, B fed in isolate mode.
+    pub fn spec(&self, session: &Session) -> Spec {
+        let side = |backend, fed| {
+            SideSpec::Live(Live {
+                backend,
+                dtype: session.dtype,
+                fed,
+            })
+        };
+        Spec {
+            a: side(self.a, false),
+            b: side(self.b, self.mode == Mode::Isolate),
+            calibration: if self.no_floor {
+                Calibration::NoFloor
+            } else {
+                Calibration::Measure
+            },
+            ops: self.ops,
+            through: None,
+        }
+    }
+}
+
 /// Runs A, B and the calibration runs on `session` and builds the report.
 pub fn report(session: &Session, run: &LiveRun) -> Result<Report> {
+    report_instead(session, run, Instead::default())
+}
+
+/// [`report`] with a side run by another backend than its kind's (tests inject faults so).
+pub fn report_instead(session: &Session, run: &LiveRun, instead: Instead) -> Result<Report> {
     if let Some(layers) = &run.layers {
         check_layer_list(layers, session.model.config.num_hidden_layers, "the model")?;
     }
-    // A, B and the floor run read the same weights in the same dtype: convert them once.
-    session.model.keep_weights(session.dtype, &session.device);
-    let (a, b) = (run.a, run.b);
-    let caps_a = forward(session, a, session.dtype, run.ops, None)?;
-    let isolate = run.mode == Mode::Isolate;
-    let feed = isolate.then_some(&caps_a);
-    let caps_b = forward(session, b, session.dtype, run.ops, feed)?;
-    let calibration = if run.no_floor {
-        None
-    } else {
-        let plan = planner::plan_live(session.dtype, a.name(), b.name(), isolate);
-        Some(planner::execute_on_session(
-            plan, session, run.ops, feed, None,
-        )?)
-    };
-
+    let input = session.input();
+    let done = Job::plan(run.spec(session)).execute_instead(Some(input), instead)?;
+    let caps_a = done
+        .side(Role::A)
+        .ok_or_else(|| Error::Internal("live run: side A is not a run".to_string()))?;
     let rows = plan_rows(
-        &TensorSource::names(&caps_a),
+        &TensorSource::names(caps_a),
         Some(&session.model.config.layer_types),
         run.layers.as_deref(),
     );
-    let side = |backend: &dyn LinearAttentionBackend| {
-        Side::from_fingerprint(
-            backend.name().to_string(),
-            fingerprint_for(session, backend),
-        )
-    };
-    let comparison = Comparison {
-        a: &caps_a,
-        b: &caps_b,
-        a_side: side(a),
-        b_side: side(b),
-        calibration: calibration.as_ref().map(|cal| {
-            cal.calibrated(
-                &caps_a,
-                &caps_b,
-                (session.dtype, session.dtype),
-                &session.model.source.to_string(),
-            )
-        }),
-        floor_skipped: run.no_floor,
-        uncalibrated_why: None,
-        one_sided: None,
+    done.report(Parts {
+        a: None,
+        b: None,
+        a_side: done.live_side(Role::A, "")?,
+        b_side: done.live_side(Role::B, "")?,
         rows,
-        dtype: session.dtype,
-        mode: run.mode.label().to_string(),
-        input: session.compared_input(),
+        input: input.compared_input(),
         command: run.command.clone(),
         alignment: None,
         notes: Vec::new(),
-    };
-    build_report(&comparison)
+        one_sided: None,
+        uncalibrated_why: None,
+    })
 }

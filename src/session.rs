@@ -5,9 +5,11 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
 
+use crate::backends::LinearAttentionBackend;
 use crate::builtin;
-use crate::device::{parse_device, parse_dtype};
+use crate::device::DeviceName;
 use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, run_fingerprint};
 use crate::input::{PromptSource, Tokenizer, parse_token_list, resolve_prompt};
 use crate::model::Model;
 use crate::report::{ComparedInput, TokenIds};
@@ -33,28 +35,63 @@ pub struct SessionSpec<'a> {
     pub tokens: Option<&'a str>,
     /// Prompt text, @FILE or a built-in prompt name; `None`: the `fizzbuzz` prompt.
     pub prompt: Option<&'a str>,
-    /// `f64`, `f32`, `bf16` or `f16`.
-    pub dtype: &'a str,
-    /// `cpu`, `cuda` or `cuda:N`.
-    pub device: &'a str,
+    pub dtype: DType,
+    pub device: DeviceName,
 }
 
-impl Session {
-    /// The input both sides of a live run or check are fed: this session's token ids, as given.
+/// What the runs of a job are fed: a model, its token ids and where it runs — a [`Session`]'s
+/// (without its dtype: each run has its own), or a model a `check` or `compare` found and the
+/// ids its files hold.
+#[derive(Clone, Copy)]
+pub struct ModelInput<'a> {
+    pub model: &'a Model,
+    pub ids: &'a [u32],
+    /// How the input was given, for fingerprints.
+    pub prompt_label: Option<&'a str>,
+    pub device: &'a Device,
+}
+
+impl ModelInput<'_> {
+    /// The input both sides of a live run or check are fed: these token ids, as given.
     pub fn compared_input(&self) -> ComparedInput {
         ComparedInput {
-            input_ids: self.ids.clone(),
+            input_ids: self.ids.to_vec(),
             token_ids: TokenIds::Match,
             tokens: self.ids.len(),
             num_layers: Some(self.model.config.num_hidden_layers),
         }
     }
 
+    /// What a run of `backend` at `dtype` on this input is: this machine, the model, the input.
+    pub fn fingerprint(&self, backend: &dyn LinearAttentionBackend, dtype: DType) -> Fingerprint {
+        let mut fp = run_fingerprint(
+            backend,
+            self.device,
+            dtype,
+            self.ids,
+            self.prompt_label.map(str::to_string),
+        );
+        self.model.fill_fingerprint(&mut fp);
+        fp
+    }
+}
+
+impl Session {
+    /// This session's model, ids and device, as the runs of a job are fed them.
+    pub fn input(&self) -> ModelInput<'_> {
+        ModelInput {
+            model: &self.model,
+            ids: &self.ids,
+            prompt_label: self.prompt_label.as_deref(),
+            device: &self.device,
+        }
+    }
+
     /// Loads the model and reads the input `spec` names: the input first, so that a bad token
     /// list or prompt file is refused before the model loads.
     pub fn open(spec: &SessionSpec) -> Result<Session> {
-        let dtype = parse_dtype(spec.dtype)?;
-        let device = parse_device(spec.device)?;
+        let dtype = spec.dtype;
+        let device = spec.device.open()?;
         let given = match (spec.tokens, spec.prompt) {
             (Some(list), _) => Given::Ids(parse_token_list(list)?),
             (None, arg) => {
@@ -187,8 +224,8 @@ mod tests {
             random_weights: None,
             tokens: Some(tokens),
             prompt: None,
-            dtype: "bf16",
-            device: "cpu",
+            dtype: DType::BF16,
+            device: DeviceName::Cpu,
         }
     }
 
@@ -214,13 +251,6 @@ mod tests {
             }
             other => panic!("expected a --tokens error, got {:?}", other.err()),
         }
-        assert!(matches!(
-            Session::open(&SessionSpec {
-                dtype: "f8",
-                ..spec("1")
-            }),
-            Err(Error::Argument { .. })
-        ));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The module layering of docs/architecture.md, enforced: every top-level module of src/ sits in
 //! one layer, imports only from its own layer or earlier ones, nothing imports `cli` (`main.rs`
-//! aside), and there is no import circle between top-level modules.
+//! aside), and there is no import circle between top-level modules. Two rules of the job model
+//! too: a report is assembled in one place (`src/job/`), and the command line holds no logic
+//! (short files that import no engine module).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -38,17 +40,18 @@ const LAYERS: &[&[&str]] = &[
         "report",
         "plausibility",
     ],
+    &["session", "job"],
     &[
-        "session",
-        "run",
-        "planner",
         "live",
         "pairing",
         "compare_tokens",
         "disjoint",
         "compare_pair",
         "dataset",
+        "compare_command",
         "check",
+        "dump_command",
+        "environment",
         "paths",
         "selftest",
         "bench",
@@ -199,4 +202,103 @@ fn a_planted_breach_of_each_rule_is_found() {
             .iter()
             .any(|v| v.contains("`newcomer` is in no layer"))
     );
+}
+
+/// The source files under `dir` (recursively), with their text, comments dropped.
+fn code_files(dir: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read a source folder") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("read a source file");
+                let code: Vec<&str> = text
+                    .lines()
+                    .map(|l| l.split("//").next().unwrap_or_default())
+                    .collect();
+                let rel = path.strip_prefix(dir).expect("under dir");
+                out.push((rel.display().to_string(), code.join("\n")));
+            }
+        }
+    }
+    out
+}
+
+/// Files (relative to src/) outside `src/job/` and `src/report/` that build a report or put a
+/// comparison together themselves.
+fn assembly_sites(files: &[(String, String)]) -> Vec<String> {
+    files
+        .iter()
+        .filter(|(path, _)| !path.starts_with("job/") && !path.starts_with("report/"))
+        .filter(|(_, code)| code.contains("build_report") || code.contains("Comparison {"))
+        .map(|(path, _)| path.clone())
+        .collect()
+}
+
+#[test]
+fn a_report_is_assembled_by_the_job_alone() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = code_files(&src);
+    assert!(files.iter().any(|(p, _)| p.starts_with("job/")));
+    let bad = assembly_sites(&files);
+    assert!(bad.is_empty(), "build_report outside src/job: {bad:?}");
+    // A planted second site is found.
+    let mut planted = files.clone();
+    planted.push(("live.rs".to_string(), "build_report(&c)".to_string()));
+    assert_eq!(assembly_sites(&planted), ["live.rs"]);
+}
+
+/// Engine modules the command line must reach only through a command's library module.
+const NOT_FOR_CLI: &[&str] = &[
+    "alignment",
+    "capture",
+    "checkpoint",
+    "compare",
+    "disjoint",
+    "formats",
+    "job",
+    "metrics",
+    "model",
+    "pairing",
+    "plausibility",
+    "verdict",
+];
+
+/// The most lines a file of src/cli may have.
+const CLI_LINES: usize = 150;
+
+/// Each breach of "the command line turns arguments into a spec and prints".
+fn cli_breaches(files: &[(String, String)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (path, code) in files {
+        let lines = code.lines().count();
+        if lines > CLI_LINES {
+            out.push(format!(
+                "src/cli/{path}: {lines} lines (at most {CLI_LINES})"
+            ));
+        }
+        for m in NOT_FOR_CLI {
+            if code.contains(&format!("crate::{m}::")) || code.contains(&format!("crate::{m};")) {
+                out.push(format!("src/cli/{path} imports `{m}`"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_command_line_holds_no_logic() {
+    let cli = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli");
+    let files = code_files(&cli);
+    assert!(files.len() > 5, "read only {} files", files.len());
+    let bad = cli_breaches(&files);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    let planted = vec![
+        ("x.rs".to_string(), "use crate::model::Model;".to_string()),
+        ("y.rs".to_string(), "\n".repeat(CLI_LINES + 1)),
+    ];
+    assert_eq!(cli_breaches(&planted).len(), 2);
 }

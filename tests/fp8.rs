@@ -488,25 +488,6 @@ fn an_fp8_served_capture_against_a_bf16_one_is_judged_by_each_sides_floor() {
     assert!(note.contains("more than FP8 serving explains"), "{note}");
 }
 
-#[test]
-fn the_planner_measures_a_floor_at_fp8_like_any_dtype() {
-    use hsdiff::fp8::serving::SERVED;
-    use hsdiff::planner::{Source, plan, plan_live};
-    let live = plan_live(SERVED, "fused", "reference", false);
-    assert_eq!(
-        live.runs,
-        [DType::F64],
-        "B, the reference at fp8, is the floor run"
-    );
-    assert_eq!(live.floor_a, Source::SideB);
-    let side = |dtype| hsdiff::planner::SideRun {
-        dtype,
-        is_reference_run: false,
-    };
-    let files = plan(side(SERVED), side(DType::BF16));
-    assert_eq!(files.runs, [DType::F64, SERVED, DType::BF16]);
-}
-
 /// A copy of the FP8 checkpoint whose `module`'s block scales are all 1: what a loader that
 /// ignores the scales of that one module computes with (unsloth #6200).
 fn with_scales_ignored(module: &str) -> tempfile::TempDir {

@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::{DType, Device, Tensor};
 use hsdiff::backends::{
-    DeltaInputs, GdnInputs, GdnOutputs, LinearAttentionBackend, Reference, backend_by_name,
+    BackendKind, DeltaInputs, GdnInputs, GdnOutputs, LinearAttentionBackend, Reference,
+    backend_by_name,
 };
 use hsdiff::capture::dump::Dump;
 use hsdiff::capture::names;
@@ -28,6 +29,7 @@ use hsdiff::compare::Kind;
 use hsdiff::config::LayerType;
 use hsdiff::error::{Error, Result};
 use hsdiff::fingerprint::Fingerprint;
+use hsdiff::job::Instead;
 use hsdiff::live::{self, LiveRun, Mode};
 use hsdiff::metrics::Location;
 use hsdiff::metrics::logits::LogitStats;
@@ -87,7 +89,8 @@ fn golden_moe_session(dtype: DType) -> Session {
     }
 }
 
-/// What `hsdiff --a A --b B [--mode isolate] [--ops]` computes, as a report.
+/// What `hsdiff --a A --b reference [--mode isolate] [--ops]` computes, as a report, with side
+/// A run by `a` (a fault injector, or a backend of this build).
 fn live_report(
     s: &Session,
     a: &dyn LinearAttentionBackend,
@@ -95,9 +98,11 @@ fn live_report(
     isolate: bool,
     ops: bool,
 ) -> Report {
+    assert_eq!(b.name(), "reference", "side B is the reference backend");
     let run = LiveRun {
-        a,
-        b,
+        // A kind that never stands in for a calibration run: `a` is what is under test.
+        a: BackendKind::Fused,
+        b: BackendKind::Reference,
         mode: if isolate {
             Mode::Isolate
         } else {
@@ -108,7 +113,11 @@ fn live_report(
         layers: None,
         command: None,
     };
-    live::report(s, &run).expect("live run")
+    let instead = Instead {
+        a: Some(a),
+        b: None,
+    };
+    live::report_instead(s, &run, instead).expect("live run")
 }
 
 fn row<'a>(r: &'a Report, name: &str) -> &'a TensorRow {

@@ -20,7 +20,9 @@ pub use fused::Fused;
 /// lives in the self-contained kernel module, which cannot depend on this one).
 pub use fused::cpu::GdnDims;
 pub use reference::Reference;
-pub use registry::{BackendInfo, available_backends, backend_by_name, implementation_on};
+pub use registry::{
+    BackendInfo, BackendKind, available_backends, backend_by_name, implementation_on,
+};
 pub use state::{GdnState, check_conv_state, next_conv_state};
 
 /// Everything a backend needs for one Gated DeltaNet layer, as the shared layer code prepared it.

@@ -1,16 +1,17 @@
 //! `hsdiff bench`: the options of `bench core`, `bench forward` and the hidden `bench case`, and
 //! their wiring to the library (`crate::bench`, which documents what is measured and how).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use clap::{Args, Subcommand};
 
-use crate::bench::case::{CaseKind, CaseRequest, run_case};
+use super::bench_args::{CommonArgs, CoreArgs, ForwardArgs};
+use super::bench_case::{CaseArgs, GemmArgs, run_case_args};
+
 use crate::bench::delta_rule::CoreGeometry;
 use crate::bench::forward::ForwardBench;
 use crate::bench::gemm::{GemmBench, shapes_named};
 use crate::bench::plan::{Plan, PlanRequest};
-use crate::bench::protocol::result_line;
 use crate::bench::results::{BenchRow, exit_code};
 use crate::bench::runner::Bench;
 use crate::device::parse_dtype;
@@ -35,165 +36,6 @@ enum BenchCommand {
     /// One measurement in this process (what `core` and `forward` run in child processes).
     #[command(hide = true)]
     Case(CaseArgs),
-}
-
-/// Options shared by `core` and `forward`.
-#[derive(Args, Debug)]
-struct CommonArgs {
-    /// Backends to measure, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "reference,chunked,fused")]
-    backends: Vec<String>,
-
-    /// Compute dtypes, comma-separated (f32, bf16, f16, f64).
-    #[arg(long, value_delimiter = ',', default_value = "f32,bf16")]
-    dtypes: Vec<String>,
-
-    /// Timed calls per case (the median is reported).
-    #[arg(long)]
-    repeats: Option<usize>,
-
-    /// Untimed calls before the timed ones.
-    #[arg(long, default_value_t = 1)]
-    warmup: usize,
-
-    /// Threads for hsdiff (RAYON_NUM_THREADS of each child) and for torch (set_num_threads).
-    /// Default: all available cores.
-    #[arg(long)]
-    threads: Option<usize>,
-
-    /// Skip cases: NAME[@QUALIFIER…] where NAME is a backend, `torch` or `torch_recurrent` and
-    /// each qualifier a sequence length or a dtype, e.g. `reference@8192`, `torch@bf16`,
-    /// `chunked`. Repeatable.
-    #[arg(long, value_delimiter = ',')]
-    skip: Vec<String>,
-
-    /// Also run transformers with this Python (which has torch + transformers, e.g.
-    /// /work/venv-golden/bin/python).
-    #[arg(long, value_name = "PYTHON")]
-    torch: Option<PathBuf>,
-
-    /// The PyTorch side.
-    #[arg(long, value_name = "FILE", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/bench_torch.py"))]
-    torch_script: PathBuf,
-
-    /// Seed of the random inputs.
-    #[arg(long, default_value_t = 20240917)]
-    seed: u64,
-
-    /// Folder in which the run makes its own folder (hsdiff-bench-PID) for the input and
-    /// output files, removed afterwards unless --keep (default: the temp dir).
-    #[arg(long, value_name = "DIR")]
-    work_dir: Option<PathBuf>,
-
-    /// Keep the input and output files.
-    #[arg(long)]
-    keep: bool,
-
-    /// Print the table as Markdown.
-    #[arg(long)]
-    markdown: bool,
-
-    /// Also write every measurement as JSON.
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
-}
-
-#[derive(Args, Debug)]
-struct CoreArgs {
-    /// Sequence lengths, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "512,2048,8192")]
-    lengths: Vec<usize>,
-
-    /// Key heads (Qwen3.5-27B: 16).
-    #[arg(long, default_value_t = 16)]
-    key_heads: usize,
-
-    /// Value heads (Qwen3.5-27B: 48).
-    #[arg(long, default_value_t = 48)]
-    value_heads: usize,
-
-    /// Key and value head dim (Qwen3.5-27B: 128).
-    #[arg(long, default_value_t = 128)]
-    head_dim: usize,
-
-    /// Also time transformers' `torch_recurrent_gated_delta_rule` (slow: one Python step per
-    /// token).
-    #[arg(long)]
-    torch_recurrent: bool,
-
-    #[command(flatten)]
-    common: CommonArgs,
-}
-
-#[derive(Args, Debug)]
-struct ForwardArgs {
-    /// Checkpoint folder (config.json + safetensors), e.g. written by
-    /// scripts/make_bench_model.py.
-    #[arg(long, value_name = "DIR")]
-    model: PathBuf,
-
-    /// Prompt length in tokens (random token ids).
-    #[arg(long, default_value_t = 512)]
-    seq: usize,
-
-    #[command(flatten)]
-    common: CommonArgs,
-}
-
-#[derive(Args, Debug)]
-struct GemmArgs {
-    /// Rows of the input (prompt tokens).
-    #[arg(long, default_value_t = 512)]
-    seq: usize,
-
-    /// Compute dtypes, comma-separated (f32, f64, bf16).
-    #[arg(long, value_delimiter = ',', default_value = "f32,f64")]
-    dtypes: Vec<String>,
-
-    /// Products to measure, comma-separated (default: all; an unknown name lists them).
-    #[arg(long, value_delimiter = ',')]
-    shapes: Vec<String>,
-
-    /// Multiply only the first N output columns of each weight (same work per column).
-    #[arg(long, value_name = "N")]
-    columns: Option<usize>,
-
-    /// Timed calls per product (the median is reported, and the best).
-    #[arg(long, default_value_t = 3)]
-    repeats: usize,
-
-    /// Print the table as Markdown.
-    #[arg(long)]
-    markdown: bool,
-
-    /// Also write every measurement as JSON.
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
-}
-
-#[derive(Args, Debug)]
-struct CaseArgs {
-    /// `core` or `forward`.
-    #[arg(long)]
-    kind: String,
-    #[arg(long)]
-    backend: String,
-    /// The inputs file (core: q, k, v, g, beta; forward: input_ids).
-    #[arg(long)]
-    inputs: PathBuf,
-    /// Where to write the output (core: `out`; forward: `logits`).
-    #[arg(long)]
-    out: PathBuf,
-    /// Forward only: checkpoint folder.
-    #[arg(long)]
-    model: Option<PathBuf>,
-    /// Forward only: compute dtype.
-    #[arg(long, default_value = "f32")]
-    dtype: String,
-    #[arg(long, default_value_t = 3)]
-    repeats: usize,
-    #[arg(long, default_value_t = 1)]
-    warmup: usize,
 }
 
 pub fn run(args: &BenchArgs) -> Result<i32> {
@@ -288,19 +130,4 @@ fn finish(bench: Bench, rows: &[BenchRow], kind: &str, c: &CommonArgs) -> Result
     }
     bench.close();
     Ok(exit_code(rows))
-}
-
-fn run_case_args(args: &CaseArgs) -> Result<i32> {
-    let m = run_case(&CaseRequest {
-        kind: CaseKind::parse(&args.kind)?,
-        backend: args.backend.clone(),
-        inputs: args.inputs.clone(),
-        out: args.out.clone(),
-        model: args.model.clone(),
-        dtype: parse_dtype(&args.dtype)?,
-        repeats: args.repeats,
-        warmup: args.warmup,
-    })?;
-    println!("{}", result_line(&m)?);
-    Ok(0)
 }

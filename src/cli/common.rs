@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::error::{Error, Result};
+use super::values::DtypeArg;
+use crate::device::DeviceName;
+use crate::error::Result;
 use crate::session::{Session, SessionSpec};
 
 #[derive(Args, Debug, Clone)]
@@ -24,12 +26,12 @@ pub struct RunArgs {
 
     /// Compute dtype: f64 (true float64 everywhere), f32, bf16, f16; fp8 / fp8-ue8m0 (an FP8
     /// checkpoint served in W8A8 as vLLM / SGLang run it, bf16 between layers).
-    #[arg(long, default_value = "f32", value_name = "DTYPE")]
-    pub dtype: String,
+    #[arg(long, value_enum, default_value = "f32", value_name = "DTYPE")]
+    pub dtype: DtypeArg,
 
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu", value_name = "DEVICE")]
-    pub device: String,
+    pub device: DeviceName,
 
     /// Generate every weight from SEED with the golden recipe instead of reading safetensors:
     /// --model then needs only config.json (give --tokens when it has no tokenizer.json).
@@ -55,8 +57,8 @@ impl RunArgs {
             random_weights: self.random_weights,
             tokens: self.tokens.as_deref(),
             prompt: self.prompt.as_deref(),
-            dtype: &self.dtype,
-            device: &self.device,
+            dtype: self.dtype.0,
+            device: self.device,
         })
     }
 }
@@ -97,21 +99,4 @@ fn shell_quote(arg: &std::ffi::OsStr) -> String {
             format!("$'{escaped}'")
         }
     }
-}
-
-/// `--layers 1,16,31` → layer indices.
-pub fn parse_layer_list(arg: &str) -> Result<Vec<usize>> {
-    arg.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>())
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .ok()
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| {
-            Error::argument(
-                "--layers",
-                format!("expects comma-separated layer indices, got `{arg}`"),
-            )
-        })
 }

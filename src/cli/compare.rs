@@ -2,25 +2,20 @@
 //! written by PyTorch, `torch.save` files, numpy arrays — with the same table, verdicts and JSON
 //! as a live run, plus the layer alignment and the environment differences. With the model at
 //! hand (`--model`, or named by a fingerprint) the f64 truth and each side's floor are computed
-//! on the files' token ids by the same run planner as live runs; without one the report is
+//! on the files' token ids by the same job plan as live runs; without one the report is
 //! "uncalibrated" and only the depth-scaled band can flag a row.
 
 use std::path::PathBuf;
 
-use candle_core::DType;
 use clap::Args;
 
 use super::common::command_line;
 use super::report_args::ReportArgs;
-use crate::compare_pair::{Calibration, PairOptions, compare_pair};
-use crate::compare_tokens;
-use crate::config::ModelConfig;
-use crate::dataset::{self, DatasetOptions};
-use crate::device::parse_dtype;
-use crate::error::{Error, Result};
-use crate::formats::FileSource;
-use crate::formats::pipelines::{self, LayerIds, ReadOptions, layer_ids};
-use crate::pairing;
+use super::values::DtypeArg;
+use crate::compare_command::{CompareRequest, Compared, compare};
+use crate::compare_pair::PairOptions;
+use crate::dataset;
+use crate::error::Result;
 use crate::report::dataset_render;
 use crate::report::emit::emit;
 
@@ -67,8 +62,8 @@ pub struct CompareArgs {
     /// Compute dtype of files that record none (f64, f32, bf16, f16): sets the thresholds, and
     /// lets 16-bit integer numpy arrays be read as bf16 bit patterns. Without it, a file stored
     /// as f32/f64 whose every value is bf16-exact (f16-exact) is read as a bf16 (f16) run.
-    #[arg(long, value_name = "DTYPE")]
-    pub dtype_hint: Option<String>,
+    #[arg(long, value_enum, value_name = "DTYPE")]
+    pub dtype_hint: Option<DtypeArg>,
 
     /// The layer ids a drafter pipeline concatenated (both sides), in its own convention
     /// (docs/file-formats.md#drafter-pipelines), e.g. 1,16,31,46,61.
@@ -113,199 +108,37 @@ pub struct CompareArgs {
 }
 
 pub fn run(args: &CompareArgs) -> Result<i32> {
-    let inputs = [Some(args.a.as_path()), Some(&args.b), args.model.as_deref()];
-    args.report
-        .options()
-        .check_targets(&inputs.into_iter().flatten().collect::<Vec<_>>())?;
-    let hint = args.dtype_hint.as_deref().map(parse_dtype).transpose()?;
-    let (read_a, read_b) = read_options(args)?;
-    let pair = PairOptions {
-        maps: args.map.clone(),
-        shift: args.shift,
-        layers: args.report.layers()?,
-        command: Some(command_line()),
-        no_floor: args.no_floor,
-        verbose: true,
-        given_ids: None,
-    };
-    let batched = |p: &PathBuf, read: &ReadOptions| -> Result<bool> {
-        Ok(FileSource::open_with(
-            p,
-            hint,
-            &ReadOptions {
-                sample: Some(0),
-                ..read.clone()
-            },
-        )?
-        .pipeline
-        .is_some_and(|p| p.batch > 1))
-    };
-    if dataset::is_dataset(&args.a)
-        || dataset::is_dataset(&args.b)
-        || batched(&args.a, &read_a)?
-        || batched(&args.b, &read_b)?
-    {
-        if args.tokens.is_some() || args.prompt.is_some() {
-            return Err(Error::argument(
-                if args.tokens.is_some() {
-                    "--tokens"
-                } else {
-                    "--prompt"
-                },
-                "applies to two files, not to datasets (each sample carries its own token ids)",
-            ));
-        }
-        return run_dataset(args, hint, pair, read_a, read_b);
-    }
-    if args.shard.is_some() || args.calibrate.is_some() {
-        return Err(Error::argument(
-            if args.shard.is_some() {
-                "--shard"
-            } else {
-                "--calibrate"
-            },
-            "applies to datasets (folders, globs or batched files), not to two files",
-        ));
-    }
-    let a = FileSource::open_with(&args.a, hint, &read_a)?;
-    let b = FileSource::open_with(&args.b, hint, &read_b)?;
-    pipelines::check_ids_used(
-        (&read_a, a.pipeline.is_some()),
-        (&read_b, b.pipeline.is_some()),
-    )?;
-    let labels = pairing::labels(&args.a, &args.b);
-    let pair = PairOptions {
-        given_ids: compare_tokens::given_ids(
-            args.tokens.as_deref(),
-            args.prompt.as_deref(),
-            args.model.as_deref(),
-        )?,
-        ..pair
-    };
-    let outcome = compare_pair(
-        a,
-        b,
-        labels,
-        &pair,
-        Calibration::Find(args.model.as_deref()),
-    )?;
-    let mut report = outcome.report;
-    if let Some(t) = &outcome.trained {
-        report.notes.push(trained_note(t));
-    }
-    emit(&report, &args.report.options())
-}
-
-/// The figures of the positions `loss_mask` trains on, as a note under one pair's table.
-fn trained_note(t: &crate::compare_pair::Trained) -> String {
-    let worst = t
-        .report
-        .tensors
-        .iter()
-        .filter_map(|r| r.ratio_to_floor.map(|x| (x, &r.name)))
-        .max_by(|p, q| p.0.total_cmp(&q.0));
-    let size = match worst {
-        Some((x, name)) => format!("worst {x:.1}× the floor at {name}"),
-        None => format!(
-            "max rel L2 {:.2e}",
-            t.report
-                .tensors
-                .iter()
-                .map(|r| r.rel_l2)
-                .fold(0.0, f64::max)
-        ),
-    };
-    format!(
-        "trained positions (loss_mask): {} of {}: {} ({size})",
-        t.positions,
-        t.of,
-        t.report.verdict.as_str()
-    )
-}
-
-/// `--layer-ids`, `--layer-ids-a/-b`, `--draft-config`, and the model's size, for each side.
-fn read_options(args: &CompareArgs) -> Result<(ReadOptions, ReadOptions)> {
-    let given = |list: &Option<String>, option: &str| -> Result<Option<LayerIds>> {
-        list.as_deref()
-            .map(|l| {
-                Ok(LayerIds {
-                    ids: layer_ids::parse_list(l, option)?,
-                    from: option.to_string(),
-                })
-            })
-            .transpose()
-    };
-    let both = given(&args.layer_ids, "--layer-ids")?;
-    let draft = match &args.draft_config {
-        Some(path) => {
-            let (ids, key) = layer_ids::from_draft_config(path)?;
-            Some(LayerIds {
-                ids,
-                from: format!("--draft-config {} ({key})", path.display()),
-            })
-        }
-        None => None,
-    };
-    if both.is_some() && draft.is_some() {
-        return Err(Error::argument(
-            "--draft-config",
-            "give the layer ids once: --layer-ids or --draft-config",
-        ));
-    }
-    let common = both.or(draft);
-    let (num_layers, hidden_size) = match &args.model {
-        Some(dir) => {
-            let c = ModelConfig::from_file(&dir.join("config.json"))?;
-            (Some(c.num_hidden_layers), Some(c.hidden_size))
-        }
-        None => (None, None),
-    };
-    let side = |own: Option<LayerIds>| ReadOptions {
-        layer_ids: own.or_else(|| common.clone()),
-        num_layers,
-        hidden_size,
-        sample: None,
-    };
-    Ok((
-        side(given(&args.layer_ids_a, "--layer-ids-a")?),
-        side(given(&args.layer_ids_b, "--layer-ids-b")?),
-    ))
-}
-
-fn run_dataset(
-    args: &CompareArgs,
-    dtype_hint: Option<DType>,
-    mut pair: PairOptions,
-    read_a: ReadOptions,
-    read_b: ReadOptions,
-) -> Result<i32> {
-    let options = args.report.options();
-    if options.plot.is_some() {
-        return Err(Error::argument(
-            "--plot",
-            "is not drawn for datasets yet: use --format json and plot `samples[].rows`",
-        ));
-    }
-    if args.calibrate.is_some() && args.model.is_none() {
-        return Err(Error::argument("--calibrate", "needs --model DIR"));
-    }
-    pair.verbose = false;
-    let opts = DatasetOptions {
-        pair,
-        read_a,
-        read_b,
-        dtype_hint,
+    let req = CompareRequest {
+        a: args.a.clone(),
+        b: args.b.clone(),
+        pair: PairOptions {
+            maps: args.map.clone(),
+            shift: args.shift,
+            layers: args.report.layers.clone(),
+            command: Some(command_line()),
+            no_floor: args.no_floor,
+            verbose: true,
+            given_ids: None,
+        },
         model: args.model.clone(),
-        calibrate: args
-            .calibrate
-            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
-        shard: args
-            .shard
-            .as_deref()
-            .map(dataset::parse_shard)
-            .transpose()?,
+        dtype_hint: args.dtype_hint.map(|d| d.0),
+        layer_ids: args.layer_ids.clone(),
+        layer_ids_a: args.layer_ids_a.clone(),
+        layer_ids_b: args.layer_ids_b.clone(),
+        draft_config: args.draft_config.clone(),
+        calibrate: args.calibrate,
+        shard: args.shard.clone(),
+        tokens: args.tokens.clone(),
+        prompt: args.prompt.clone(),
+        plot: args.report.plot.is_some(),
     };
-    let report = dataset::run(&args.a, &args.b, &opts)?;
-    dataset_render::emit(&report, &options)?;
-    Ok(dataset::exit_code(&report, options.fail_on))
+    let options = args.report.options();
+    options.check_targets(&req.inputs())?;
+    match compare(&req)? {
+        Compared::Pair(report) => emit(&report, &options),
+        Compared::Dataset(report) => {
+            dataset_render::emit(&report, &options)?;
+            Ok(dataset::exit_code(&report, options.fail_on))
+        }
+    }
 }

@@ -1,18 +1,15 @@
 //! `hsdiff env`: this machine's fingerprint — what a dump made here would record about the
 //! environment — and what every backend would run on each device.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use candle_core::Device;
 use clap::Args;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::backends::available_backends;
-use crate::device::parse_device;
+use crate::device::DeviceName;
+use crate::environment::{build_features, env_fingerprint};
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, backend_implementations, machine_fingerprint};
-use crate::model::Model;
+use crate::fingerprint::Fingerprint;
 
 #[derive(Args, Debug)]
 pub struct EnvArgs {
@@ -22,64 +19,15 @@ pub struct EnvArgs {
 
     /// The device whose facts go in the fingerprint (cpu, cuda, cuda:N).
     #[arg(long, default_value = "cpu", value_name = "DEVICE")]
-    pub device: String,
+    pub device: DeviceName,
 
     /// Also record a checkpoint folder: its config, weights and tokenizer digests.
     #[arg(long, value_name = "DIR")]
     pub model: Option<PathBuf>,
 }
 
-/// The features this binary was built with.
-pub fn build_features() -> Vec<&'static str> {
-    let mut f = Vec::new();
-    if cfg!(feature = "cuda") {
-        f.push("cuda");
-    }
-    f
-}
-
-/// The devices `hsdiff env` reports backends for: the CPU, and on CUDA builds the requested
-/// CUDA device (or `cuda:0`) when it opens.
-fn devices(requested: &Device, label: &str) -> Vec<(String, Device)> {
-    let mut out = vec![("cpu".to_string(), Device::Cpu)];
-    if !matches!(requested, Device::Cpu) {
-        out.push((label.to_string(), requested.clone()));
-    } else if cfg!(feature = "cuda")
-        && let Ok(d) = parse_device("cuda:0")
-    {
-        out.push(("cuda:0".to_string(), d));
-    }
-    out
-}
-
-/// This machine's fingerprint as `hsdiff env --json` prints it.
-pub fn env_fingerprint(args: &EnvArgs) -> Result<Fingerprint> {
-    let device = parse_device(&args.device)?;
-    let mut fp = machine_fingerprint(&device);
-    if let Some(dir) = &args.model {
-        let model = Model::load(dir)?;
-        model.fill_fingerprint(&mut fp);
-    }
-    // backend → device → implementation
-    let mut backends: BTreeMap<String, BTreeMap<String, String>> = available_backends()
-        .iter()
-        .map(|b| (b.name.to_string(), BTreeMap::new()))
-        .collect();
-    for (label, dev) in devices(&device, &args.device) {
-        for (name, imp) in backend_implementations(&dev) {
-            backends.entry(name).or_default().insert(label.clone(), imp);
-        }
-    }
-    let backends = serde_json::to_value(backends)
-        .map_err(|e| Error::Internal(format!("cannot encode the backend list: {e}")))?;
-    fp.extra.insert("backends".to_string(), backends);
-    fp.extra
-        .insert("build_features".to_string(), json!(build_features()));
-    Ok(fp)
-}
-
 pub fn run(args: &EnvArgs) -> Result<i32> {
-    let fp = env_fingerprint(args)?;
+    let fp = env_fingerprint(args.device, args.model.as_deref())?;
     if args.json {
         let text = serde_json::to_string_pretty(&fp)
             .map_err(|e| Error::Internal(format!("cannot encode the fingerprint: {e}")))?;

@@ -4,7 +4,7 @@
 use clap::Args;
 
 use super::common::RunArgs;
-use crate::backends::backend_by_name;
+use crate::backends::BackendKind;
 use crate::error::{Error, Result};
 use crate::paths::{PathKind, plan_paths, render, run_paths};
 use crate::report::emit::{FailOn, Format};
@@ -12,8 +12,8 @@ use crate::report::emit::{FailOn, Format};
 #[derive(Args, Debug)]
 pub struct PathsArgs {
     /// Linear-attention backend (see `hsdiff backends`).
-    #[arg(long, default_value = "reference")]
-    pub backend: String,
+    #[arg(long, value_enum, default_value = "reference")]
+    pub backend: BackendKind,
 
     #[command(flatten)]
     pub run: RunArgs,
@@ -56,7 +56,7 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
         crate::output::reserve_all(&[(out, "--out")], &args.run.input_paths())?;
     }
     let session = args.run.resolve()?;
-    let backend = backend_by_name(&args.backend, &session.device)?;
+    let backend = args.backend.open(&session.device)?;
     let (plans, skipped) = plan_paths(&kinds, session.ids.len(), args.seed);
     if plans.is_empty() {
         let why: Vec<String> = skipped

@@ -23,8 +23,8 @@ pub struct ReportArgs {
     pub fail_on: FailOn,
 
     /// Report only these decoder layers (the rest still run), e.g. 1,16,31.
-    #[arg(long, value_name = "LIST")]
-    pub layers: Option<String>,
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = layer_index)]
+    pub layers: Option<Vec<usize>>,
 
     /// Environment differences to list: `ran` (what ran differently: linear-attention
     /// implementations, kernel packages, dtype, attention implementation, device; the rest
@@ -38,6 +38,13 @@ pub struct ReportArgs {
     pub plot: Option<PathBuf>,
 }
 
+/// One entry of `--layers`.
+fn layer_index(arg: &str) -> Result<usize, String> {
+    arg.trim()
+        .parse()
+        .map_err(|_| "expects comma-separated layer indices, e.g. 1,16,31".to_string())
+}
+
 impl ReportArgs {
     /// How the report is written (everything but `--layers`, which selects what is compared).
     pub fn options(&self) -> ReportOptions {
@@ -48,14 +55,6 @@ impl ReportArgs {
             env: self.env,
             plot: self.plot.clone(),
         }
-    }
-
-    /// `--layers`, parsed.
-    pub fn layers(&self) -> crate::error::Result<Option<Vec<usize>>> {
-        self.layers
-            .as_deref()
-            .map(super::common::parse_layer_list)
-            .transpose()
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::device::parse_device;
+use crate::device::DeviceName;
 use crate::error::Result;
 use crate::selftest::{self, BenchOptions, Options};
 
@@ -16,7 +16,7 @@ use crate::selftest::{self, BenchOptions, Options};
 pub struct SelftestArgs {
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu", value_name = "DEVICE")]
-    pub device: String,
+    pub device: DeviceName,
 
     /// Folder of the golden states (default: golden/states of the source tree this binary was
     /// built from).
@@ -43,8 +43,8 @@ pub struct SelftestArgs {
 
 pub fn run(args: &SelftestArgs) -> Result<i32> {
     let opts = Options {
-        device: parse_device(&args.device)?,
-        device_name: args.device.clone(),
+        device: args.device.open()?,
+        device_name: args.device.to_string(),
         golden: args.golden.clone(),
         quick: args.quick,
         bench: args.bench.then(|| BenchOptions {

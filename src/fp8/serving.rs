@@ -3,7 +3,7 @@
 //! linear-attention kernels, the Linear layers kept in bf16, and the activations between layers)
 //! as `--dtype bf16` runs it.
 //!
-//! Everything that carries a run's dtype (sessions, the planner's floor runs, fingerprints,
+//! Everything that carries a run's dtype (sessions, the job plan's floor runs, fingerprints,
 //! thresholds) carries a candle `DType`; the served arithmetic is named there by the FP8 type it
 //! quantises to: [`SERVED`] (`F8E4M3`: e4m3 activations, f32 scales) and [`SERVED_UE8M0`]
 //! (`F8E8M0`: e4m3 activations, power-of-two scales — the UE8M0 scale format of DeepGEMM on

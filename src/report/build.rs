@@ -1,5 +1,5 @@
 //! Building a [`Report`] from two capture sources and, when a model was at hand, the f64 truth
-//! and each side's floor (planned by [`crate::planner`]).
+//! and each side's floor (planned by [`crate::job`]).
 
 use candle_core::{DType, Tensor};
 use sha2::{Digest, Sha256};

@@ -27,7 +27,7 @@ use std::time::Instant;
 use candle_core::{DType, Device, Tensor};
 use half::{bf16, f16};
 
-use crate::backends::backend_by_name;
+use crate::backends::{BackendKind, backend_by_name};
 use crate::error::{Error, Result};
 use crate::live::{self, LiveRun, Mode};
 use crate::report::emit::{EnvList, FailOn, Format, ReportOptions, emit};
@@ -66,16 +66,14 @@ fn live_run(device_name: &str) -> Result<LiveOutcome> {
         random_weights: None,
         tokens: None,
         prompt: None,
-        dtype: "f32",
-        device: device_name,
+        dtype: DType::F32,
+        device: crate::device::DeviceName::parse(device_name)?,
     })?;
-    let fused = backend_by_name("fused", &session.device)?;
-    let reference = backend_by_name("reference", &session.device)?;
     let report = live::report(
         &session,
         &LiveRun {
-            a: fused.as_ref(),
-            b: reference.as_ref(),
+            a: BackendKind::Fused,
+            b: BackendKind::Reference,
             mode: Mode::Propagate,
             ops: false,
             no_floor: false,

@@ -1,0 +1,140 @@
+//! A comparison put together from a job's runs and the parts its command supplies, and its
+//! report built: the one call of [`build_report`]. The spec decides the dtype whose bands
+//! judge, the report's mode and whether the floor was skipped by request; the runs give the
+//! live sides' captures, the truth and the floors.
+
+use super::execute::Executed;
+use super::plan::{Role, Source};
+use super::spec::Calibration;
+use crate::compare::{PlannedRow, TensorSource};
+use crate::error::{Error, Result};
+use crate::report::{
+    Alignment, Calibrated, ComparedInput, Comparison, Floor, OneSided, Report, Side, build_report,
+};
+
+/// What the command knows that the runs do not: the given sides' captures, how each side is
+/// described, the rows, the input and the notes.
+pub struct Parts<'a> {
+    /// Side A's captures when the spec gives them (a file, a golden file); a live side's are
+    /// its run's.
+    pub a: Option<&'a dyn TensorSource>,
+    pub b: Option<&'a dyn TensorSource>,
+    pub a_side: Side,
+    pub b_side: Side,
+    pub rows: Vec<PlannedRow>,
+    pub input: ComparedInput,
+    pub command: Option<String>,
+    pub alignment: Option<Alignment>,
+    pub notes: Vec<String>,
+    pub one_sided: Option<OneSided>,
+    /// Why there is no calibration, when it is not the generic "no model".
+    pub uncalibrated_why: Option<String>,
+}
+
+/// The same tensors seen otherwise (e.g. at the positions a `loss_mask` trains on only).
+pub type View<'v> = &'v dyn for<'s> Fn(&'s dyn TensorSource) -> Box<dyn TensorSource + 's>;
+
+/// `f` as a [`View`] (closures take their higher-ranked signature from a bound).
+pub fn view<F>(f: F) -> F
+where
+    F: for<'s> Fn(&'s dyn TensorSource) -> Box<dyn TensorSource + 's>,
+{
+    f
+}
+
+impl Executed<'_> {
+    /// The report of this job's comparison.
+    pub fn report(&self, parts: Parts) -> Result<Report> {
+        let (a, b) = (self.given(Role::A, parts.a)?, self.given(Role::B, parts.b)?);
+        self.build(parts, a, b, self.calibrated())
+    }
+
+    /// The report of the same comparison with every source — both sides, the truth, the
+    /// floors — seen through `view`.
+    pub fn report_seen(&self, parts: Parts, view: View) -> Result<Report> {
+        let (a, b) = (self.given(Role::A, parts.a)?, self.given(Role::B, parts.b)?);
+        let (va, vb) = (view(a), view(b));
+        let cal = self.calibrated();
+        let seen = cal.as_ref().map(|c| {
+            (
+                view(c.truth),
+                view(c.floor_a.src),
+                c.floor_b.as_ref().map(|f| view(f.src)),
+            )
+        });
+        let calibration = match (&cal, &seen) {
+            (Some(c), Some((t, fa, fb))) => Some(Calibrated {
+                truth: &**t,
+                floor_a: Floor {
+                    src: &**fa,
+                    dtype: c.floor_a.dtype,
+                },
+                floor_b: match (&c.floor_b, fb) {
+                    (Some(f), Some(v)) => Some(Floor {
+                        src: &**v,
+                        dtype: f.dtype,
+                    }),
+                    _ => None,
+                },
+                source: c.source.clone(),
+            }),
+            _ => None,
+        };
+        self.build(parts, &*va, &*vb, calibration)
+    }
+
+    /// A live side as the report describes it: labelled with its backend's name and
+    /// `suffix`, with its run's fingerprint.
+    pub fn live_side(&self, role: Role, suffix: &str) -> Result<Side> {
+        let not_run = || Error::Internal(format!("side {role:?} is not a run of this job"));
+        let name = self.backend_name(role).ok_or_else(not_run)?;
+        let fp = self.fingerprint(role).ok_or_else(not_run)?;
+        Ok(Side::from_fingerprint(format!("{name}{suffix}"), fp))
+    }
+
+    /// A side's captures: its run's, or the ones `parts` gives.
+    fn given<'s>(
+        &'s self,
+        role: Role,
+        given: Option<&'s dyn TensorSource>,
+    ) -> Result<&'s dyn TensorSource> {
+        match (self.side(role), given) {
+            (Some(run), None) => Ok(run),
+            (None, Some(src)) => Ok(src),
+            _ => Err(Error::Internal(format!(
+                "side {role:?}: captures given for a live side, or none for a given one"
+            ))),
+        }
+    }
+
+    fn build(
+        &self,
+        parts: Parts,
+        a: &dyn TensorSource,
+        b: &dyn TensorSource,
+        calibration: Option<Calibrated>,
+    ) -> Result<Report> {
+        let spec = self.spec();
+        debug_assert!(matches!(
+            (self.job.plan.a, parts.a.is_some()),
+            (Source::Given, true) | (Source::Run(_), false)
+        ));
+        build_report(&Comparison {
+            a,
+            b,
+            a_side: parts.a_side,
+            b_side: parts.b_side,
+            calibration,
+            floor_skipped: spec.calibration == Calibration::NoFloor,
+            uncalibrated_why: parts.uncalibrated_why,
+            rows: parts.rows,
+            dtype: spec.dtype(),
+            mode: spec.mode().to_string(),
+            input: parts.input,
+            command: parts.command,
+            alignment: parts.alignment,
+            notes: parts.notes,
+            one_sided: parts.one_sided,
+        })
+    }
+}

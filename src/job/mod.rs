@@ -1,0 +1,40 @@
+//! A comparison as a job: planned, then run.
+//!
+//! A [`Spec`] says what each side is — a live run of a backend ([`Live`]), a file, a golden
+//! file — and whether the truth and floors are measured. [`Job::plan`] turns it into a [`Plan`]
+//! before anything runs: every forward pass the job needs (the live sides, the f64 truth, a
+//! floor per side dtype), in order, and which run stands in for which (a `reference` side is
+//! the definition the truth and its dtype's floor would be run from). [`Job::execute`] makes
+//! the runs on a model's input; [`Executed::report`] puts the comparison together and builds
+//! its report — the one place a report is assembled (`tests/architecture.rs` holds every other
+//! module to it). The live run, `check`, `compare` of two files and each pair of a dataset are
+//! specs (`crate::live`, `crate::check`, `crate::compare_pair`).
+
+mod assemble;
+mod execute;
+mod plan;
+mod spec;
+
+pub use assemble::{Parts, View, view};
+pub use execute::{Executed, Instead};
+pub use plan::{
+    CalibrationPlan, FLOOR_BACKEND, Plan, Role, Run, Source, TRUTH_BACKEND, calibration_backend,
+};
+pub use spec::{Calibration, Live, SideSpec, Spec, coarsest};
+
+/// A spec and its plan: what will run, decided before anything does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub spec: Spec,
+    pub plan: Plan,
+}
+
+impl Job {
+    /// Plans `spec`'s runs.
+    pub fn plan(spec: Spec) -> Job {
+        Job {
+            plan: plan::plan(&spec),
+            spec,
+        }
+    }
+}
