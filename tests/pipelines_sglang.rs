@@ -160,7 +160,13 @@ fn tensor_dump_pass_read_with_its_layers() {
         for w in &want {
             assert!(got.contains(w), "{model}: {w} not in {got:?}");
         }
-        assert!(max_x_floor(&r) < 2.0, "{model}: {}", r["summary"]);
+        // The same eager bf16 forward as the eval box's capture: every layer read at the right
+        // index is equal bit for bit (one off would be a different layer).
+        let summary = r["summary"].as_str().expect("summary");
+        assert!(
+            summary.contains("identical (bit for bit)") || max_x_floor(&r) < 2.0,
+            "{model}: {summary}"
+        );
         assert!(notes(&r).contains("sglang-tensor-dump"), "{model}");
     }
 }
