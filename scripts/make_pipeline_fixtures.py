@@ -32,6 +32,11 @@ names and folders as in the pipelines' code (read, not copied; see docs/file-for
     eval/prompt_{i}.safetensors                  the "eval box": hsdiff_capture.capture() dumps (bf16,
                                                  eager attention) of the three prompts and one more (prompt_3)
     draft_config.json                            a DFlash drafter config naming the layers
+    specforge_dflash_batch_nomask/batch.ckpt     (qwen3_5_tiny) the batch of specforge_dflash_batch without its
+                                                 attention_mask: samples 0 and 1 end in zero rows (padding)
+    specforge_dflash_batch_nomask_zeroed/batch_zeroed.ckpt
+                                                 the same with sample 2's last position (a real token) zeroed on
+                                                 every layer: zero on this side only, a divergence, not padding
     sglang/dumper/dump_20261201_120000_000000/   SGLang's dumper (DUMPER_ENABLE=1, non-intrusive hooks,
                                                  filtered to layers sglang_ids): one torch.save
                                                  {value, meta} per tensor, named by its tags
@@ -83,6 +88,7 @@ Run from the repository root::
 
     /work/pyvenv/bin/python scripts/make_pipeline_fixtures.py
     /work/pyvenv/bin/python scripts/make_pipeline_fixtures.py --only sglang   # the sglang/ folders only
+    /work/pyvenv/bin/python scripts/make_pipeline_fixtures.py --only padding  # the *_nomask batches only
 
 The tensors are deterministic (fixed ids, one CPU thread); the ``.pt``/``.ckpt`` files are not
 byte-stable (torch.save writes a random serialization id).
@@ -476,6 +482,37 @@ def write_sglang(name: str, spec: dict) -> None:
     print(f"wrote {out}")
 
 
+def write_padding(name: str, spec: dict) -> None:
+    """The DFlash batch of the three prompts, right-padded with zeros and no attention_mask."""
+    folder = ROOT / "golden" / name
+    bf16 = spec["cls"].from_pretrained(folder, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
+    samples = [forward(bf16, ids) for ids in PROMPTS]
+    tmax = max(len(p) for p in PROMPTS)
+    parts = lambda st: torch.cat([st[f"layers.{i}"] for i in spec["dflash_ids"]], dim=-1)
+    hs = torch.zeros(3, tmax, len(spec["dflash_ids"]) * samples[0]["embed"].shape[-1], dtype=torch.bfloat16)
+    ids_b = torch.zeros(3, tmax, dtype=torch.long)
+    lm = torch.zeros(3, tmax, dtype=torch.long)
+    for b, (ids, st) in enumerate(zip(PROMPTS, samples)):
+        n = len(ids)
+        hs[b, :n] = parts(st)
+        ids_b[b, :n] = torch.tensor(ids)
+        lm[b, :n] = loss_mask(n)
+    for sub, fname, zero_last in (
+        ("specforge_dflash_batch_nomask", "batch.ckpt", False),
+        ("specforge_dflash_batch_nomask_zeroed", "batch_zeroed.ckpt", True),
+    ):
+        out = OUT / name / sub
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        h = hs.clone()
+        if zero_last:
+            assert len(PROMPTS[2]) == tmax, "sample 2 has no padding"
+            h[2, tmax - 1] = 0
+        torch.save({"input_ids": ids_b, "loss_mask": lm, "hidden_states": h}, out / fname)
+    print(f"wrote {OUT / name}/specforge_dflash_batch_nomask*")
+
+
 def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -485,6 +522,8 @@ def main() -> None:
             write(name, spec)
         if only in (None, "sglang"):
             write_sglang(name, spec)
+        if only in (None, "padding") and name == "qwen3_5_tiny":
+            write_padding(name, spec)
 
 
 if __name__ == "__main__":

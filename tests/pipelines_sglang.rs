@@ -268,3 +268,60 @@ fn specforge_training_dump_vs_sglang_eval_dump() {
         }
     }
 }
+
+/// A batch padded with zeros and no `attention_mask`: the positions zero in every hidden state
+/// of both sides are padding, left out and counted in the report; the compared samples are ok
+/// (with the truth run on the real tokens only: compared, the padded rows would be 100 % off
+/// the truth).
+#[test]
+fn zero_padding_on_both_sides_left_out() {
+    let model = "qwen3_5_tiny";
+    let batch = fx(model, "specforge_dflash_batch_nomask/batch.ckpt");
+    let cfg = fx(model, "draft_config.json");
+    let m = model_dir(model);
+    let (code, r, err) = json(&batch, &batch, &["--draft-config", &cfg, "--model", &m]);
+    assert_eq!(code, 0, "{}\n{err}", r["summary"]);
+    let positions: Vec<u64> = r["samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .map(|s| s["positions"].as_u64().expect("positions"))
+        .collect();
+    // The prompts are 10, 13 and 16 tokens long, padded to 16.
+    assert_eq!(positions, [10, 13, 16]);
+    assert!(
+        notes(&r).contains(
+            "zero padding left out in 2 sample(s) (positions zero in every hidden state of both \
+             sides, no attention_mask: no forward writes an all-zero hidden state): batch#0 6 of \
+             16, batch#1 3 of 16"
+        ),
+        "{}",
+        r["notes"]
+    );
+}
+
+/// A real position zeroed on every layer of ONE side is no padding: it stays compared and the
+/// sample is flagged from the first layer; the padding both sides share is still left out.
+#[test]
+fn zero_row_on_one_side_is_flagged() {
+    let model = "qwen3_5_tiny";
+    let (code, r, err) = json(
+        &fx(model, "specforge_dflash_batch_nomask/batch.ckpt"),
+        &fx(model, "specforge_dflash_batch_nomask_zeroed/batch_zeroed.ckpt"),
+        &[
+            "--draft-config",
+            &fx(model, "draft_config.json"),
+            "--model",
+            &model_dir(model),
+        ],
+    );
+    assert_eq!(code, 1, "{}\n{err}", r["summary"]);
+    let bad = sample(&r, "batch#2");
+    assert_eq!(bad["verdict"], "mismatch", "{bad}");
+    assert_eq!(bad["first_divergent"], "layers.1");
+    assert_eq!(bad["positions"], 16, "the zeroed position is compared");
+    for id in ["batch#0", "batch#1"] {
+        assert_eq!(sample(&r, id)["verdict"], "ok", "{id}");
+    }
+    assert!(notes(&r).contains("batch#0 6 of 16, batch#1 3 of 16"), "{}", r["notes"]);
+}

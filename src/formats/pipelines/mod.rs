@@ -20,8 +20,10 @@ pub mod sglang;
 mod specforge;
 mod speculators;
 pub mod view;
+mod zero_padding;
 
 pub use last_state::check_last_state;
+pub use zero_padding::{ZeroPadding, drop_zero_padding};
 
 use std::collections::BTreeMap;
 use std::path::Path;
