@@ -48,7 +48,8 @@ fn step_file(dir: &Path, step: usize, name: &str) -> PathBuf {
         .map(|e| e.expect("entry").path())
         .find(|p| {
             let f = p.file_name().expect("name").to_string_lossy().into_owned();
-            f.starts_with(&prefix) && (f.contains(&infix) || f.ends_with(&format!("___name={name}.pt")))
+            f.starts_with(&prefix)
+                && (f.contains(&infix) || f.ends_with(&format!("___name={name}.pt")))
         })
         .unwrap_or_else(|| panic!("no {name} of step {step} in {}", dir.display()))
 }
@@ -147,7 +148,10 @@ fn dumper_pass_read_with_its_layers() {
 #[test]
 fn tensor_dump_pass_read_with_its_layers() {
     for model in MODELS {
-        let pass = fx(model, "sglang/tensor_dump/TP0_PP0_Rank0_pid4242/Pass00001.pt");
+        let pass = fx(
+            model,
+            "sglang/tensor_dump/TP0_PP0_Rank0_pid4242/Pass00001.pt",
+        );
         let eval = fx(model, "eval/prompt_1.safetensors");
         let m = model_dir(model);
         let (code, r, err) = json(&pass, &eval, &["--model", &m]);
@@ -307,7 +311,10 @@ fn zero_row_on_one_side_is_flagged() {
     let model = "qwen3_5_tiny";
     let (code, r, err) = json(
         &fx(model, "specforge_dflash_batch_nomask/batch.ckpt"),
-        &fx(model, "specforge_dflash_batch_nomask_zeroed/batch_zeroed.ckpt"),
+        &fx(
+            model,
+            "specforge_dflash_batch_nomask_zeroed/batch_zeroed.ckpt",
+        ),
         &[
             "--draft-config",
             &fx(model, "draft_config.json"),
@@ -323,5 +330,9 @@ fn zero_row_on_one_side_is_flagged() {
     for id in ["batch#0", "batch#1"] {
         assert_eq!(sample(&r, id)["verdict"], "ok", "{id}");
     }
-    assert!(notes(&r).contains("batch#0 6 of 16, batch#1 3 of 16"), "{}", r["notes"]);
+    assert!(
+        notes(&r).contains("batch#0 6 of 16, batch#1 3 of 16"),
+        "{}",
+        r["notes"]
+    );
 }

@@ -66,7 +66,10 @@ impl FileSource {
     fn position_views(&self, keep: &[u32], tokens: usize) -> Option<Vec<(usize, View)>> {
         let loss = self.pipeline.as_ref().and_then(|p| p.loss_mask);
         let mut out = Vec::new();
-        let named = self.names.iter().map(|(n, &i)| (n.as_str() == names::INPUT_IDS, i));
+        let named = self
+            .names
+            .iter()
+            .map(|(n, &i)| (n.as_str() == names::INPUT_IDS, i));
         for (ids_like, idx) in named.chain(loss.map(|i| (true, i))) {
             let (ops, shape) = match self.views.get(&idx) {
                 Some(v) => (v.ops.clone(), v.shape.clone()),

@@ -84,9 +84,11 @@ fn json(v: &Value) -> Option<Json> {
         Value::Int(i) => Json::from(*i),
         Value::Float(f) => serde_json::Number::from_f64(*f).map_or(Json::Null, Json::Number),
         Value::Str(s) => Json::String(s.clone()),
-        Value::List(xs) | Value::Tuple(xs) => {
-            Json::Array(xs.iter().map(|x| json(&x.value).unwrap_or(Json::Null)).collect())
-        }
+        Value::List(xs) | Value::Tuple(xs) => Json::Array(
+            xs.iter()
+                .map(|x| json(&x.value).unwrap_or(Json::Null))
+                .collect(),
+        ),
         Value::Dict(items) => Json::Object(
             items
                 .iter()

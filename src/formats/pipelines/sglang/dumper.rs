@@ -105,7 +105,8 @@ pub fn read(path: &Path, tags: &Tags, opts: &ReadOptions) -> Result<Sample> {
         Some(s) => ("step", s),
         None => ("forward_pass_id", tags.step().unwrap_or_default()),
     };
-    let refuse = |msg: String| Error::file(path, format!("sglang-dumper ({step_key} {step}): {msg}"));
+    let refuse =
+        |msg: String| Error::file(path, format!("sglang-dumper ({step_key} {step}): {msg}"));
     let files = pass_files(dir, step_key, step)?;
     // Each tensor's files (one per rank), by name; other tensors are left out.
     let mut wanted: BTreeMap<(Role, String), Vec<(Tags, PathBuf)>> = BTreeMap::new();
@@ -122,12 +123,16 @@ pub fn read(path: &Path, tags: &Tags, opts: &ReadOptions) -> Result<Sample> {
     let mut got: BTreeMap<Role, (String, Tensor)> = BTreeMap::new();
     for ((r, name), files) in wanted {
         if let Some((other, _)) = got.get(&r) {
-            return Err(refuse(format!("`{name}` and `{other}` are the same tensor")));
+            return Err(refuse(format!(
+                "`{name}` and `{other}` are the same tensor"
+            )));
         }
         let mut shards = Vec::new();
         for (t, p) in &files {
-            if let (Role::OutHidden(n) | Role::OutResidual(n) | Role::InHidden(n) | Role::InResidual(n), Some(id)) =
-                (r, t.get("layer_id"))
+            if let (
+                Role::OutHidden(n) | Role::OutResidual(n) | Role::InHidden(n) | Role::InResidual(n),
+                Some(id),
+            ) = (r, t.get("layer_id"))
                 && id != n.to_string()
             {
                 return Err(refuse(format!(
@@ -327,7 +332,8 @@ fn reconstruct(
             "layers.N = hidden_states + residual ({}) for N = {}",
             match (from_outputs, from_inputs) {
                 (true, false) => "`model.layers.N` output.0 + output.1",
-                (false, true) => "`model.layers.N+1` inputs: the output of layer N is the input of layer N+1",
+                (false, true) =>
+                    "`model.layers.N+1` inputs: the output of layer N is the input of layer N+1",
                 _ => "`model.layers.N` output.0 + output.1, else `model.layers.N+1`'s inputs",
             },
             list.join(",")
@@ -376,17 +382,35 @@ mod tests {
     #[test]
     fn roles_from_names() {
         let r = |s: &str| role(s);
-        assert_eq!(r("non_intrusive__model.layers.3.output.0"), Some(Role::OutHidden(3)));
-        assert_eq!(r("non_intrusive__model.layers.3.output.1"), Some(Role::OutResidual(3)));
+        assert_eq!(
+            r("non_intrusive__model.layers.3.output.0"),
+            Some(Role::OutHidden(3))
+        );
+        assert_eq!(
+            r("non_intrusive__model.layers.3.output.1"),
+            Some(Role::OutResidual(3))
+        );
         assert_eq!(
             r("non_intrusive__model.language_model.layers.12.inputs.residual"),
             Some(Role::InResidual(12))
         );
-        assert_eq!(r("non_intrusive__model.norm.output.0"), Some(Role::FinalNorm));
-        assert_eq!(r("non_intrusive__model.embed_tokens.output"), Some(Role::Embed));
+        assert_eq!(
+            r("non_intrusive__model.norm.output.0"),
+            Some(Role::FinalNorm)
+        );
+        assert_eq!(
+            r("non_intrusive__model.embed_tokens.output"),
+            Some(Role::Embed)
+        );
         // A norm inside a layer (the GDN's gated norm, the layer norms) is not the final norm.
-        assert_eq!(r("non_intrusive__model.layers.0.linear_attn.norm.output"), None);
-        assert_eq!(r("non_intrusive__model.layers.1.input_layernorm.output.1"), None);
+        assert_eq!(
+            r("non_intrusive__model.layers.0.linear_attn.norm.output"),
+            None
+        );
+        assert_eq!(
+            r("non_intrusive__model.layers.1.input_layernorm.output.1"),
+            None
+        );
         assert_eq!(r("non_intrusive__model.layers.1.mlp.output"), None);
         assert_eq!(r("input_ids"), Some(Role::Ids));
         assert_eq!(r("positions"), None);

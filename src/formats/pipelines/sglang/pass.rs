@@ -89,7 +89,10 @@ fn read(path: &Path, opts: &ReadOptions) -> Result<Sample> {
             Some(r) => {
                 let t = src.load_entry(e)?;
                 if let Some((other, _)) = got.insert(r, (e.raw.clone(), t)) {
-                    return Err(refuse(format!("`{}` and `{other}` are the same tensor", e.raw)));
+                    return Err(refuse(format!(
+                        "`{}` and `{other}` are the same tensor",
+                        e.raw
+                    )));
                 }
             }
         }
@@ -208,9 +211,18 @@ mod tests {
     #[test]
     fn roles_from_keys() {
         assert_eq!(role("model.forward_batch_info.input_ids"), Some(Role::Ids));
-        assert_eq!(role("model.layers.3.input_layernorm.1"), Some(Role::AddNormResidual(3)));
-        assert_eq!(role("model.layers.3.input_layernorm.0"), Some(Role::LayerSeen(3)));
-        assert_eq!(role("model.layers.0.input_layernorm"), Some(Role::LayerSeen(0)));
+        assert_eq!(
+            role("model.layers.3.input_layernorm.1"),
+            Some(Role::AddNormResidual(3))
+        );
+        assert_eq!(
+            role("model.layers.3.input_layernorm.0"),
+            Some(Role::LayerSeen(3))
+        );
+        assert_eq!(
+            role("model.layers.0.input_layernorm"),
+            Some(Role::LayerSeen(0))
+        );
         assert_eq!(role("model.norm.0"), Some(Role::FinalNorm));
         assert_eq!(role("model.norm.1"), Some(Role::LastResidual));
         assert_eq!(role("model.layers.0.linear_attn.norm"), None);

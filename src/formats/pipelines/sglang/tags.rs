@@ -157,7 +157,10 @@ mod tests {
         let old = parse(Path::new(
             "forward_pass_id=1___rank=0___name=input_ids___dump_index=1.pt",
         ));
-        assert_eq!(old.and_then(|t| t.step().map(str::to_string)), Some("1".into()));
+        assert_eq!(
+            old.and_then(|t| t.step().map(str::to_string)),
+            Some("1".into())
+        );
         assert!(parse(Path::new("data_0.pt")).is_none());
         assert!(parse(Path::new("step=1___rank=0.pt")).is_none());
         assert_eq!(
@@ -173,7 +176,10 @@ mod tests {
             Some((3, 1, 0))
         );
         assert_eq!(parse_pass(Path::new("out/x/Pass00003.pt")), None);
-        assert_eq!(parse_pass(Path::new("out/TP0_PP0_Rank0_pid1/Pass.pt")), None);
+        assert_eq!(
+            parse_pass(Path::new("out/TP0_PP0_Rank0_pid1/Pass.pt")),
+            None
+        );
     }
 
     #[test]

@@ -75,10 +75,7 @@ pub fn parse_dims(dims: &str, rank: usize) -> Result<Join, String> {
             };
         }
     }
-    if declared
-        .split_whitespace()
-        .any(|t| t == "tp:replicated")
-    {
+    if declared.split_whitespace().any(|t| t == "tp:replicated") {
         if join.is_some() {
             return Err(format!(
                 "`dims` \"{dims}\" declares tp both sharded and replicated"
@@ -135,7 +132,9 @@ pub fn join(name: &str, mut shards: Vec<Shard>) -> Result<(Tensor, Option<Join>)
             }
             let dims_of = dims[0];
             if dims.iter().any(|d| *d != dims_of) {
-                return Err(format!("`{name}`: the ranks' meta disagree on `dims` ({dims:?})"));
+                return Err(format!(
+                    "`{name}`: the ranks' meta disagree on `dims` ({dims:?})"
+                ));
             }
             let Some(d) = dims_of else {
                 return Err(format!(
@@ -147,7 +146,8 @@ pub fn join(name: &str, mut shards: Vec<Shard>) -> Result<(Tensor, Option<Join>)
                     seen(&shards)
                 ));
             };
-            let how = parse_dims(d, shards[0].tensor.rank()).map_err(|e| format!("`{name}`: {e}"))?;
+            let how =
+                parse_dims(d, shards[0].tensor.rank()).map_err(|e| format!("`{name}`: {e}"))?;
             let want: Vec<usize> = (0..size).collect();
             if how != Join::Replicated && got != want {
                 return Err(format!(
@@ -160,9 +160,15 @@ pub fn join(name: &str, mut shards: Vec<Shard>) -> Result<(Tensor, Option<Join>)
             shards.sort_by_key(|s| tp_of(&s.meta).map_or(0, |t| t.0));
             let tensors: Vec<&Tensor> = shards.iter().map(|s| &s.tensor).collect();
             let joined = match how {
-                Join::Concat(axis) => Tensor::cat(&tensors, axis)
-                    .map_err(|e| format!("`{name}`: shards {} do not join along axis {axis}: {e}", seen(&shards)))?,
-                Join::Sum => sum(&tensors).map_err(|e| format!("`{name}`: shards {}: {e}", seen(&shards)))?,
+                Join::Concat(axis) => Tensor::cat(&tensors, axis).map_err(|e| {
+                    format!(
+                        "`{name}`: shards {} do not join along axis {axis}: {e}",
+                        seen(&shards)
+                    )
+                })?,
+                Join::Sum => {
+                    sum(&tensors).map_err(|e| format!("`{name}`: shards {}: {e}", seen(&shards)))?
+                }
                 Join::Replicated => {
                     same(&tensors).map_err(|e| format!("`{name}`: {e}"))?;
                     tensors[0].clone()
@@ -266,7 +272,10 @@ mod tests {
         let cpu = &Device::Cpu;
         let full = Tensor::randn(0f32, 1f32, (3, 8), cpu)?;
         let halves = || -> candle_core::Result<(Tensor, Tensor)> {
-            Ok((full.narrow(1, 0, 4)?.contiguous()?, full.narrow(1, 4, 4)?.contiguous()?))
+            Ok((
+                full.narrow(1, 0, 4)?.contiguous()?,
+                full.narrow(1, 4, 4)?.contiguous()?,
+            ))
         };
         // Rank order comes from the meta, not from the order the files were found in.
         let (a, b) = halves()?;
@@ -309,7 +318,10 @@ mod tests {
         let msg = join("x", vec![shard(a, 0, None), shard(b, 1, None)])
             .err()
             .unwrap_or_default();
-        assert!(msg.contains("has no `dims`") && msg.contains("rank 0 [3, 4]"), "{msg}");
+        assert!(
+            msg.contains("has no `dims`") && msg.contains("rank 0 [3, 4]"),
+            "{msg}"
+        );
         Ok(())
     }
 }
