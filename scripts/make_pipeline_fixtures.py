@@ -58,6 +58,9 @@ names and folders as in the pipelines' code (read, not copied; see docs/file-for
                                                  input_ids on both ranks; meta sglang_parallel_info
                                                  tp_rank / tp_size 2
     sglang/dumper_tp2_nodims/dump_…/             the same, prompt 0 only, without `dims` in the meta (refused)
+    sglang/dumper_bare/sglang_dump_1764590400.123/
+                                                 the dumper before `meta` (forward_pass_id=1___rank=0___name=…___dump_index=…[___layer_id=…].pt,
+                                                 torch.save of the bare tensor): prompt 0, layer sglang_ids[0]
     sglang/tensor_dump/TP0_PP0_Rank0_pid4242/Pass{n:05}.pt
                                                  --debug-tensor-dump-output-folder (prompts 0 and 1): per forward pass a dict of
                                                  leaf-module outputs: model.embed_tokens,
@@ -458,6 +461,25 @@ def write_sglang(name: str, spec: dict) -> None:
                            dims="t h[tp]" if dims else None)
                     d.dump(step, f"{layer}.{n}.output.1", st[("residual", n)], layer_id=n,
                            dims="t h # tp:replicated" if dims else None)
+
+    # The dumper before `meta` and `step` (earlier dumper.py: on_forward_pass_start(), torch.save(value, path)): `forward_pass_id`,
+    # the bare tensor, folder sglang_dump_{time}; prompt 0, one layer.
+    if variants:
+        bare = out / "dumper_bare" / "sglang_dump_1764590400.123"
+        bare.mkdir(parents=True)
+        n, st = ids_n[0], runs[0]
+        for k, (nm, t, lid) in enumerate(
+            [
+                ("input_ids", torch.tensor(prompts[0]), None),
+                (f"{layer}.{n}.output.0", st[("hidden", n)], n),
+                (f"{layer}.{n}.output.1", st[("residual", n)], n),
+            ],
+            start=1,
+        ):
+            tags = {"forward_pass_id": 1, "rank": 0, "name": nm, "dump_index": k}
+            if lid is not None:
+                tags["layer_id"] = lid
+            torch.save(t.contiguous().clone(), bare / ("___".join(f"{a}={b}" for a, b in tags.items()) + ".pt"))
 
     # --debug-tensor-dump-output-folder.
     rank_dir = out / "tensor_dump" / "TP0_PP0_Rank0_pid4242"

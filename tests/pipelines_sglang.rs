@@ -336,3 +336,26 @@ fn zero_row_on_one_side_is_flagged() {
         r["notes"]
     );
 }
+
+/// The dumper before `meta` (`forward_pass_id=…` names, the bare tensor): read alike.
+#[test]
+fn bare_tensor_dumper_read() {
+    let model = "qwen3_5_tiny";
+    let dir = exp_dir(model, "sglang/dumper_bare");
+    let (code, r, err) = json(
+        &dir.display().to_string(),
+        &fx(model, "eval/prompt_0.safetensors"),
+        &["--model", &model_dir(model)],
+    );
+    assert_eq!(code, 0, "{}\n{err}", r["summary"]);
+    assert_eq!(ids_of(&r["samples"]), ["forward_pass_id=1"]);
+    assert_eq!(r["layers"][0]["name"], "layers.1", "{}", r["layers"]);
+    assert!(
+        r["formats_a"][0]
+            .as_str()
+            .expect("format")
+            .contains("bare tensors or {value, meta}"),
+        "{}",
+        r["formats_a"]
+    );
+}
