@@ -32,14 +32,66 @@ names and folders as in the pipelines' code (read, not copied; see docs/file-for
     eval/prompt_{i}.safetensors                  the "eval box": hsdiff_capture.capture() dumps (bf16,
                                                  eager attention) of the three prompts and one more (prompt_3)
     draft_config.json                            a DFlash drafter config naming the layers
+    specforge_dflash_batch_nomask/batch.ckpt     (qwen3_5_tiny) the batch of specforge_dflash_batch without its
+                                                 attention_mask: samples 0 and 1 end in zero rows (padding)
+    specforge_dflash_batch_nomask_zeroed/batch_zeroed.ckpt
+                                                 the same with sample 2's last position (a real token) zeroed on
+                                                 every layer: zero on this side only, a divergence, not padding
+    sglang/dumper/dump_20261201_120000_000000/   SGLang's dumper (DUMPER_ENABLE=1, non-intrusive hooks,
+                                                 filtered to layers sglang_ids): one torch.save
+                                                 {value, meta} per tensor, named by its tags
+                                                 (step=S___rank=0___dump_index=I___name=…___recompute_status=disabled___layer_id=N.pt);
+                                                 per forward pass (step S = prompt S of the three, one
+                                                 request each): the core field
+                                                 input_ids, non_intrusive__model.layers.N.output.0 (the
+                                                 layer's hidden_states: its MLP output) and .output.1 (its
+                                                 residual: the stream before the MLP's add), and
+                                                 non_intrusive__model.norm.output.0 (bf16, eager attention)
+    sglang/dumper_inputs/dump_…/                 (qwen3_5_tiny only, as the next two) prompts 0 and 1 dumped at the inputs of layer id+1
+                                                 (….layers.{N+1}.inputs.hidden_states / .inputs.residual: the
+                                                 pair layer N returned, the +1 of SGLang's aux capture);
+                                                 layer 0's inputs.hidden_states is the embedding
+    sglang/dumper_tp2/dump_…/                    two tensor-parallel ranks (rank=0, rank=1) of prompts 0 and 1,
+                                                 layer sglang_ids[0]: output.0 split along h
+                                                 (meta dims "t h[tp]", half the columns per rank), output.1
+                                                 whole on each rank (dims "t h # tp:replicated"),
+                                                 input_ids on both ranks; meta sglang_parallel_info
+                                                 tp_rank / tp_size 2
+    sglang/dumper_tp2_nodims/dump_…/             the same, prompt 0 only, without `dims` in the meta (refused)
+    sglang/dumper_bare/sglang_dump_1764590400.123/
+                                                 the dumper before `meta` (forward_pass_id=1___rank=0___name=…___dump_index=…[___layer_id=…].pt,
+                                                 torch.save of the bare tensor): prompt 0, layer sglang_ids[0]
+    sglang/tensor_dump/TP0_PP0_Rank0_pid4242/Pass{n:05}.pt
+                                                 --debug-tensor-dump-output-folder (prompts 0 and 1): per forward pass a dict of
+                                                 leaf-module outputs: model.embed_tokens,
+                                                 model.layers.N.input_layernorm (layer 0: the normed tensor;
+                                                 then [normed, residual], residual = hidden_states + residual
+                                                 of layer N-1), model.norm [normed, residual],
+                                                 model.forward_batch_info.{input_ids,seq_lens,positions}, and
+                                                 from pass 1 on the previous pass's `model` output (as the
+                                                 hook's order saves it). Only these leaves are written (the
+                                                 attention / MLP leaves SGLang also saves are left out to keep
+                                                 the fixture small)
 
 The MoE model has 6 layers, where the pipelines' default ids repeat a layer ([1, 2, 2]); its
 EAGLE-3 / Model-Optimizer / speculators files use the ids in its draft_config.json instead
 (``eagle_aux_hidden_state_layer_ids``; the tests pass them).
 
+SGLang itself is not run (it needs a GPU and its own kernels): its files are emulated from its
+code — python/sglang/srt/debug_utils/dumper.py (sgl-project/sglang at 00d35548c30a58ac5925d3b59d01c634120d8d98:
+_Dumper._dump_single's file name and {value, meta}, _NonIntrusiveDumper's names),
+debug_utils/tensor_dump_forward_hook.py (19fed5ff26ba438998e95408ff4e954fa6f014a1), the decoder layers
+of models/qwen3_5.py (005fa711897e800d45bc46e72e02ab730fca3b31: a layer returns (hidden_states,
+residual), the add fused into the next RMSNorm) and the comparator's dims notation
+(debug_utils/comparator/dims_spec). The (hidden_states, residual) split is the model's own: hooks on
+transformers' forward take the MLP's output and the post-attention norm's input (the residual
+stream), whose bf16 sum is checked to be the layer's output.
+
 Run from the repository root::
 
     /work/pyvenv/bin/python scripts/make_pipeline_fixtures.py
+    /work/pyvenv/bin/python scripts/make_pipeline_fixtures.py --only sglang   # the sglang/ folders only
+    /work/pyvenv/bin/python scripts/make_pipeline_fixtures.py --only padding  # the *_nomask batches only
 
 The tensors are deterministic (fixed ids, one CPU thread); the ``.pt``/``.ckpt`` files are not
 byte-stable (torch.save writes a random serialization id).
@@ -75,6 +127,10 @@ MODELS = {
         "eagle_ids": [1, 3, 4],
         "vllm_ids": [2, 4, 5, 8],
         "planted_layer": 4,
+        # The layers SGLang's dumper is filtered to (the planted one among them), and whether
+        # the dumper's other variants (inputs, tensor parallelism) are written for this model.
+        "sglang_ids": [1, 4, 6],
+        "sglang_variants": True,
     },
     "qwen3_next_moe_tiny": {
         "cls": Qwen3NextForCausalLM,
@@ -82,6 +138,8 @@ MODELS = {
         "eagle_ids": [1, 2, 3],
         "vllm_ids": [2, 3, 4, 6],
         "planted_layer": 3,
+        "sglang_ids": [1, 3, 5],
+        "sglang_variants": False,
     },
 }
 
@@ -286,11 +344,208 @@ def write(name: str, spec: dict) -> None:
     print(f"wrote {out}")
 
 
+def forward_split(model, ids: list[int]) -> dict:
+    """Per decoder layer N: its input (the previous layer's output), the post-attention residual
+    stream (input of post_attention_layernorm) and the MLP's output — SGLang's (residual,
+    hidden_states) pair — plus the input_layernorm's output, the embedding and the final norm's
+    output; [T, H] each. The pair's bf16 sum is checked to be the layer's output."""
+    tm = text_model(model)
+    got: dict = {}
+
+    def keep(key, pick):
+        def hook(_m, inp, out):
+            t = pick(inp, out)
+            t = t[0] if isinstance(t, tuple) else t
+            got[key] = t.detach()[0].clone()
+
+        return hook
+
+    handles = [tm.embed_tokens.register_forward_hook(keep("embed", lambda i, o: o))]
+    for n, layer in enumerate(tm.layers):
+        handles += [
+            layer.register_forward_hook(keep(("out", n), lambda i, o: o)),
+            layer.input_layernorm.register_forward_hook(keep(("in_norm", n), lambda i, o: o)),
+            layer.post_attention_layernorm.register_forward_hook(keep(("residual", n), lambda i, o: i[0])),
+            layer.mlp.register_forward_hook(keep(("hidden", n), lambda i, o: o)),
+        ]
+    handles.append(tm.norm.register_forward_hook(keep("final_norm", lambda i, o: o)))
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([ids]), use_cache=False)
+    for h in handles:
+        h.remove()
+    for n in range(len(tm.layers)):
+        s = (got[("hidden", n)].float() + got[("residual", n)].float()).to(got[("out", n)].dtype)
+        assert torch.equal(s, got[("out", n)]), f"layer {n}: hidden + residual is not its output"
+    return got
+
+
+EXP = "dump_20261201_120000_000000"
+
+
+def parallel_info(tp_rank: int, tp_size: int) -> dict:
+    # _SGLangPlugin.collect_parallel_info() of a run without pipeline/expert/attention-dp parallelism.
+    return {
+        "tp_rank": tp_rank, "tp_size": tp_size, "pp_rank": 0, "pp_size": 1,
+        "moe_ep_rank": 0, "moe_ep_size": 1, "moe_tp_rank": tp_rank, "moe_tp_size": tp_size,
+        "moe_dp_rank": 0, "moe_dp_size": 1, "enable_dp_attention": False,
+        "attn_tp_rank": tp_rank, "attn_tp_size": tp_size, "attn_dp_rank": 0, "attn_dp_size": 1,
+        "local_attn_dp_rank": 0, "local_attn_dp_size": 1, "attn_cp_rank": 0, "attn_cp_size": 1,
+    }
+
+
+class Dumper:
+    """_Dumper._dump_single: file `step=…___rank=…___dump_index=…___name=…___recompute_status=disabled[___layer_id=…].pt`
+    holding {"value": tensor, "meta": {**full_kwargs, **static_meta, **meta_only_fields}}."""
+
+    def __init__(self, folder: Path, rank: int, tp_size: int):
+        self.dir = folder / EXP
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.rank, self.tp_size, self.index = rank, tp_size, 0
+
+    def dump(self, step: int, name: str, value: torch.Tensor, layer_id=None, dims=None):
+        self.index += 1
+        full = {"step": step, "rank": self.rank, "dump_index": self.index, "name": name,
+                "recompute_status": "disabled"}
+        if layer_id is not None:
+            full["layer_id"] = layer_id
+        meta = dict(full, world_rank=self.rank, world_size=self.tp_size,
+                    sglang_parallel_info=parallel_info(self.rank, self.tp_size))
+        if dims is not None:
+            meta["dims"] = dims
+        fname = "___".join(f"{k}={v}" for k, v in full.items()) + ".pt"
+        torch.save({"value": value.contiguous().clone(), "meta": meta}, self.dir / fname)
+
+
+def write_sglang(name: str, spec: dict) -> None:
+    folder = ROOT / "golden" / name
+    out = OUT / name / "sglang"
+    if out.exists():
+        shutil.rmtree(out)
+    eager = spec["cls"].from_pretrained(folder, dtype=torch.bfloat16, attn_implementation="eager").eval()
+    L = len(text_model(eager).layers)
+    ids_n = spec["sglang_ids"]
+    prompts = PROMPTS
+    runs = [forward_split(eager, ids) for ids in prompts]
+    layer = "non_intrusive__model.layers"
+
+    # Outputs of the DFlash layers (a DUMPER_FILTER on layer_id), every forward pass.
+    d = Dumper(out / "dumper", 0, 1)
+    for step, (ids, st) in enumerate(zip(prompts, runs)):
+        d.dump(step, "input_ids", torch.tensor(ids))
+        for n in ids_n:
+            d.dump(step, f"{layer}.{n}.output.0", st[("hidden", n)], layer_id=n)
+            d.dump(step, f"{layer}.{n}.output.1", st[("residual", n)], layer_id=n)
+        d.dump(step, "non_intrusive__model.norm.output.0", st["final_norm"])
+
+    # The same forward passes at the inputs of layer id + 1 (and layer 0's: the embedding).
+    variants = spec["sglang_variants"]
+    d = Dumper(out / "dumper_inputs", 0, 1) if variants else None
+    for step, (ids, st) in enumerate(zip(prompts[:2], runs) if variants else []):
+        d.dump(step, "input_ids", torch.tensor(ids))
+        d.dump(step, f"{layer}.0.inputs.hidden_states", st["embed"], layer_id=0)
+        for n in [k for k in ids_n if k + 1 < L]:
+            d.dump(step, f"{layer}.{n + 1}.inputs.hidden_states", st[("hidden", n)], layer_id=n + 1)
+            d.dump(step, f"{layer}.{n + 1}.inputs.residual", st[("residual", n)], layer_id=n + 1)
+
+    # Two tensor-parallel ranks, with and without `dims`.
+    for sub, steps, dims in (("dumper_tp2", 2, True), ("dumper_tp2_nodims", 1, False)) if variants else []:
+        ranks = [Dumper(out / sub, r, 2) for r in range(2)]
+        for step in range(steps):
+            st = runs[step]
+            for r, d in enumerate(ranks):
+                d.dump(step, "input_ids", torch.tensor(prompts[step]))
+                for n in ids_n[:1]:
+                    h = st[("hidden", n)]
+                    half = h.shape[-1] // 2
+                    d.dump(step, f"{layer}.{n}.output.0", h[:, r * half:(r + 1) * half], layer_id=n,
+                           dims="t h[tp]" if dims else None)
+                    d.dump(step, f"{layer}.{n}.output.1", st[("residual", n)], layer_id=n,
+                           dims="t h # tp:replicated" if dims else None)
+
+    # The dumper before `meta` and `step` (earlier dumper.py: on_forward_pass_start(), torch.save(value, path)): `forward_pass_id`,
+    # the bare tensor, folder sglang_dump_{time}; prompt 0, one layer.
+    if variants:
+        bare = out / "dumper_bare" / "sglang_dump_1764590400.123"
+        bare.mkdir(parents=True)
+        n, st = ids_n[0], runs[0]
+        for k, (nm, t, lid) in enumerate(
+            [
+                ("input_ids", torch.tensor(prompts[0]), None),
+                (f"{layer}.{n}.output.0", st[("hidden", n)], n),
+                (f"{layer}.{n}.output.1", st[("residual", n)], n),
+            ],
+            start=1,
+        ):
+            tags = {"forward_pass_id": 1, "rank": 0, "name": nm, "dump_index": k}
+            if lid is not None:
+                tags["layer_id"] = lid
+            torch.save(t.contiguous().clone(), bare / ("___".join(f"{a}={b}" for a, b in tags.items()) + ".pt"))
+
+    # --debug-tensor-dump-output-folder.
+    rank_dir = out / "tensor_dump" / "TP0_PP0_Rank0_pid4242"
+    rank_dir.mkdir(parents=True)
+    previous = None
+    for p, (ids, st) in enumerate(zip(prompts[:2], runs)):
+        tensors: dict = {"model.embed_tokens": st["embed"]}
+        for n in range(L):
+            normed = st[("in_norm", n)]
+            # input_layernorm(hidden_states, residual) returns (normed, hidden_states + residual).
+            tensors[f"model.layers.{n}.input_layernorm"] = (
+                normed if n == 0 else [normed, st[("out", n - 1)]]
+            )
+        tensors["model.norm"] = [st["final_norm"], st[("out", L - 1)]]
+        tensors["model.forward_batch_info.input_ids"] = torch.tensor(ids)
+        tensors["model.forward_batch_info.seq_lens"] = torch.tensor([len(ids)])
+        tensors["model.forward_batch_info.positions"] = torch.arange(len(ids))
+        if previous is not None:
+            tensors["model"] = previous
+        previous = st["final_norm"]
+        torch.save(tensors, rank_dir / f"Pass{p:05d}.pt")
+    print(f"wrote {out}")
+
+
+def write_padding(name: str, spec: dict) -> None:
+    """The DFlash batch of the three prompts, right-padded with zeros and no attention_mask."""
+    folder = ROOT / "golden" / name
+    bf16 = spec["cls"].from_pretrained(folder, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
+    samples = [forward(bf16, ids) for ids in PROMPTS]
+    tmax = max(len(p) for p in PROMPTS)
+    parts = lambda st: torch.cat([st[f"layers.{i}"] for i in spec["dflash_ids"]], dim=-1)
+    hs = torch.zeros(3, tmax, len(spec["dflash_ids"]) * samples[0]["embed"].shape[-1], dtype=torch.bfloat16)
+    ids_b = torch.zeros(3, tmax, dtype=torch.long)
+    lm = torch.zeros(3, tmax, dtype=torch.long)
+    for b, (ids, st) in enumerate(zip(PROMPTS, samples)):
+        n = len(ids)
+        hs[b, :n] = parts(st)
+        ids_b[b, :n] = torch.tensor(ids)
+        lm[b, :n] = loss_mask(n)
+    for sub, fname, zero_last in (
+        ("specforge_dflash_batch_nomask", "batch.ckpt", False),
+        ("specforge_dflash_batch_nomask_zeroed", "batch_zeroed.ckpt", True),
+    ):
+        out = OUT / name / sub
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        h = hs.clone()
+        if zero_last:
+            assert len(PROMPTS[2]) == tmax, "sample 2 has no padding"
+            h[2, tmax - 1] = 0
+        torch.save({"input_ids": ids_b, "loss_mask": lm, "hidden_states": h}, out / fname)
+    print(f"wrote {OUT / name}/specforge_dflash_batch_nomask*")
+
+
 def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
+    only = sys.argv[2] if len(sys.argv) > 2 and sys.argv[1] == "--only" else None
     for name, spec in MODELS.items():
-        write(name, spec)
+        if only is None:
+            write(name, spec)
+        if only in (None, "sglang"):
+            write_sglang(name, spec)
+        if only in (None, "padding") and name == "qwen3_5_tiny":
+            write_padding(name, spec)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,8 @@ pub struct PairOutcome {
     /// The positions `loss_mask` trains on compared on their own, when they are not all of
     /// the compared positions.
     pub trained: Option<Trained>,
+    /// Positions both sides held as all-zero padding, left out.
+    pub zero_padding: Option<crate::formats::pipelines::ZeroPadding>,
 }
 
 pub struct Trained {
@@ -93,6 +95,11 @@ pub fn compare_pair(
         }
         pairing::require_names(src)?;
     }
+    // Positions both sides hold as all-zero (padding with no mask) are left out first.
+    let padding_note = crate::formats::pipelines::drop_zero_padding(&mut a, &mut b)?;
+    if let Some(p) = &padding_note {
+        say(&p.note);
+    }
     // A bf16 run saved as f32/f64 is judged as the bf16 run it is.
     let value_notes = value_dtype_notes([("A", &mut a), ("B", &mut b)])?;
     for note in &value_notes {
@@ -117,6 +124,7 @@ pub fn compare_pair(
         .iter()
         .flat_map(|(side, src)| src.conventions.iter().map(move |c| format!("{side}: {c}")))
         .collect();
+    notes.extend(padding_note.iter().map(|p| p.note.clone()));
     notes.extend(value_notes);
     notes.extend(ids_note);
     let calibration = if opts.no_floor {
@@ -173,6 +181,10 @@ pub fn compare_pair(
             uncalibrated_why,
         },
     );
+    let result = result.map(|o| PairOutcome {
+        zero_padding: padding_note,
+        ..o
+    });
     // A dataset's model goes back to it, whatever became of this pair.
     if let (Some(slot), Some(model)) = (slot, model) {
         *slot = Some((model, how));
@@ -396,7 +408,11 @@ fn compare_on(
         }
         None => None,
     };
-    Ok(PairOutcome { report, trained })
+    Ok(PairOutcome {
+        report,
+        trained,
+        zero_padding: None,
+    })
 }
 
 /// The positions a `loss_mask` trains on (A's, else B's), when they are some but not all of

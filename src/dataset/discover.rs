@@ -105,6 +105,8 @@ pub fn files(spec: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
         }
     }
     keep.sort_by_key(|p| natural_key(&p.to_string_lossy()));
+    // An SGLang dumper folder holds one file per tensor: one file stands for each forward pass.
+    let keep = crate::formats::pipelines::sglang::collapse(keep)?;
     if keep.is_empty() {
         return Err(Error::file(
             spec,

@@ -143,6 +143,8 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         });
     }
     let mut floors = floors::Floors::default();
+    // Samples whose all-zero positions on both sides were left out as padding.
+    let mut padded: Vec<String> = Vec::new();
     let started = Instant::now();
     let mut last_line = Instant::now();
     for (done, (k, pair)) in mine.iter().enumerate() {
@@ -158,6 +160,9 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         let outcome = compare_one(sa, sb, opts, calibration);
         match outcome {
             Ok(outcome) => {
+                if let Some(p) = &outcome.zero_padding {
+                    padded.push(format!("{} {} of {}", sa.id, p.left_out, p.of));
+                }
                 let mut row = aggregate::sample_row(
                     *k,
                     (sa.id.clone(), (sa.id != sb.id).then(|| sb.id.clone())),
@@ -217,6 +222,14 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
                     .join(", ")
             ));
         }
+    }
+    if !padded.is_empty() {
+        notes.push(format!(
+            "zero padding left out in {} sample(s) (positions zero in every hidden state of both \
+             sides, no attention_mask: no forward writes an all-zero hidden state): {}",
+            padded.len(),
+            padded.join(", ")
+        ));
     }
     let mut report = DatasetReport {
         schema: DATASET_SCHEMA.to_string(),

@@ -155,6 +155,10 @@ impl FileSource {
         dtype_hint: Option<DType>,
         opts: &pipelines::ReadOptions,
     ) -> Result<Self> {
+        // SGLang's dumps: a sample is many files (or a leaf-module dict), rebuilt in memory.
+        if let Some(src) = pipelines::sglang::open(path, dtype_hint, opts)? {
+            return Ok(src);
+        }
         let file = crate::input::open_regular(path)?;
         let len = file.metadata().map_err(|e| bad(path, e.to_string()))?.len();
         if len == 0 {

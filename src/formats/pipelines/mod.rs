@@ -1,7 +1,8 @@
 //! The files drafter-training pipelines write, one sample per file (or a batch per file), with
 //! the layers they train on concatenated along the hidden dimension or stacked on an axis:
 //! SpecForge DFlash and EAGLE-3 (`specforge.rs`), vLLM speculators (`speculators.rs`), NVIDIA
-//! Model-Optimizer (`modelopt.rs`) and EAGLE-1/2 `ge_data` (`ge_data.rs`).
+//! Model-Optimizer (`modelopt.rs`) and EAGLE-1/2 `ge_data` (`ge_data.rs`); SGLang's own dumps
+//! (`sglang/`: many files per sample, rebuilt into one in-memory source).
 //!
 //! A pipeline is told from the file's keys and shapes before any generic name convention runs
 //! (a speculators `hidden_states [T, k+1, H]` is not an `output_hidden_states` stack). Its
@@ -15,11 +16,14 @@ pub mod gzip;
 mod last_state;
 pub mod layer_ids;
 mod modelopt;
+pub mod sglang;
 mod specforge;
 mod speculators;
 pub mod view;
+mod zero_padding;
 
 pub use last_state::check_last_state;
+pub use zero_padding::{ZeroPadding, drop_zero_padding};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -531,6 +535,9 @@ fn check_width(h: usize, opts: &ReadOptions, what: &str) -> std::result::Result<
 /// A sample's id from its file name: the stem without the pipelines' `data_` / `hs_` prefixes
 /// and `.ckpt` of `.ckpt.gz`.
 pub fn sample_id(path: &Path) -> String {
+    if let Some(id) = sglang::sample_id(path) {
+        return id;
+    }
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -1,0 +1,145 @@
+//! An SGLang sample made into a [`FileSource`]: its tensors, already reconstructed and joined,
+//! laid out in anonymous memory and indexed under hsdiff's names, so the comparison reads it as
+//! any other file.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use candle_core::{DType, Tensor};
+use memmap2::MmapMut;
+
+use crate::capture::names;
+use crate::error::{Error, Result};
+use crate::formats::{Entry, FileFormat, FileSource, Loc};
+use crate::limits;
+use crate::mapped::FileMap;
+
+/// One sample's tensors under hsdiff's names (`input_ids`, `embed`, `layers.N`, `final_norm`).
+pub struct Sample {
+    pub tensors: Vec<(String, Tensor)>,
+    /// What the reading was, for stderr and the report.
+    pub description: String,
+}
+
+/// Checks a hidden state's shape `[T, H]` against the limits and the model at hand.
+pub fn check_hidden(
+    what: &str,
+    t: &Tensor,
+    hidden_size: Option<usize>,
+) -> std::result::Result<(usize, usize), String> {
+    let (tokens, h) = match t.dims() {
+        [tokens, h] => (*tokens, *h),
+        other => {
+            return Err(format!(
+                "{what} has shape {other:?}: SGLang's hidden states are [tokens, hidden]"
+            ));
+        }
+    };
+    let l = limits::get();
+    if tokens > l.tokens {
+        return Err(limits::exceeded(what, tokens, "tokens", l.tokens));
+    }
+    if h > l.dim {
+        return Err(limits::exceeded(what, h, "dim", l.dim));
+    }
+    match hidden_size {
+        Some(want) if want != h => Err(format!(
+            "{what} is {h} wide, but the model's hidden size is {want}"
+        )),
+        _ => Ok((tokens, h)),
+    }
+}
+
+/// `hidden + residual` as the next fused add-RMSNorm forms it: summed in f32 and rounded to the
+/// dtype they are stored in (that sum is the residual stream SGLang carries on).
+pub fn layer_output(hidden: &Tensor, residual: &Tensor) -> candle_core::Result<Tensor> {
+    let sum = (hidden.to_dtype(DType::F32)? + residual.to_dtype(DType::F32)?)?;
+    if hidden.dtype() == residual.dtype() {
+        sum.to_dtype(hidden.dtype())
+    } else {
+        Ok(sum)
+    }
+}
+
+fn le_bytes(t: &Tensor) -> candle_core::Result<Option<Vec<u8>>> {
+    let t = t.flatten_all()?;
+    Ok(Some(match t.dtype() {
+        DType::BF16 => t
+            .to_vec1::<half::bf16>()?
+            .iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect(),
+        DType::F16 => t
+            .to_vec1::<half::f16>()?
+            .iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect(),
+        DType::F32 => t
+            .to_vec1::<f32>()?
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect(),
+        DType::F64 => t
+            .to_vec1::<f64>()?
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect(),
+        DType::I64 => t
+            .to_vec1::<i64>()?
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect(),
+        _ => return Ok(None),
+    }))
+}
+
+/// The sample as a file source named `path` (the file standing for the forward pass).
+pub fn source(path: &Path, sample: Sample, dtype_hint: Option<DType>) -> Result<FileSource> {
+    let mut bytes = Vec::new();
+    let mut entries = Vec::new();
+    let mut index = BTreeMap::new();
+    for (name, t) in &sample.tensors {
+        let t = if name == names::INPUT_IDS {
+            t.to_dtype(DType::I64)?
+        } else {
+            t.clone()
+        };
+        let Some(b) = le_bytes(&t)? else {
+            return Err(Error::tensor(
+                path,
+                name,
+                format!(
+                    "{} values: hsdiff reads SGLang's hidden states in bf16, f16, f32 or f64",
+                    crate::device::dtype_label(t.dtype())
+                ),
+            ));
+        };
+        let start = bytes.len();
+        bytes.extend_from_slice(&b);
+        index.insert(name.clone(), entries.len());
+        entries.push(Entry {
+            raw: name.clone(),
+            dtype: Some(t.dtype()),
+            bits16: None,
+            shape: t.dims().to_vec(),
+            fortran: false,
+            loc: Loc::Range(start, bytes.len()),
+            seq: None,
+        });
+    }
+    // A map cannot be empty; one spare byte keeps every range inside it.
+    bytes.push(0);
+    let mut anon = MmapMut::map_anon(bytes.len()).map_err(|e| Error::file(path, e.to_string()))?;
+    anon.copy_from_slice(&bytes);
+    let map = anon
+        .make_read_only()
+        .map_err(|e| Error::file(path, e.to_string()))?;
+    let mut src = FileSource::empty(path, FileFormat::Torch, FileMap::anonymous(map));
+    src.entries = entries;
+    src.names = index;
+    src.conventions.push(sample.description);
+    src.dtype_hint = dtype_hint;
+    // Anonymous memory: releasing its pages would zero them.
+    src.inflated = true;
+    Ok(src)
+}

@@ -1,0 +1,232 @@
+//! `--debug-tensor-dump-output-folder` (`debug_utils/tensor_dump_forward_hook.py`): one
+//! `Pass{n:05}.pt` per forward pass and rank, a dict of the outputs of the model's leaf modules
+//! (a tuple output saved as a list, so `model.layers.N.input_layernorm` is
+//! `[normed, residual]` from layer 1 on) and `model.forward_batch_info.input_ids`.
+//!
+//! The decoder layers are not leaves, so their `(hidden_states, residual)` pair is not saved;
+//! the fused add-RMSNorm that sums it is: `model.layers.N.input_layernorm`'s second output is
+//! `hidden_states + residual` of layer N − 1 — that layer's output — and `model.norm`'s is the
+//! last layer's, its first the final norm's output. (The MLP's `down_proj` output is no layer
+//! output: under tensor parallelism it can be a partial sum before the all-reduce.) The dict's
+//! `model` and `logits_processor` entries are the previous pass's (the hook saves the file when
+//! the model's forward ends, before the model's own output is added) and are not read.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use candle_core::Tensor;
+
+use super::assemble::{self, Sample, check_hidden};
+use super::dump_file;
+use crate::capture::names;
+use crate::error::{Error, Result};
+use crate::formats::FileSource;
+use crate::formats::pipelines::ReadOptions;
+use crate::limits;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Role {
+    Ids,
+    SeqLens,
+    Embed,
+    /// `layers.N.input_layernorm`'s residual output: the output of layer N − 1.
+    AddNormResidual(usize),
+    /// `layers.N.input_layernorm`'s normed output (layer 0's only output); marks layer N.
+    LayerSeen(usize),
+    FinalNorm,
+    /// `model.norm`'s residual output: the last layer's output.
+    LastResidual,
+}
+
+fn role(raw: &str) -> Option<Role> {
+    if let Some(rest) = raw.strip_suffix("forward_batch_info.input_ids") {
+        return (rest.is_empty() || rest.ends_with('.')).then_some(Role::Ids);
+    }
+    if let Some(rest) = raw.strip_suffix("forward_batch_info.seq_lens") {
+        return (rest.is_empty() || rest.ends_with('.')).then_some(Role::SeqLens);
+    }
+    let (module, output) = match raw.rsplit_once('.') {
+        Some((m, "0")) => (m, Some(0)),
+        Some((m, "1")) => (m, Some(1)),
+        _ => (raw, None),
+    };
+    let comps: Vec<&str> = module.split('.').collect();
+    let in_layers = comps.contains(&"layers");
+    match (comps.as_slice(), output) {
+        ([.., "embed_tokens"], None) if !in_layers => Some(Role::Embed),
+        ([.., "norm"], None | Some(0)) if !in_layers => Some(Role::FinalNorm),
+        ([.., "norm"], Some(1)) if !in_layers => Some(Role::LastResidual),
+        ([.., "layers", n, "input_layernorm"], out) => {
+            let n: usize = n.parse().ok()?;
+            match out {
+                Some(1) => Some(Role::AddNormResidual(n)),
+                _ => Some(Role::LayerSeen(n)),
+            }
+        }
+        _ => None,
+    }
+}
+
+pub fn open(
+    path: &Path,
+    hint: Option<candle_core::DType>,
+    opts: &ReadOptions,
+) -> Result<FileSource> {
+    let sample = read(path, opts)?;
+    assemble::source(path, sample, hint)
+}
+
+fn read(path: &Path, opts: &ReadOptions) -> Result<Sample> {
+    let (src, _) = dump_file::open_torch(path)?;
+    let refuse = |msg: String| Error::file(path, format!("sglang-tensor-dump: {msg}"));
+    let mut got: BTreeMap<Role, (String, Tensor)> = BTreeMap::new();
+    let mut layers_seen: Vec<usize> = Vec::new();
+    let mut left_out = 0usize;
+    for e in &src.entries {
+        match role(&e.raw) {
+            None => left_out += 1,
+            Some(Role::LayerSeen(n)) => layers_seen.push(n),
+            Some(r) => {
+                let t = src.load_entry(e)?;
+                if let Some((other, _)) = got.insert(r, (e.raw.clone(), t)) {
+                    return Err(refuse(format!(
+                        "`{}` and `{other}` are the same tensor",
+                        e.raw
+                    )));
+                }
+            }
+        }
+    }
+    layers_seen.extend(got.keys().filter_map(|r| match r {
+        Role::AddNormResidual(n) => Some(*n),
+        _ => None,
+    }));
+    let Some(&top) = layers_seen.iter().max() else {
+        let seen: Vec<&str> = src.entries.iter().take(8).map(|e| e.raw.as_str()).collect();
+        return Err(refuse(format!(
+            "no `model.layers.N.input_layernorm` output (the fused add-RMSNorm whose residual output \
+             is the previous layer's output); its entries: {}",
+            seen.join(", ")
+        )));
+    };
+    if top >= limits::get().layers {
+        return Err(refuse(limits::exceeded(
+            "the layer index",
+            top,
+            "layers",
+            limits::get().layers,
+        )));
+    }
+    // Every layer has an input_layernorm: the highest index seen is the last layer.
+    let num_layers = top + 1;
+    if let Some(l) = opts.num_layers
+        && l != num_layers
+    {
+        return Err(refuse(format!(
+            "the pass holds layers 0 to {top}, this model has {l} layers"
+        )));
+    }
+    if let Some((name, t)) = got.get(&Role::SeqLens)
+        && t.elem_count() > 1
+    {
+        return Err(refuse(format!(
+            "the forward pass holds {} requests (`{name}`); hsdiff reads one request per forward pass",
+            t.elem_count()
+        )));
+    }
+    let mut shape: Option<(usize, usize)> = None;
+    let mut check = |name: &str, t: &Tensor| -> Result<()> {
+        let s = check_hidden(&format!("`{name}`"), t, opts.hidden_size).map_err(&refuse)?;
+        match shape {
+            Some(first) if first != s => Err(refuse(format!(
+                "`{name}` is {s:?}, other hidden states {first:?}"
+            ))),
+            _ => {
+                shape = Some(s);
+                Ok(())
+            }
+        }
+    };
+    let mut tensors = Vec::new();
+    let mut layer_list = Vec::new();
+    if let Some((name, t)) = got.get(&Role::Embed) {
+        check(name, t)?;
+        tensors.push((names::EMBED.to_string(), t.clone()));
+    }
+    for n in 1..=num_layers {
+        let role = if n == num_layers {
+            Role::LastResidual
+        } else {
+            Role::AddNormResidual(n)
+        };
+        if let Some((name, t)) = got.get(&role) {
+            check(name, t)?;
+            tensors.push((names::layer(n - 1), t.clone()));
+            layer_list.push((n - 1).to_string());
+        }
+    }
+    if let Some((name, t)) = got.get(&Role::FinalNorm) {
+        check(name, t)?;
+        tensors.push((names::FINAL_NORM.to_string(), t.clone()));
+    }
+    if layer_list.is_empty() {
+        return Err(refuse(
+            "no layer output: neither `model.layers.N.input_layernorm` nor `model.norm` has a \
+             residual output (a pass of the first layer only?)"
+                .to_string(),
+        ));
+    }
+    if let Some((name, t)) = got.get(&Role::Ids) {
+        if t.rank() != 1 || shape.is_some_and(|s| s.0 != t.elem_count()) {
+            return Err(refuse(format!(
+                "`{name}` has shape {:?}, the hidden states {:?}",
+                t.dims(),
+                shape
+            )));
+        }
+        tensors.push((names::INPUT_IDS.to_string(), t.clone()));
+    }
+    Ok(Sample {
+        tensors,
+        description: format!(
+            "sglang-tensor-dump: Pass{{n}}.pt of --debug-tensor-dump-output-folder, one forward pass \
+             per sample; layers.N = the residual output of `model.layers.N+1.input_layernorm` \
+             (the fused add-RMSNorm summing layer N's hidden_states + residual; the last layer's: \
+             `model.norm`'s) for N = {}, final_norm = `model.norm` output 0{}; {left_out} other \
+             entries not read",
+            layer_list.join(","),
+            if got.contains_key(&Role::Embed) {
+                ", embed = `model.embed_tokens`"
+            } else {
+                ""
+            }
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_from_keys() {
+        assert_eq!(role("model.forward_batch_info.input_ids"), Some(Role::Ids));
+        assert_eq!(
+            role("model.layers.3.input_layernorm.1"),
+            Some(Role::AddNormResidual(3))
+        );
+        assert_eq!(
+            role("model.layers.3.input_layernorm.0"),
+            Some(Role::LayerSeen(3))
+        );
+        assert_eq!(
+            role("model.layers.0.input_layernorm"),
+            Some(Role::LayerSeen(0))
+        );
+        assert_eq!(role("model.norm.0"), Some(Role::FinalNorm));
+        assert_eq!(role("model.norm.1"), Some(Role::LastResidual));
+        assert_eq!(role("model.layers.0.linear_attn.norm"), None);
+        assert_eq!(role("model.layers.2.mlp.down_proj"), None);
+        assert_eq!(role("model"), None);
+    }
+}

@@ -1,0 +1,202 @@
+//! Zero-padded positions of files that carry no `attention_mask`: a batch `[B, T, H]` padded
+//! to its longest sample, or a sample saved at a padded length. No forward writes an all-zero
+//! hidden state, so a position that is zero in every element of every captured hidden state on
+//! BOTH sides is padding, and is left out of the comparison (its token ids too — the truth is
+//! then run on the real tokens only). A position all-zero on one side only is no padding: it is
+//! a divergence (a lost write, a cleared cache row) and stays compared.
+
+use candle_core::DType;
+
+use super::view::{Op, View};
+use crate::capture::names;
+use crate::error::Result;
+use crate::formats::FileSource;
+
+/// The hidden states a padding decision reads: the embedding, layers and final norm.
+fn is_hidden(name: &str) -> bool {
+    name == names::EMBED
+        || name == names::FINAL_NORM
+        || names::parse_layer(name).is_some_and(|n| names::layer(n) == name)
+}
+
+/// Per position (of T), whether it is all-zero in every hidden state of `src`. None when the
+/// file has no hidden state, they disagree on T, or the first one has no all-zero position (the
+/// common case costs one tensor).
+fn zero_rows(src: &FileSource) -> Result<Option<Vec<bool>>> {
+    let mut zero: Option<Vec<bool>> = None;
+    for name in src.names().into_iter().filter(|n| is_hidden(n)) {
+        let Some(t) = src.get(&name)? else { continue };
+        let [1, tokens, _] = t.dims()[..] else {
+            return Ok(None);
+        };
+        // `ne(0)` is true for NaN: a NaN row is never read as zero.
+        let nonzero: Vec<f32> = t
+            .squeeze(0)?
+            .ne(&t.squeeze(0)?.zeros_like()?)?
+            .to_dtype(DType::F32)?
+            .sum(1)?
+            .to_vec1()?;
+        let here: Vec<bool> = nonzero.iter().map(|&c| c == 0.0).collect();
+        zero = Some(match zero {
+            None => here,
+            Some(z) if z.len() != tokens => return Ok(None),
+            Some(z) => z.iter().zip(&here).map(|(a, b)| *a && *b).collect(),
+        });
+        if zero.as_ref().is_some_and(|z| !z.contains(&true)) {
+            return Ok(None);
+        }
+    }
+    Ok(zero)
+}
+
+/// The token axis of the tensor `name` seen with `shape`: the last for token ids and the loss
+/// mask (`[T]`, `[1, T]`), the first of `[T, D]`, the second of `[1, T, …]`.
+fn token_axis(ids_like: bool, shape: &[usize]) -> Option<usize> {
+    match (ids_like, shape.len()) {
+        (true, n) if n >= 1 => Some(n - 1),
+        (false, 2) => Some(0),
+        (false, n) if n >= 3 => Some(1),
+        _ => None,
+    }
+}
+
+impl FileSource {
+    /// The views that keep only `keep` of the `tokens` positions of every named entry (and the
+    /// loss mask), or None when some entry has no token axis of that length.
+    fn position_views(&self, keep: &[u32], tokens: usize) -> Option<Vec<(usize, View)>> {
+        let loss = self.pipeline.as_ref().and_then(|p| p.loss_mask);
+        let mut out = Vec::new();
+        let named = self
+            .names
+            .iter()
+            .map(|(n, &i)| (n.as_str() == names::INPUT_IDS, i));
+        for (ids_like, idx) in named.chain(loss.map(|i| (true, i))) {
+            let (ops, shape) = match self.views.get(&idx) {
+                Some(v) => (v.ops.clone(), v.shape.clone()),
+                None => (Vec::new(), self.entries[idx].shape.clone()),
+            };
+            let axis = token_axis(ids_like, &shape)?;
+            if shape[axis] != tokens {
+                return None;
+            }
+            let mut ops = ops;
+            ops.push(Op::Select {
+                axis,
+                index: keep.to_vec(),
+            });
+            out.push((idx, View::new(&self.entries[idx].shape, ops).ok()?));
+        }
+        Some(out)
+    }
+}
+
+/// Positions left out as zero padding.
+#[derive(Debug, Clone)]
+pub struct ZeroPadding {
+    pub left_out: usize,
+    pub of: usize,
+    /// The report's note: how many, which, and why.
+    pub note: String,
+}
+
+/// Leaves out the positions both sides hold as zero padding. None when there is none.
+pub fn drop_zero_padding(a: &mut FileSource, b: &mut FileSource) -> Result<Option<ZeroPadding>> {
+    if [&*a, &*b]
+        .iter()
+        .any(|s| s.pipeline.as_ref().is_some_and(|p| p.masked_by.is_some()))
+    {
+        // The attention mask said which positions are real.
+        return Ok(None);
+    }
+    let Some(za) = zero_rows(a)? else {
+        return Ok(None);
+    };
+    let Some(zb) = zero_rows(b)? else {
+        return Ok(None);
+    };
+    if za.len() != zb.len() {
+        return Ok(None);
+    }
+    let tokens = za.len();
+    let keep: Vec<u32> = (0..tokens as u32)
+        .filter(|&i| !(za[i as usize] && zb[i as usize]))
+        .collect();
+    let padded = tokens - keep.len();
+    if padded == 0 || keep.is_empty() {
+        // No padding, or nothing but zeros: no position to compare, which the comparison says.
+        return Ok(None);
+    }
+    let (Some(va), Some(vb)) = (
+        a.position_views(&keep, tokens),
+        b.position_views(&keep, tokens),
+    ) else {
+        return Ok(None);
+    };
+    if [&*a, &*b]
+        .iter()
+        .any(|s| s.ids_list.as_ref().is_some_and(|l| l.len() != tokens))
+    {
+        return Ok(None);
+    }
+    for (src, views) in [(a, va), (b, vb)] {
+        for (idx, v) in views {
+            src.views.insert(idx, v);
+        }
+        // Token ids stored as a list (torch.save of a Python list) are cut alike.
+        if let Some(list) = &mut src.ids_list {
+            *list = keep.iter().map(|&i| list[i as usize]).collect();
+        }
+    }
+    let left: Vec<u32> = (0..tokens as u32)
+        .filter(|i| keep.binary_search(i).is_err())
+        .collect();
+    Ok(Some(ZeroPadding {
+        left_out: padded,
+        of: tokens,
+        note: format!(
+            "{padded} of {tokens} positions ({}) are zero in every hidden state of both sides: \
+             zero padding (no forward writes an all-zero hidden state), left out; {} compared",
+            ranges(&left),
+            keep.len()
+        ),
+    }))
+}
+
+/// `10,11,12,15` → `10–12, 15`.
+fn ranges(xs: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < xs.len() {
+        let mut j = i;
+        while j + 1 < xs.len() && xs[j + 1] == xs[j] + 1 {
+            j += 1;
+        }
+        out.push(if j == i {
+            xs[i].to_string()
+        } else {
+            format!("{}–{}", xs[i], xs[j])
+        });
+        i = j + 1;
+    }
+    out.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn position_ranges() {
+        assert_eq!(ranges(&[10, 11, 12, 15]), "10–12, 15");
+        assert_eq!(ranges(&[3]), "3");
+    }
+
+    #[test]
+    fn token_axes() {
+        assert_eq!(token_axis(true, &[7]), Some(0));
+        assert_eq!(token_axis(true, &[1, 7]), Some(1));
+        assert_eq!(token_axis(false, &[7, 64]), Some(0));
+        assert_eq!(token_axis(false, &[1, 7, 64]), Some(1));
+        assert_eq!(token_axis(false, &[7]), None);
+    }
+}
