@@ -191,3 +191,53 @@ fn bench_case_reads_its_inputs_with_one_line_errors() {
     assert!(stderr.contains("inputs.safetensors"), "{stderr}");
     assert!(!out_file.exists());
 }
+
+/// `bench case` declares its inputs to the output policy: `--out` naming the inputs file or a
+/// file of the model folder is refused before anything is read, and the file is untouched.
+#[test]
+fn bench_case_never_writes_over_its_inputs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let inputs = dir.path().join("inputs.safetensors");
+    std::fs::write(&inputs, b"the case inputs").expect("write");
+    let model = dir.path().join("model");
+    std::fs::create_dir(&model).expect("mkdir");
+    std::fs::write(model.join("config.json"), b"{\"the\": \"config\"}").expect("write");
+    let inputs_arg = inputs.to_str().expect("utf-8");
+    let model_arg = model.to_str().expect("utf-8");
+    let config = model.join("config.json");
+    let dotted = dir.path().join(".").join("inputs.safetensors");
+    for (kind, out_file, extra) in [
+        ("core", &inputs, vec![]),
+        ("core", &dotted, vec![]),
+        ("forward", &config, vec!["--model", model_arg]),
+    ] {
+        let mut args = vec![
+            "bench",
+            "case",
+            "--kind",
+            kind,
+            "--backend",
+            "reference",
+            "--inputs",
+            inputs_arg,
+            "--out",
+            out_file.to_str().expect("utf-8"),
+        ];
+        args.extend(extra);
+        let out = hsdiff(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{out_file:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("--out: is one of this command's inputs"),
+            "{out_file:?}: {stderr}"
+        );
+    }
+    assert_eq!(std::fs::read(&inputs).expect("reads"), b"the case inputs");
+    assert_eq!(
+        std::fs::read(&config).expect("reads"),
+        b"{\"the\": \"config\"}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path()).expect("lists").collect();
+    assert_eq!(left.len(), 2, "stray files: {left:?}");
+}

@@ -2029,6 +2029,15 @@ fn capture(
     seed: u64,
     extra: Vec<(&'static str, safetensors::Dtype, Vec<usize>, Vec<u8>)>,
 ) -> Vec<u8> {
+    capture_with(seed, extra, None)
+}
+
+/// [`capture`] with a fingerprint (`hsdiff` metadata).
+fn capture_with(
+    seed: u64,
+    extra: Vec<(&'static str, safetensors::Dtype, Vec<usize>, Vec<u8>)>,
+    meta: Option<&str>,
+) -> Vec<u8> {
     use safetensors::Dtype as D;
     let mut t = vec![
         (
@@ -2044,7 +2053,7 @@ fn capture(
         t.retain(|x| x.0 != e.0);
         t.push(e);
     }
-    st_file(&t, None)
+    st_file(&t, meta)
 }
 
 fn router(ids: &[i64], k: usize) -> (&'static str, safetensors::Dtype, Vec<usize>, Vec<u8>) {
@@ -2959,4 +2968,115 @@ fn round_two_a_hollow_golden_fails_selftest() {
         out.contains("lacks the golden state(s) embed, layers.0"),
         "{out}"
     );
+}
+
+/// Router ids checked against what the file itself records, with no model: the fingerprint's
+/// expert count and experts per token, the width and rows of the layer's router logits, the rows
+/// of its margins. Each inconsistency is refused by name, in one line.
+#[test]
+fn round_two_router_ids_against_the_expert_count_the_file_records() {
+    use safetensors::Dtype as D;
+    let dir = tempdir();
+    let d = dir.path();
+    let fp = |experts: usize, per_token: usize| {
+        format!(
+            r#"{{"format":"hsdiff.dump/v1","source":"pytorch","num_experts":{experts},"num_experts_per_tok":{per_token}}}"#
+        )
+    };
+    let logits = |rows: usize, width: usize| {
+        (
+            "router.1.logits",
+            D::F32,
+            vec![1, rows, width],
+            values(rows * width, 7),
+        )
+    };
+    let margin = |rows: usize| ("router.1.margin", D::F32, vec![1, rows], values(rows, 9));
+    // ids_for(T, 2) chooses experts 0..=3.
+    let base = write(
+        d,
+        "base.safetensors",
+        &capture(1, vec![router(&ids_for(T, 2), 2)]),
+    );
+    let side = |name: &str, extra, meta: Option<String>| {
+        write(d, name, &capture_with(1, extra, meta.as_deref()))
+    };
+    let ok = side(
+        "ok.safetensors",
+        vec![router(&ids_for(T, 2), 2), logits(T, 4), margin(T)],
+        Some(fp(4, 2)),
+    );
+    let over_count = side(
+        "count.safetensors",
+        vec![router(&ids_for(T, 2), 2)],
+        Some(fp(3, 2)),
+    );
+    let other_k = side(
+        "k.safetensors",
+        vec![router(&ids_for(T, 2), 2)],
+        Some(fp(8, 3)),
+    );
+    let narrow_logits = side(
+        "narrow.safetensors",
+        vec![router(&ids_for(T, 2), 2), logits(T, 3)],
+        None,
+    );
+    let short_logits = side(
+        "short_logits.safetensors",
+        vec![router(&ids_for(T, 2), 2), logits(T - 1, 8)],
+        None,
+    );
+    let short_margin = side(
+        "short_margin.safetensors",
+        vec![router(&ids_for(T, 2), 2), margin(T - 2)],
+        None,
+    );
+    let two_counts = side(
+        "two.safetensors",
+        vec![router(&ids_for(T, 2), 2), logits(T, 6)],
+        Some(fp(8, 2)),
+    );
+    let cmp = |x: &Path, y: &Path| args(&["compare", &s(x), &s(y)]);
+    let cases = vec![
+        expect(
+            "ids within the recorded counts",
+            cmp(&ok, &base),
+            Expect::Clean,
+        ),
+        refused(
+            "an id not below the fingerprint's num_experts",
+            cmp(&over_count, &base),
+            &[
+                "router.1.topk_ids",
+                "expert id 3",
+                "below 3, the fingerprint's num_experts",
+            ],
+        ),
+        refused(
+            "k against the fingerprint's num_experts_per_tok",
+            cmp(&other_k, &base),
+            &["router.1.topk_ids", "2 experts per token", "num_experts_per_tok is 3"],
+        ),
+        refused(
+            "an id not below the router logits' width",
+            cmp(&base, &narrow_logits),
+            &["router.1.topk_ids", "expert id 3", "router.1.logits` [1, 6, 3]"],
+        ),
+        refused(
+            "router logits for another number of tokens",
+            cmp(&short_logits, &base),
+            &["router.1.topk_ids", "6 rows", "router.1.logits` [1, 5, 8] has 5"],
+        ),
+        refused(
+            "router margins for another number of tokens",
+            cmp(&short_margin, &base),
+            &["router.1.topk_ids", "6 rows", "router.1.margin` has 4"],
+        ),
+        refused(
+            "two expert counts in one file",
+            cmp(&two_counts, &base),
+            &["two expert counts", "8 (the fingerprint's num_experts)", "6 ("],
+        ),
+    ];
+    run_all(cases, 7);
 }

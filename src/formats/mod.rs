@@ -15,6 +15,7 @@ pub mod npy;
 pub mod pickle;
 pub mod pipelines;
 mod read;
+mod router_ids;
 mod safetensors_entries;
 mod torch;
 mod value_dtype;
