@@ -2,7 +2,7 @@
 //!
 //! 1. [`kernels`]: the fused kernels of that device (CPU: `fused::cpu`; CUDA: `fused::cuda`) on
 //!    fresh seeded random inputs against the f64 truth (`fused::cpu::truth`), with the cases and
-//!    bounds of [`crate::testdata`] (shared with tests/fused_cpu_kernels.rs); outputs
+//!    bounds of [`crate::testdata`] (shared with tests/kernels/fused_cpu_kernels.rs); outputs
 //!    NaN-poisoned first, so an unwritten element fails; the standalone delta rule must equal the
 //!    fused one bit for bit.
 //! 2. [`golden`]: the built-in model on the device, every backend, f32 (≤ 1e-5) and f64

@@ -2,7 +2,7 @@
 //! test backend with each planted path bug is flagged at the right position and the known-bug
 //! signature is named.
 
-mod common;
+use crate::common;
 
 use candle_core::{DType, Device, Tensor};
 use common::*;

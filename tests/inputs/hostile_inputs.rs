@@ -11,7 +11,7 @@
 //! The cases are built here from the committed fixtures and golden models, so the matrix needs
 //! no network and little disk.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -3055,17 +3055,29 @@ fn round_two_router_ids_against_the_expert_count_the_file_records() {
         refused(
             "k against the fingerprint's num_experts_per_tok",
             cmp(&other_k, &base),
-            &["router.1.topk_ids", "2 experts per token", "num_experts_per_tok is 3"],
+            &[
+                "router.1.topk_ids",
+                "2 experts per token",
+                "num_experts_per_tok is 3",
+            ],
         ),
         refused(
             "an id not below the router logits' width",
             cmp(&base, &narrow_logits),
-            &["router.1.topk_ids", "expert id 3", "router.1.logits` [1, 6, 3]"],
+            &[
+                "router.1.topk_ids",
+                "expert id 3",
+                "router.1.logits` [1, 6, 3]",
+            ],
         ),
         refused(
             "router logits for another number of tokens",
             cmp(&short_logits, &base),
-            &["router.1.topk_ids", "6 rows", "router.1.logits` [1, 5, 8] has 5"],
+            &[
+                "router.1.topk_ids",
+                "6 rows",
+                "router.1.logits` [1, 5, 8] has 5",
+            ],
         ),
         refused(
             "router margins for another number of tokens",
@@ -3075,7 +3087,11 @@ fn round_two_router_ids_against_the_expert_count_the_file_records() {
         refused(
             "two expert counts in one file",
             cmp(&two_counts, &base),
-            &["two expert counts", "8 (the fingerprint's num_experts)", "6 ("],
+            &[
+                "two expert counts",
+                "8 (the fingerprint's num_experts)",
+                "6 (",
+            ],
         ),
     ];
     run_all(cases, 7);

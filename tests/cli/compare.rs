@@ -3,7 +3,7 @@
 //! accepted format and name convention, the hidden_states convention, layer-shift detection,
 //! the token-mismatch refusal, environment differences, exit codes, and malformed files.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -7,9 +7,9 @@
 //! - at bf16, hsdiff's distance to the truth against transformers' own bf16 distance;
 //! - the `tokenizers`-crate ids against the golden `input_ids`.
 //!
-//! Measured errors go to stderr (`cargo test --test golden_parity -- --nocapture`).
+//! Measured errors go to stderr (`cargo test --test model golden_parity:: -- --nocapture`).
 
-mod common;
+use crate::common;
 
 use candle_core::{DType, Device};
 use common::*;

@@ -21,7 +21,7 @@
 //!   held to the f32 bound whatever the input dtype.
 //!
 //! Every output must also be finite (NaN never passes a `<=` test either).
-//! Run with `cargo test --test backend_kernels -- --nocapture` to see the measured errors.
+//! Run with `cargo test --test kernels backend_kernels:: -- --nocapture` to see the measured errors.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

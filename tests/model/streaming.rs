@@ -3,7 +3,7 @@
 //! far below the size of its weights. The limit is enforced by the kernel (RLIMIT_DATA, which
 //! counts heap and anonymous memory) on the hsdiff process, not estimated.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -2,7 +2,7 @@
 //! `model.language_model.*` (plus `model.visual.*`) and the text-only `model.*` — give
 //! bit-identical captures, and the checkpoint says which layout it found.
 
-mod common;
+use crate::common;
 
 use candle_core::DType;
 use common::*;

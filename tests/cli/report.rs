@@ -6,7 +6,7 @@
 //!   `first_divergent == "layers.{k}"` and exit code 1 in propagate mode, only layer k flagged in
 //!   isolate mode, the gated-norm op row first with `--ops`-style capture, NaN counts for a NaN;
 //! - snapshots of the terminal-table, markdown and JSON renderers on fixed synthetic data
-//!   (`HSDIFF_UPDATE_SNAPSHOTS=1 cargo test --test report` rewrites `tests/snapshots/`);
+//!   (`HSDIFF_UPDATE_SNAPSHOTS=1 cargo test --test cli report::` rewrites `tests/snapshots/`);
 //! - the plot (`--plot`) in both formats, and its errors;
 //! - exit codes through the built binary.
 //!
@@ -787,7 +787,7 @@ fn check_snapshot(name: &str, actual: &str) {
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "{}: {e}; create it with HSDIFF_UPDATE_SNAPSHOTS=1 cargo test --test report",
+            "{}: {e}; create it with HSDIFF_UPDATE_SNAPSHOTS=1 cargo test --test cli report::",
             path.display()
         )
     });
@@ -809,7 +809,7 @@ fn check_snapshot(name: &str, actual: &str) {
     panic!(
         "snapshot {name} differs, first at line {line}:\n  expected: {want}\n  actual:   {got}\n\
          the new output is in {new}; see it with\n  diff -u {old} {new}\n\
-         and if the change is intended, accept it with\n  HSDIFF_UPDATE_SNAPSHOTS=1 cargo test --test report",
+         and if the change is intended, accept it with\n  HSDIFF_UPDATE_SNAPSHOTS=1 cargo test --test cli report::",
         new = new.display(),
         old = path.display(),
     );

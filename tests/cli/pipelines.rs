@@ -4,7 +4,7 @@
 //! the truth, datasets paired by id and by token ids, a planted bug named with its sample and
 //! layer, masks honoured, batches split, `--calibrate N`, and shards merged into the whole.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -9,7 +9,7 @@
 //! - served (`--dtype fp8`): the W8A8 Linear equals the torch implementation of the recipe in the
 //!   fixture script bit for bit, and a live run is calibrated against its own floor.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,7 +23,7 @@ use hsdiff::fp8::{ActScale, Fp8Format, w8a8};
 
 const MODEL: &str = "qwen3_5_tiny_fp8";
 
-/// Same bound as the bf16 golden model's f64 parity (tests/golden_parity.rs: a few dozen f64
+/// Same bound as the bf16 golden model's f64 parity (tests/model/golden_parity.rs: a few dozen f64
 /// roundings per layer over 8 layers stay near 1e-14; one step in f32 would be ≥ 1e-7).
 const F64_BOUND: f64 = 1e-10;
 

@@ -2,7 +2,7 @@
 //! on stderr, `hsdiff: error: …`, naming the file / tensor / option at fault, writes nothing,
 //! and never panics.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

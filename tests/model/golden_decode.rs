@@ -9,9 +9,9 @@
 //!   transformers' own f32 / bf16 cached decode (`golden/decode/*/fizzbuzz.{f32,bf16}`), judged
 //!   by the same rule.
 //!
-//! Measured errors go to stderr (`cargo test --test golden_decode -- --nocapture`).
+//! Measured errors go to stderr (`cargo test --test model golden_decode:: -- --nocapture`).
 
-mod common;
+use crate::common;
 
 use candle_core::{DType, Device, Tensor};
 use common::*;
@@ -23,7 +23,7 @@ use hsdiff::model::{DecodePlan, Model, RunOptions};
 use hsdiff::progress::Progress;
 use hsdiff::verdict::{Judged, Verdict, classify, thresholds};
 
-/// Same bound and reasoning as the f64 prefill parity (tests/golden_parity.rs): a faithful f64
+/// Same bound and reasoning as the f64 prefill parity (tests/model/golden_parity.rs): a faithful f64
 /// pass lands around 1e-14, anything computed in f32 at ≥ 1e-7.
 const F64_BOUND: f64 = 1e-10;
 

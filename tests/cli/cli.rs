@@ -1,7 +1,7 @@
 //! The `hsdiff` binary end to end: `dump` with the built-in model, what a dump holds, `--ops`,
 //! `prompts`, and an f64 dump against the golden truth.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -9,7 +9,7 @@
 //! - captures saved by layer index (`{1: t}`, `layer_N`, `{'hidden_states': {1: t}}`, and
 //!   indices meaning `hidden_states[N]`), read as the layers they are and said so.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! `hsdiff env`, the fingerprint every dump carries, and `hsdiff check` (built-in golden set,
 //! `--golden FILE`, a perturbed file → 1, malformed files → 2).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! of the same config (the golden models), the same SEED always gives the same run, and the CLI
 //! works from a folder holding only config.json.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -200,3 +200,52 @@ fn a_planted_breach_of_each_rule_is_found() {
             .any(|v| v.contains("`newcomer` is in no layer"))
     );
 }
+
+/// The integration tests are four binaries (tests/<group>/main.rs, docs/architecture.md#tests):
+/// every other file under tests/ that cargo would build is a module its group's main.rs declares
+/// (a file nobody declares is silently never compiled), and no test file sits at tests/ itself
+/// (cargo would build it as a fifth binary, linking the whole crate again).
+#[test]
+fn tests_are_four_binaries_and_every_test_file_is_a_module_of_one() {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut groups = BTreeSet::new();
+    let mut stray = Vec::new();
+    for entry in std::fs::read_dir(&tests).expect("read tests/") {
+        let path = entry.expect("dir entry").path();
+        let name = path
+            .file_name()
+            .expect("a name")
+            .to_string_lossy()
+            .into_owned();
+        if path.is_file() && name.ends_with(".rs") {
+            stray.push(format!("tests/{name} would be a binary of its own"));
+        }
+        let main = path.join("main.rs");
+        if !main.is_file() {
+            continue;
+        }
+        groups.insert(name.clone());
+        let text = std::fs::read_to_string(&main).expect("read main.rs");
+        for file in std::fs::read_dir(&path).expect("read a group") {
+            let file = file.expect("dir entry").path();
+            let Some(module) = file
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".rs"))
+            else {
+                continue;
+            };
+            if module != "main" && !text.lines().any(|l| l.trim() == format!("mod {module};")) {
+                stray.push(format!(
+                    "tests/{name}/{module}.rs is not declared in its main.rs"
+                ));
+            }
+        }
+    }
+    assert!(stray.is_empty(), "{}", stray.join("\n"));
+    assert!(
+        (1..=4).contains(&groups.len()),
+        "{} test binaries: {groups:?}",
+        groups.len()
+    );
+}
