@@ -206,7 +206,7 @@ impl FileSource {
         src.dtype_hint = dtype_hint;
         src.inflated = inflated;
         if !src.read_as_pipeline(opts)? {
-            src.split_stacked();
+            src.split_stacked()?;
             src.assign_names();
         }
         Ok(src)

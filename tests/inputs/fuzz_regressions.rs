@@ -98,7 +98,15 @@ fn file_readers_survive_the_corpus() {
             n += 1;
         }
     }
-    assert!(n >= 9 + 609 + 521 + 491, "only {n} corpus files");
+    let committed: usize = COMMITTED
+        .iter()
+        .filter(|(t, _, _)| ["safetensors", "torch", "numpy"].contains(t))
+        .map(|(_, seeds, corpus)| seeds + corpus)
+        .sum();
+    assert!(
+        n >= committed,
+        "only {n} corpus files, {committed} committed"
+    );
 }
 
 #[test]

@@ -3096,3 +3096,43 @@ fn round_two_router_ids_against_the_expert_count_the_file_records() {
     ];
     run_all(cases, 7);
 }
+
+/// A stack of hidden states with empty states (`[10¹², 0, 4]`, found by the numpy fuzz target
+/// as `[90158, 0, 4]`): the file's size cannot bound the number of layers, so the `layers` limit
+/// does — refused at once, never split into 10¹² entries.
+#[test]
+fn round_two_an_empty_stack_of_a_trillion_layers_is_refused_by_the_layers_limit() {
+    let dir = tempdir();
+    let npy = |shape: &str| {
+        let mut header =
+            format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({shape}), }}");
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(header.as_bytes());
+        bytes
+    };
+    let huge = write(dir.path(), "huge.npy", &npy("1000000000000, 0, 4"));
+    let fuzzed = write(dir.path(), "fuzzed.npy", &npy("90158, 0, 4"));
+    let cmp = |x: &Path| args(&["compare", &s(x), &s(x)]);
+    let cases = vec![
+        refused(
+            "an empty stack of 10^12 layers",
+            cmp(&huge),
+            &[
+                "huge.npy",
+                "number of layers is 999999999999",
+                "--limit layers",
+            ],
+        ),
+        refused(
+            "the fuzzer's empty stack of 90158 layers",
+            cmp(&fuzzed),
+            &["fuzzed.npy", "number of layers is 90157", "--limit layers"],
+        ),
+    ];
+    run_all(cases, 2);
+}
