@@ -44,12 +44,12 @@ impl Recorded {
             r.per_token = Some((n, "the fingerprint's num_experts_per_tok".into()));
         }
         let logits = names::router_logits(layer);
-        if let Some(shape) = src.shape(&logits) {
-            if let [.., rows, width] = shape[..] {
-                let what = format!("`{logits}` {shape:?}");
-                r.experts.push((width, what.clone()));
-                r.rows.push((rows, what));
-            }
+        if let Some(shape) = src.shape(&logits)
+            && let [.., rows, width] = shape[..]
+        {
+            let what = format!("`{logits}` {shape:?}");
+            r.experts.push((width, what.clone()));
+            r.rows.push((rows, what));
         }
         let margin = names::router_margin(layer);
         if let Some(&rows) = src.shape(&margin).as_deref().and_then(|s| s.last()) {
@@ -82,24 +82,24 @@ pub(super) fn check(path: &Path, raw: &str, t: &Tensor, recorded: &Recorded) -> 
     if k == 0 {
         return Err(err("router expert ids choose no expert (k = 0)".into()));
     }
-    if let Some((n, what)) = &recorded.per_token {
-        if *n != k {
-            return Err(err(format!(
-                "router expert ids choose {k} experts per token, {what} is {n}"
-            )));
-        }
+    if let Some((n, what)) = &recorded.per_token
+        && *n != k
+    {
+        return Err(err(format!(
+            "router expert ids choose {k} experts per token, {what} is {n}"
+        )));
     }
     if let Some((n, what)) = recorded.rows.iter().find(|(n, _)| *n != rows) {
         return Err(err(format!(
             "router expert ids have {rows} rows (tokens), {what} has {n}"
         )));
     }
-    if let [(a, what_a), rest @ ..] = &recorded.experts[..] {
-        if let Some((b, what_b)) = rest.iter().find(|(b, _)| b != a) {
-            return Err(err(format!(
-                "the file records two expert counts: {a} ({what_a}) and {b} ({what_b})"
-            )));
-        }
+    if let [(a, what_a), rest @ ..] = &recorded.experts[..]
+        && let Some((b, what_b)) = rest.iter().find(|(b, _)| b != a)
+    {
+        return Err(err(format!(
+            "the file records two expert counts: {a} ({what_a}) and {b} ({what_b})"
+        )));
     }
     let (max, bound) = match recorded.experts.first() {
         Some((n, what)) => (*n as i64, format!("below {n}, {what}")),
