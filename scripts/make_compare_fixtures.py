@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the small fixture files of ``tests/compare.rs`` (``tests/fixtures/compare/``).
+"""Write the small fixture files of ``tests/cli/compare.rs`` (``tests/fixtures/compare/``).
 
 The golden tiny Qwen3.5 model (``golden/qwen3_5_tiny``) is run with transformers on the CPU in
 float32 on 8 fixed token ids; its hidden states are then saved in every format

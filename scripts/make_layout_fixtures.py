@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the index-keyed capture layouts of ``tests/compare.rs`` (``tests/fixtures/layouts/``).
+"""Write the index-keyed capture layouts of ``tests/cli/compare.rs`` (``tests/fixtures/layouts/``).
 
 People who hook a few decoder layers save them by index. These files hold transformers' own
 bf16 states of the golden tiny Qwen3.5 model on ``fizzbuzz``

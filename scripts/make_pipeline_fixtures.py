@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the drafter-pipeline fixtures of ``tests/pipelines.rs`` (``tests/fixtures/pipelines/``).
+"""Write the drafter-pipeline fixtures of ``tests/cli/pipelines.rs`` (``tests/fixtures/pipelines/``).
 
 Both golden models (``golden/qwen3_5_tiny``, 8 layers; ``golden/qwen3_next_moe_tiny``, 6 layers;
 hidden size 64) are run with transformers on the CPU on a few fixed prompts (random token ids),

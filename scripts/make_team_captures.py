@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write ``tests/fixtures/team/``: hidden states captured the way the team in the project brief
-captured them, for ``tests/verdicts.rs`` (issue 19).
+captured them, for ``tests/cli/verdicts.rs`` (issue 19).
 
 Plain transformers on the CPU, ``register_forward_hook`` on decoder layers 1, 3 and 5 of the
 golden tiny models, ``torch.save({1: h1, 3: h3, 5: h5})`` — sometimes with ``input_ids``,

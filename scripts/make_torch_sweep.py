@@ -6,7 +6,7 @@ Run once with the golden venv (torch 2.15 CPU):  python scripts/make_torch_sweep
 
 Why: the zip layout torch writes depends on the file name (the archive's inner folder is the
 file's stem, which shifts every offset and the alignment padding), on the tensor count and on the
-dtypes. tests/torch_sweep.rs opens every file and checks names, shapes, dtypes, a sum and a
+dtypes. tests/inputs/torch_sweep.rs opens every file and checks names, shapes, dtypes, a sum and a
 position-weighted sum of the values against the manifest, so a reader that refuses or misreads any layout fails the test.
 
 Each file: a random name of 1–40 characters (letters, digits, `_`, `-`, `.`), 1–64 tensors of one

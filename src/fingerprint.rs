@@ -78,6 +78,13 @@ pub struct Fingerprint {
     /// SHA-256 of config.json's bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_sha256: Option<String>,
+    /// MoE models: experts per MoE layer (config.json's `num_experts`); the router choices a
+    /// file carries are checked against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_experts: Option<usize>,
+    /// MoE models: experts chosen per token (config.json's `num_experts_per_tok`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_experts_per_tok: Option<usize>,
     /// `sampled-sha256-v1:<hex>`: see [`weights_digest`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights_digest: Option<String>,

@@ -125,7 +125,7 @@ pub fn round_to_accum<A: Accum>(x: &[f64]) -> Vec<f64> {
     accum_to_f64(&to_accum::<A>(x))
 }
 
-// --- the kernel-test cases and their bounds (selftest and tests/fused_cpu_kernels.rs) -------
+// --- the kernel-test cases and their bounds (selftest and tests/kernels/fused_cpu_kernels.rs) -------
 
 /// Dims of one delta-rule case (conv kernel 4, as every Qwen3.5/3.6 and Qwen3-Next layer).
 pub fn gdn_dims(b: usize, t: usize, hk: usize, hv: usize, dk: usize, dv: usize) -> GdnDims {

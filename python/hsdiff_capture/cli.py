@@ -5,14 +5,18 @@ one load and `hsdiff compare` on them."""
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
 
+from .environment import local_folder
 from .errors import CaptureError
 from .fingerprint import DTYPE_NAMES
+from .outputs import check_all
 from .kernels import SETTINGS, Request
 from .recorder import capture
 
@@ -155,7 +159,21 @@ def run(args, note) -> int:
         Request.from_options(args.linear_attention, conv=args.conv, core=args.core, norm=args.norm)]
     for request in requests:  # before the (possibly long) model load: fail fast
         request.package_functions()
+    # Every output checked and reserved before the model loads; never over the model's folder or
+    # files or the prompt file (outputs.py).
+    paths = ab_paths(args.out, settings) if settings else [args.out]
+    prompt_file = Path(args.prompt[1:]) if args.prompt and args.prompt.startswith("@") else None
+    outs = check_all([(p, "--out") for p in paths], [local_folder(args.model), prompt_file])
+    try:
+        for out in outs:
+            out.reserve()
+        return run_reserved(args, note, settings, outs)
+    finally:
+        for out in outs:
+            out.discard()
 
+
+def run_reserved(args, note, settings, outs) -> int:
     import torch
 
     torch_dtype = getattr(torch, DTYPE_NAMES[args.dtype.lower()])
@@ -169,14 +187,14 @@ def run(args, note) -> int:
               "state": args.state}
 
     if settings is None:
-        res = capture(model, ids, args.out, linear_attention=args.linear_attention,
+        res = capture(model, ids, outs[0], linear_attention=args.linear_attention,
                       conv=args.conv, core=args.core, norm=args.norm, **common)
         note(describe(res))
         return 0
-    paths = ab_paths(args.out, settings)
+    paths = [out.given for out in outs]
     ran = []
-    for setting, path in zip(settings, paths):
-        res = capture(model, ids, path, linear_attention=setting, **common)
+    for setting, out in zip(settings, outs):
+        res = capture(model, ids, out, linear_attention=setting, **common)
         ran.append(what_ran(res.fingerprint))
         note(describe(res))
     if ran[0] == ran[1]:
@@ -210,9 +228,28 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     def note(msg: str) -> None:
         print(f"{prog}: {msg}", file=sys.stderr)
 
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminated)
     try:
         code = run(args, note)
     except CaptureError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         code = 2
+    except Terminated as t:
+        # The temp files are gone (the `finally`s ran): die of the signal, as without the handler.
+        signal.signal(t.signum, signal.SIG_DFL)
+        os.kill(os.getpid(), t.signum)
+        code = 128 + t.signum
     sys.exit(code)
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived: unwinds through the `finally`s that remove temp files."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminated(signum, _frame):
+    raise Terminated(signum)

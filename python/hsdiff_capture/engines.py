@@ -33,6 +33,7 @@ from .environment import (kernel_packages, local_folder, sha256_file, token_ids_
                           weights_digest)
 from .errors import CaptureError
 from .fingerprint import dtype_label
+from .outputs import Output, Protected, write_safetensors
 
 ARMED = "ARMED"
 FACTORY = "hsdiff_capture.engines:spool_hook_factory"
@@ -161,15 +162,13 @@ class EngineSpool:
 
     def write_dump(self, out, token_ids: list[int], engine: str, model: str, engine_args: dict | None = None,
                    prompt: str | None = None) -> Path:
-        from safetensors.torch import save_file
-
+        # Never over the model's files or the spooled passes this reads (outputs.py).
+        target = Output(out, "out", Protected([local_folder(model), self.dir]))
         tensors = self.assemble(token_ids)
         meta = engine_fingerprint(engine, model, tensors, token_ids, self.prefix, self.num_layers,
                                   engine_args or {}, prompt)
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        save_file(tensors, str(out), metadata={"hsdiff": json.dumps(meta, sort_keys=True)})
-        return out
+        write_safetensors(target, tensors, {"hsdiff": json.dumps(meta, sort_keys=True)})
+        return target.given
 
 
 def _vllm_attach(folder: str, modules: dict, model) -> int:

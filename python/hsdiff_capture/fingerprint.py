@@ -103,8 +103,12 @@ def build(model, tm, forcing, packages: dict, ids: list[int], run_dtype, stored_
         meta["captured_layers"] = captured_layers
     if stored_dtype is not None and stored_dtype != run_dtype:
         meta["stored_dtype"] = dtype_label(stored_dtype)
-    if experts and getattr(cfg, "num_experts", 0):
-        meta["experts_implementation"] = experts
+    if getattr(cfg, "num_experts", 0):
+        # hsdiff checks the router choices of the dump against them (docs/capture-pytorch.md).
+        meta["num_experts"] = int(cfg.num_experts)
+        meta["num_experts_per_tok"] = int(cfg.num_experts_per_tok)
+        if experts:
+            meta["experts_implementation"] = experts
     if device.type == "cuda":
         idx = device.index or 0
         meta["device_name"] = torch.cuda.get_device_name(idx)

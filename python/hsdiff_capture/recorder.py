@@ -13,6 +13,7 @@ from . import fingerprint
 from .environment import kernel_packages
 from .errors import CaptureError
 from .kernels import LinearAttentionForcing, Request
+from .outputs import Output, Protected, model_inputs, write_safetensors
 from .states import final_states
 from .structure import first_output, text_model
 
@@ -51,7 +52,9 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
                  core: str | None = None, norm: str | None = None, metadata: dict | None = None,
                  state: bool = False) -> None:
         self.model = model
-        self.out = Path(out)
+        # Checked now, before any forward: never the model's own folder or files (outputs.py).
+        self.output = out if isinstance(out, Output) else Output(out, "out", Protected(model_inputs(model)))
+        self.out = self.output.given
         self.stored_dtype = resolve_dtype(dtype)
         self.batch_row = batch_row
         self.keep_logits = logits
@@ -173,8 +176,6 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
         missing = [k for k in ["input_ids", "embed"] + [f"layers.{i}" for i in self.wanted] if k not in self.caps]
         if missing:
             raise CaptureError(f"hooks did not fire for: {', '.join(missing)}")
-        from safetensors.torch import save_file
-
         param = next(self.tm.layers[self.wanted[0]].parameters())
         ids = [int(x) for x in self.caps["input_ids"][0].tolist()]
         meta = fingerprint.build(self.model, self.tm, self.forcing, self.packages, ids, param.dtype,
@@ -184,11 +185,7 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
         order = (["input_ids", "embed"] + [f"layers.{i}" for i in self.wanted] + states + ["final_norm", "logits"]
                  + routers)
         tensors = {k: self.caps[k] for k in order if k in self.caps}
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            save_file(tensors, str(self.out), metadata={"hsdiff": json.dumps(meta, sort_keys=True)})
-        except OSError as e:
-            raise CaptureError(f"{self.out}: cannot write: {e}") from None
+        write_safetensors(self.output, tensors, {"hsdiff": json.dumps(meta, sort_keys=True)})
         return CaptureResult(self.out, tensors, meta)
 
 

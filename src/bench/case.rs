@@ -88,6 +88,10 @@ pub fn run_case(req: &CaseRequest) -> Result<Measurement> {
     if req.repeats == 0 {
         return Err(Error::argument("--repeats", "must be positive"));
     }
+    // Before any work, by the one output policy: the output is none of the case's inputs.
+    let mut inputs = vec![req.inputs.as_path()];
+    inputs.extend(req.model.as_deref());
+    crate::output::reserve_all(&[(&req.out, "--out")], &inputs)?;
     let cpu = Device::Cpu;
     let backend = backend_by_name(&req.backend, &cpu)?;
     let mut implementation = backend.implementation(&cpu);

@@ -38,10 +38,16 @@ pub mod ops {
 const ROUTER: &str = "router.";
 const ROUTER_TOPK: &str = "topk_ids";
 const ROUTER_MARGIN: &str = "margin";
+const ROUTER_LOGITS: &str = "logits";
 
 /// The experts chosen per token by the router of MoE layer `i`, `[1, T, k]` int64.
 pub fn router_topk(i: usize) -> String {
     format!("{ROUTER}{i}.{ROUTER_TOPK}")
+}
+
+/// The router logits of MoE layer `i`, `[1, T, E]` (hsdiff-capture writes them).
+pub fn router_logits(i: usize) -> String {
+    format!("{ROUTER}{i}.{ROUTER_LOGITS}")
 }
 
 /// Per token, the router probability gap between the last chosen expert and the best expert

@@ -10,8 +10,9 @@ use crate::error::{Error, Result};
 
 impl FileSource {
     /// A stacked `output_hidden_states` array (`torch.stack(hs)`: `[N, 1, T, D]`; or `[N, T, D]`
-    /// alone in a `.npy`) becomes N entries of one sequence.
-    pub(super) fn split_stacked(&mut self) {
+    /// alone in a `.npy`) becomes N entries of one sequence: N - 1 layers, at most the `layers`
+    /// limit (the size check cannot bound N when the states are empty: `[10¹², 0, 4]`).
+    pub(super) fn split_stacked(&mut self) -> Result<()> {
         // A lone array (a .npy, or a bare tensor torch.save'd) may be a stack of 3-D states.
         let lone =
             self.entries.len() == 1 && matches!(self.format, FileFormat::Npy | FileFormat::Torch);
@@ -35,6 +36,19 @@ impl FileSource {
                 continue;
             }
             let n = e.shape[0];
+            let layers = crate::limits::get().layers;
+            if n - 1 > layers {
+                return Err(Error::tensor(
+                    &self.path,
+                    &e.raw,
+                    crate::limits::exceeded(
+                        "read as a stack of hidden states, its number of layers",
+                        n - 1,
+                        "layers",
+                        layers,
+                    ),
+                ));
+            }
             let inner: Vec<usize> = e.shape[1..].to_vec();
             let Some(bytes) = npy::checked_bytes(&inner, elem) else {
                 out.push(e);
@@ -53,6 +67,7 @@ impl FileSource {
             }
         }
         self.entries = out;
+        Ok(())
     }
 
     pub(super) fn assign_names(&mut self) {

@@ -15,6 +15,7 @@ pub mod npy;
 pub mod pickle;
 pub mod pipelines;
 mod read;
+mod router_ids;
 mod safetensors_entries;
 mod torch;
 mod value_dtype;
@@ -209,7 +210,7 @@ impl FileSource {
         src.dtype_hint = dtype_hint;
         src.inflated = inflated;
         if !src.read_as_pipeline(opts)? {
-            src.split_stacked();
+            src.split_stacked()?;
             src.assign_names();
         }
         Ok(src)

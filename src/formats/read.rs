@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use candle_core::{DType, Device, Tensor};
 
-use super::{Entry, FileSource, Loc, npy};
+use super::{Entry, FileSource, Loc, npy, router_ids};
 use crate::capture::dump::{ids_in_range, token_ids};
 use crate::capture::names;
 use crate::error::{Error, Result};
@@ -142,8 +142,9 @@ impl FileSource {
 
     /// Checks a loaded capture and gives it a batch dimension.
     fn normalise(&self, idx: usize, name: &str, t: Tensor) -> Result<Tensor> {
-        if names::parse_router_topk(name).is_some() {
-            check_router_ids(&self.path, &self.entries[idx].raw, &t)?;
+        if let Some(layer) = names::parse_router_topk(name) {
+            let recorded = router_ids::Recorded::of(self, layer);
+            router_ids::check(&self.path, &self.entries[idx].raw, &t, &recorded)?;
             return Ok(t);
         }
         if name == names::INPUT_IDS || names::parse_router(name).is_some() {
@@ -210,52 +211,6 @@ impl FileSource {
             Ok(None)
         }
     }
-}
-
-/// A router's chosen experts (`router.{i}.topk_ids`): integers, `[T, k]` or `[1, T, k]` with
-/// k ≥ 1, every id a possible expert index (0 ≤ id < the `dim` limit) and no expert twice in a
-/// row — anything else would be read as agreement or flips that never happened.
-fn check_router_ids(path: &std::path::Path, raw: &str, t: &Tensor) -> Result<()> {
-    let err = |msg: String| Error::tensor(path, raw, msg);
-    if !matches!(
-        t.dtype(),
-        DType::I64 | DType::I32 | DType::I16 | DType::U32 | DType::U8
-    ) {
-        return Err(err(format!(
-            "router expert ids are {} values, not integers",
-            crate::device::dtype_label(t.dtype())
-        )));
-    }
-    let dims = t.dims();
-    let k = match dims {
-        [_, k] | [1, _, k] => *k,
-        _ => {
-            return Err(err(format!(
-                "router expert ids have shape {dims:?}: expected [T, k] or [1, T, k]"
-            )));
-        }
-    };
-    if k == 0 {
-        return Err(err("router expert ids choose no expert (k = 0)".into()));
-    }
-    let max = crate::limits::get().dim as i64;
-    let ids: Vec<i64> = t.flatten_all()?.to_dtype(DType::I64)?.to_vec1()?;
-    for (row, chunk) in ids.chunks(k).enumerate() {
-        if let Some(bad) = chunk.iter().find(|&&id| id < 0 || id >= max) {
-            return Err(err(format!(
-                "token {row}: expert id {bad} is not an expert index (0 to {})",
-                max - 1
-            )));
-        }
-        let mut sorted = chunk.to_vec();
-        sorted.sort_unstable();
-        if sorted.windows(2).any(|w| w[0] == w[1]) {
-            return Err(err(format!(
-                "token {row}: the same expert chosen twice ({chunk:?})"
-            )));
-        }
-    }
-    Ok(())
 }
 
 impl crate::compare::TensorSource for FileSource {

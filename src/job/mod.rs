@@ -6,7 +6,7 @@
 //! floor per side dtype), in order, and which run stands in for which (a `reference` side is
 //! the definition the truth and its dtype's floor would be run from). [`Job::execute`] makes
 //! the runs on a model's input; [`Executed::report`] puts the comparison together and builds
-//! its report — the one place a report is assembled (`tests/architecture.rs` holds every other
+//! its report — the one place a report is assembled (`tests/cli/architecture.rs` holds every other
 //! module to it). The live run, `check`, `compare` of two files and each pair of a dataset are
 //! specs (`crate::live`, `crate::check`, `crate::compare_pair`).
 

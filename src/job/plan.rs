@@ -11,7 +11,7 @@
 //!   but its token loop is the slowest part of a live run (3–4× a whole `fused` forward at
 //!   T = 512). In f64 both are exact to the last few bits: every backend matches transformers'
 //!   strict-float64 captures of the golden models to ~1e-14 relative L2
-//!   (`tests/golden_parity.rs` holds them to 1e-10, `selftest` checks fused against reference),
+//!   (`tests/model/golden_parity.rs` holds them to 1e-10, `selftest` checks fused against reference),
 //!   six orders below the f32 floor and twelve below bf16's, so the truth is the same number
 //!   whichever exact form computes it;
 //! - a run already planned stands in for a calibration run it equals (same dtype, same feed,

@@ -126,6 +126,8 @@ impl Model {
         fp.model = Some(self.source.to_string());
         fp.key_layout = Some(format!("{}layers.*", self.layout().root()));
         fp.config_sha256 = Some(self.config.sha256.clone());
+        fp.num_experts = self.config.moe.as_ref().map(|m| m.num_experts);
+        fp.num_experts_per_tok = self.config.moe.as_ref().map(|m| m.num_experts_per_tok);
         fp.weights_digest = self.weights.digest().ok();
         fp.tokenizer_sha256 = match &self.source {
             ModelSource::Builtin => Some(sha256_hex(BUILTIN_TOKENIZER)),

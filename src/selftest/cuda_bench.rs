@@ -6,6 +6,7 @@ use std::path::Path;
 
 use candle_core::{DType, Device, IndexOp, Tensor};
 
+use super::bench_dir::{self, GEOMETRIES};
 use super::{Checklist, host};
 use crate::backends::DeltaInputs;
 use crate::backends::fused::cpu::{self, truth};
@@ -14,9 +15,6 @@ use crate::error::{Error, Result};
 use crate::metrics::stats::{median, rel_l2};
 use crate::output;
 
-/// Bench geometries (B 1, dk = dv = 128, bf16): Qwen3.5-27B's linear-attention layers
-/// (Hk 16, Hv 48) and a Qwen3.5-397B-like one (Hk 16, Hv 64).
-const GEOMETRIES: [(usize, usize); 2] = [(16, 48), (16, 64)];
 const DK: usize = 128;
 const DV: usize = 128;
 /// Both delta-rule kernels are timed: what the backend runs for bf16 (the tensor-core
@@ -97,7 +95,6 @@ pub(super) fn run(
         "% copy",
         "TFLOP/s"
     );
-    let smallest = seqs.iter().copied().min().unwrap_or(0);
     let mut summary = Vec::new();
     device.set_seed(20260)?;
     for (hk, hv) in GEOMETRIES {
@@ -110,7 +107,7 @@ pub(super) fn run(
             let beta = candle_nn::ops::sigmoid(&Tensor::randn(0f32, 1.0, (1, t, hv), device)?)?
                 .to_dtype(DType::BF16)?;
             let bytes = bytes_moved(t, hk, hv);
-            let truth = if t == smallest && t <= 8192 {
+            let truth = if bench_dir::has_truth(t, seqs) {
                 Some(truth_out(&q, &k, &v, &g, &beta, t, hk, hv)?)
             } else {
                 None
@@ -165,7 +162,8 @@ pub(super) fn run(
                 }
             }
             if let (Some(dir), Some(out)) = (dir, default_out) {
-                let case = dir.join(format!("Hv{hv}-T{t}"));
+                // Every file was reserved before the selftest began (bench_dir::reserve).
+                let case = bench_dir::case_dir(dir, hv, t);
                 write_case(
                     &case,
                     &[
@@ -190,13 +188,13 @@ pub(super) fn run(
                     "copy_bw_gbs": bw, "truth_heads": truth_heads(hk, hv),
                     "implementation": cuda::implementation(),
                 });
-                let path = case.join("meta.json");
+                let path = case.join(bench_dir::META_FILE);
                 let json = serde_json::to_vec_pretty(&meta).map_err(|e| {
                     Error::Internal(format!("cannot encode {}: {e}", path.display()))
                 })?;
                 output::write_bytes(&path, &json)?;
                 if let Some(tr) = &truth {
-                    write_raw_f64(&case.join("truth_out.f64"), tr)?;
+                    write_raw_f64(&case.join(bench_dir::TRUTH_FILE), tr)?;
                 }
             }
         }
@@ -244,9 +242,9 @@ fn truth_out(
     Ok(out)
 }
 
-/// Raw little-endian files `{name}.{bf16|f32}` in the folder `d`.
+/// Raw little-endian files `{name}.{bf16|f32}` in the folder `d` (made and reserved by
+/// [`bench_dir::reserve`]).
 fn write_case(d: &Path, tensors: &[(&str, &Tensor)]) -> Result<()> {
-    std::fs::create_dir_all(d).map_err(|e| Error::file(d, e.to_string()))?;
     for (name, x) in tensors {
         let x = x.flatten_all()?;
         let (ext, bytes): (&str, Vec<u8>) = match x.dtype() {
@@ -266,8 +264,13 @@ fn write_case(d: &Path, tensors: &[(&str, &Tensor)]) -> Result<()> {
             ),
             other => return Err(Error::Internal(format!("cannot write {other:?}"))),
         };
-        let path = d.join(format!("{name}.{ext}"));
-        output::write_bytes(&path, &bytes)?;
+        let file = format!("{name}.{ext}");
+        if !bench_dir::CASE_FILES.contains(&file.as_str()) {
+            return Err(Error::Internal(format!(
+                "the bench writes {file}, which bench_dir.rs does not reserve"
+            )));
+        }
+        output::write_bytes(&d.join(file), &bytes)?;
     }
     Ok(())
 }

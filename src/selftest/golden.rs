@@ -16,7 +16,7 @@ use crate::model::{Model, RunOptions};
 use crate::progress::Progress;
 
 /// Largest rel L2 against the f64 golden states per compute dtype (the bounds of
-/// tests/golden_parity.rs).
+/// tests/model/golden_parity.rs).
 const BOUNDS: [(DType, f64); 2] = [(DType::F32, 1e-5), (DType::F64, 1e-10)];
 
 /// Built-in model on `device`, every backend, f32 and f64, against each

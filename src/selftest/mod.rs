@@ -2,7 +2,7 @@
 //!
 //! 1. [`kernels`]: the fused kernels of that device (CPU: `fused::cpu`; CUDA: `fused::cuda`) on
 //!    fresh seeded random inputs against the f64 truth (`fused::cpu::truth`), with the cases and
-//!    bounds of [`crate::testdata`] (shared with tests/fused_cpu_kernels.rs); outputs
+//!    bounds of [`crate::testdata`] (shared with tests/kernels/fused_cpu_kernels.rs); outputs
 //!    NaN-poisoned first, so an unwritten element fails; the standalone delta rule must equal the
 //!    fused one bit for bit.
 //! 2. [`golden`]: the built-in model on the device, every backend, f32 (≤ 1e-5) and f64
@@ -11,11 +11,13 @@
 //!    ([`crate::live`]), its report written to a temporary file the line names.
 //! 4. `cuda_bench` (CUDA builds): both delta-rule kernels (tensor-core and exact) at
 //!    Qwen3.5-27B and Qwen3.5-397B-like linear-layer geometry: time, GB/s, nominal TFLOP/s,
-//!    error vs f64 truth.
+//!    error vs f64 truth; with `--bench-dir` its inputs, outputs and timings, every file named
+//!    and reserved up front by [`bench_dir`].
 //!
 //! Each check prints its line as it finishes; [`run`] returns the exit code: 0 when everything
 //! passed, 1 when something failed.
 
+mod bench_dir;
 #[cfg(feature = "cuda")]
 mod cuda_bench;
 mod golden;
@@ -168,6 +170,14 @@ pub fn run(opts: &Options) -> Result<i32> {
     let device = &opts.device;
     if opts.bench.is_some() && !device.is_cuda() {
         return Err(Error::argument("--bench", "needs --device cuda"));
+    }
+    if let Some(BenchOptions {
+        seqs,
+        dir: Some(dir),
+    }) = &opts.bench
+    {
+        // Before any check: none of the bench's files may land on the golden states.
+        bench_dir::reserve(dir, seqs, &[&opts.golden])?;
     }
     println!(
         "hsdiff selftest on {} — fused backend: {}",

@@ -1,7 +1,8 @@
 //! Helpers shared by the integration tests: golden files, error metrics, running the model,
 //! copying and rewriting checkpoints, and running the built binary.
 //!
-//! Each test crate compiles this module on its own and uses only part of it.
+//! Each test binary that needs it declares it once in its main.rs (`#[path = "../common/mod.rs"]`);
+//! its modules reach it as `crate::common` and use only part of it.
 #![allow(dead_code)]
 
 use std::collections::HashMap;

@@ -189,7 +189,9 @@ def test_moe_captures_record_every_moe_layers_router_choice(tmp_path):
     want, _ = read_dump(golden_f32)
     m = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
     res = hsdiff_capture.capture(m, want["input_ids"], out=tmp_path / "moe.safetensors", layers=[3])
-    tensors, _ = read_dump(res.path)
+    tensors, meta = read_dump(res.path)
+    # What hsdiff checks the router ids against (src/formats/router_ids.rs).
+    assert (meta["num_experts"], meta["num_experts_per_tok"]) == (8, 2)
     routed = sorted(int(k.split(".")[1]) for k in tensors if k.endswith(".topk_ids"))
     assert routed == [0, 2, 3, 4, 5]  # every MoE layer (layer 1 is dense), not only the kept one
     tokens = want["input_ids"].shape[-1]

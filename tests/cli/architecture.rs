@@ -1,0 +1,353 @@
+//! The module layering of docs/architecture.md, enforced: every top-level module of src/ sits in
+//! one layer, imports only from its own layer or earlier ones, nothing imports `cli` (`main.rs`
+//! aside), and there is no import circle between top-level modules. Two rules of the job model
+//! too: a report is assembled in one place (`src/job/`), and the command line holds no logic
+//! (short files that import no engine module).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// docs/architecture.md's layers, first to last (change both together).
+const LAYERS: &[&[&str]] = &[
+    &[
+        "error",
+        "escape",
+        "limits",
+        "sysinfo",
+        "input",
+        "device",
+        "progress",
+        "mapped",
+        "output",
+        "safetensors_file",
+        "fp8",
+    ],
+    &[
+        "config",
+        "checkpoint",
+        "random_weights",
+        "backends",
+        "testdata",
+    ],
+    &["fingerprint", "capture", "envdiff"],
+    &["model", "builtin"],
+    &[
+        "compare",
+        "formats",
+        "metrics",
+        "alignment",
+        "verdict",
+        "report",
+        "plausibility",
+    ],
+    &["session", "job"],
+    &[
+        "live",
+        "pairing",
+        "compare_tokens",
+        "disjoint",
+        "compare_pair",
+        "dataset",
+        "compare_command",
+        "check",
+        "dump_command",
+        "environment",
+        "paths",
+        "selftest",
+        "bench",
+    ],
+    &["cli"],
+];
+
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// Top-level module → the top-level modules its files name as `crate::X` (comments skipped).
+fn import_graph(src: &Path) -> Graph {
+    let mut graph = Graph::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read src/") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let rel = path.strip_prefix(src).expect("under src/");
+            let first = rel.components().next().expect("a component");
+            let top = first
+                .as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string();
+            if top == "main" || top == "lib" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("read a source file");
+            let targets = graph.entry(top.clone()).or_default();
+            for line in text.lines() {
+                let code = line.split("//").next().unwrap_or_default();
+                for (at, _) in code.match_indices("crate::") {
+                    let name: String = code[at + "crate::".len()..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    if !name.is_empty() && name != top {
+                        targets.insert(name);
+                    }
+                }
+            }
+        }
+    }
+    graph
+}
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&module))
+}
+
+/// Every breach of the three rules, in words.
+fn violations(graph: &Graph) -> Vec<String> {
+    let mut out = Vec::new();
+    for (from, targets) in graph {
+        let Some(lf) = layer_of(from) else {
+            out.push(format!("`{from}` is in no layer (docs/architecture.md)"));
+            continue;
+        };
+        for to in targets {
+            match layer_of(to) {
+                _ if to == "cli" && from != "cli" => out.push(format!("`{from}` imports `cli`")),
+                Some(lt) if lt > lf => out.push(format!(
+                    "`{from}` (layer {}) imports `{to}` from a later layer ({})",
+                    lf + 1,
+                    lt + 1
+                )),
+                _ => {}
+            }
+        }
+    }
+    // A circle: depth-first search for an edge back onto the current path.
+    fn visit(
+        n: &str,
+        g: &Graph,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<String> {
+        if let Some(i) = path.iter().position(|p| p == n) {
+            return Some(format!("{} → {n}", path[i..].join(" → ")));
+        }
+        if !done.insert(n.to_string()) {
+            return None;
+        }
+        path.push(n.to_string());
+        for m in g.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, g, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    for n in graph.keys() {
+        if let Some(c) = visit(n, graph, &mut Vec::new(), &mut done) {
+            out.push(format!("import circle: {c}"));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_source_keeps_the_documented_layers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = import_graph(&src);
+    assert!(graph.len() > 20, "read only {} modules", graph.len());
+    let bad = violations(&graph);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn a_planted_breach_of_each_rule_is_found() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let edge = |g: &mut Graph, a: &str, b: &str| {
+        g.entry(a.to_string()).or_default().insert(b.to_string());
+    };
+    let mut g = import_graph(&src);
+    edge(&mut g, "model", "report");
+    assert!(
+        violations(&g)
+            .iter()
+            .any(|v| v.contains("`model` (layer 4) imports `report`"))
+    );
+
+    let mut g = import_graph(&src);
+    edge(&mut g, "report", "cli");
+    assert!(violations(&g).iter().any(|v| v == "`report` imports `cli`"));
+
+    let mut g = import_graph(&src);
+    edge(&mut g, "capture", "envdiff");
+    edge(&mut g, "envdiff", "capture");
+    assert!(
+        violations(&g)
+            .iter()
+            .any(|v| v.starts_with("import circle"))
+    );
+
+    let mut g = import_graph(&src);
+    edge(&mut g, "newcomer", "error");
+    assert!(
+        violations(&g)
+            .iter()
+            .any(|v| v.contains("`newcomer` is in no layer"))
+    );
+}
+
+/// The source files under `dir` (recursively), with their text, comments dropped.
+fn code_files(dir: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read a source folder") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("read a source file");
+                let code: Vec<&str> = text
+                    .lines()
+                    .map(|l| l.split("//").next().unwrap_or_default())
+                    .collect();
+                let rel = path.strip_prefix(dir).expect("under dir");
+                out.push((rel.display().to_string(), code.join("\n")));
+            }
+        }
+    }
+    out
+}
+
+/// Files (relative to src/) outside `src/job/` and `src/report/` that build a report or put a
+/// comparison together themselves.
+fn assembly_sites(files: &[(String, String)]) -> Vec<String> {
+    files
+        .iter()
+        .filter(|(path, _)| !path.starts_with("job/") && !path.starts_with("report/"))
+        .filter(|(_, code)| code.contains("build_report") || code.contains("Comparison {"))
+        .map(|(path, _)| path.clone())
+        .collect()
+}
+
+#[test]
+fn a_report_is_assembled_by_the_job_alone() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = code_files(&src);
+    assert!(files.iter().any(|(p, _)| p.starts_with("job/")));
+    let bad = assembly_sites(&files);
+    assert!(bad.is_empty(), "build_report outside src/job: {bad:?}");
+    // A planted second site is found.
+    let mut planted = files.clone();
+    planted.push(("live.rs".to_string(), "build_report(&c)".to_string()));
+    assert_eq!(assembly_sites(&planted), ["live.rs"]);
+}
+
+/// Engine modules the command line must reach only through a command's library module.
+const NOT_FOR_CLI: &[&str] = &[
+    "alignment",
+    "capture",
+    "checkpoint",
+    "compare",
+    "disjoint",
+    "formats",
+    "job",
+    "metrics",
+    "model",
+    "pairing",
+    "plausibility",
+    "verdict",
+];
+
+/// The most lines a file of src/cli may have.
+const CLI_LINES: usize = 150;
+
+/// Each breach of "the command line turns arguments into a spec and prints".
+fn cli_breaches(files: &[(String, String)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (path, code) in files {
+        let lines = code.lines().count();
+        if lines > CLI_LINES {
+            out.push(format!(
+                "src/cli/{path}: {lines} lines (at most {CLI_LINES})"
+            ));
+        }
+        for m in NOT_FOR_CLI {
+            if code.contains(&format!("crate::{m}::")) || code.contains(&format!("crate::{m};")) {
+                out.push(format!("src/cli/{path} imports `{m}`"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_command_line_holds_no_logic() {
+    let cli = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli");
+    let files = code_files(&cli);
+    assert!(files.len() > 5, "read only {} files", files.len());
+    let bad = cli_breaches(&files);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    let planted = vec![
+        ("x.rs".to_string(), "use crate::model::Model;".to_string()),
+        ("y.rs".to_string(), "\n".repeat(CLI_LINES + 1)),
+    ];
+    assert_eq!(cli_breaches(&planted).len(), 2);
+}
+
+/// The integration tests are four binaries (tests/<group>/main.rs, docs/architecture.md#tests):
+/// every other file under tests/ that cargo would build is a module its group's main.rs declares
+/// (a file nobody declares is silently never compiled), and no test file sits at tests/ itself
+/// (cargo would build it as a fifth binary, linking the whole crate again).
+#[test]
+fn tests_are_four_binaries_and_every_test_file_is_a_module_of_one() {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut groups = BTreeSet::new();
+    let mut stray = Vec::new();
+    for entry in std::fs::read_dir(&tests).expect("read tests/") {
+        let path = entry.expect("dir entry").path();
+        let name = path
+            .file_name()
+            .expect("a name")
+            .to_string_lossy()
+            .into_owned();
+        if path.is_file() && name.ends_with(".rs") {
+            stray.push(format!("tests/{name} would be a binary of its own"));
+        }
+        let main = path.join("main.rs");
+        if !main.is_file() {
+            continue;
+        }
+        groups.insert(name.clone());
+        let text = std::fs::read_to_string(&main).expect("read main.rs");
+        for file in std::fs::read_dir(&path).expect("read a group") {
+            let file = file.expect("dir entry").path();
+            let Some(module) = file
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".rs"))
+            else {
+                continue;
+            };
+            if module != "main" && !text.lines().any(|l| l.trim() == format!("mod {module};")) {
+                stray.push(format!(
+                    "tests/{name}/{module}.rs is not declared in its main.rs"
+                ));
+            }
+        }
+    }
+    assert!(stray.is_empty(), "{}", stray.join("\n"));
+    assert!(
+        (1..=4).contains(&groups.len()),
+        "{} test binaries: {groups:?}",
+        groups.len()
+    );
+}

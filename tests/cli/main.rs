@@ -1,0 +1,19 @@
+//! Integration tests, `cli` binary: the commands end to end through the built binary: compare, the
+//! report renderers, verdicts, bench, env/check, drafter pipelines, and the module layering of
+//! src/.
+//!
+//! One test binary per group (docs/architecture.md#tests): each former `tests/NAME.rs` is
+//! the module `NAME` here, so `cargo test --test cli cli:: NAME::` runs one of them.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod architecture;
+mod bench;
+mod cli;
+mod compare;
+mod env_check;
+mod pipelines;
+mod pipelines_sglang;
+mod report;
+mod verdicts;

@@ -1,0 +1,644 @@
+//! Drafter pipelines' own dumps (`tests/fixtures/pipelines/`, written by
+//! `scripts/make_pipeline_fixtures.py` from transformers for both golden models): each format
+//! read with the right layers or refused, the index reading and the last state checked against
+//! the truth, datasets paired by id and by token ids, a planted bug named with its sample and
+//! layer, masks honoured, batches split, `--calibrate N`, and shards merged into the whole.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use hsdiff::formats::FileSource;
+use hsdiff::formats::pipelines::{LayerIds, ReadOptions};
+use serde_json::Value;
+
+const MODELS: [&str; 2] = ["qwen3_5_tiny", "qwen3_next_moe_tiny"];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn fx(model: &str, rel: &str) -> String {
+    root()
+        .join("tests/fixtures/pipelines")
+        .join(model)
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+fn model_dir(model: &str) -> String {
+    root().join("golden").join(model).display().to_string()
+}
+
+/// The layer ids the fixture script wrote, from the fixture's draft config.
+fn draft(model: &str) -> Value {
+    let text = std::fs::read_to_string(fx(model, "draft_config.json")).expect("draft config");
+    serde_json::from_str(&text).expect("json")
+}
+
+fn ids(v: &Value) -> String {
+    v.as_array()
+        .expect("ids")
+        .iter()
+        .map(|x| x.as_u64().expect("id").to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn eagle_ids(model: &str) -> String {
+    ids(&draft(model)["eagle_aux_hidden_state_layer_ids"])
+}
+
+/// vLLM ids of the fixture: the model's default [2, L/2, L−3, L] (8 layers), or the ids the
+/// script chose where the default repeats a layer (6 layers).
+fn vllm_ids(model: &str) -> &'static str {
+    match model {
+        "qwen3_5_tiny" => "2,4,5,8",
+        _ => "2,3,4,6",
+    }
+}
+
+fn hsdiff(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+        .args(args)
+        .output()
+        .expect("run hsdiff")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `hsdiff compare A B … --format json`: exit code and report.
+fn json(a: &str, b: &str, extra: &[&str]) -> (i32, Value) {
+    let (code, report, _) = common::compare_json(Path::new(a), Path::new(b), extra);
+    (code, report)
+}
+
+fn max_x_floor(r: &Value) -> f64 {
+    r["tensors"]
+        .as_array()
+        .expect("tensors")
+        .iter()
+        .map(|t| t["ratio_to_floor"].as_f64().unwrap_or(f64::INFINITY))
+        .fold(0.0, f64::max)
+}
+
+fn notes(r: &Value) -> String {
+    r["notes"]
+        .as_array()
+        .expect("notes")
+        .iter()
+        .map(|n| n.as_str().unwrap_or_default().to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One sample of each format against the eval box's capture of the same prompt, calibrated:
+/// the layers its ids name, each within the rounding floor (an off-by-one reading would be
+/// tens of floors away), and the reading the truth confirmed.
+#[test]
+fn each_format_reads_its_layers() {
+    for model in MODELS {
+        let cfg = draft(model);
+        let dflash: Vec<String> = cfg["dflash_config"]["target_layer_ids"]
+            .as_array()
+            .expect("ids")
+            .iter()
+            .map(|x| format!("layers.{}", x.as_u64().expect("id")))
+            .collect();
+        let eagle: Vec<String> = eagle_ids(model)
+            .split(',')
+            .map(|i| format!("layers.{i}"))
+            .collect();
+        let vllm: Vec<String> = vllm_ids(model)
+            .split(',')
+            .map(|i| format!("layers.{}", i.parse::<usize>().expect("id") - 1))
+            .collect();
+        let with_final = |v: &[String]| {
+            let mut v = v.to_vec();
+            v.push("final_norm".to_string());
+            v
+        };
+        let draft_config = fx(model, "draft_config.json");
+        let eval = fx(model, "eval/prompt_0.safetensors");
+        let m = model_dir(model);
+        let eagle_arg = eagle_ids(model);
+        let cases: Vec<(&str, String, Vec<&str>, Vec<String>)> = vec![
+            (
+                "specforge-dflash",
+                fx(model, "specforge_dflash/rows_0-5000/data_0.ckpt"),
+                vec!["--draft-config", draft_config.as_str()],
+                dflash.clone(),
+            ),
+            (
+                "specforge-dflash (.ckpt.gz)",
+                fx(model, "specforge_dflash_gz/rows_0-5000/data_0.ckpt.gz"),
+                vec!["--draft-config", draft_config.as_str()],
+                dflash.clone(),
+            ),
+            (
+                "specforge-eagle3",
+                fx(model, "specforge_eagle3/rows_0-5000/data_0.ckpt"),
+                vec!["--layer-ids-a", eagle_arg.as_str()],
+                with_final(&eagle),
+            ),
+            (
+                "vllm-speculators",
+                fx(model, "speculators/hs_0.safetensors"),
+                vec!["--layer-ids-a", vllm_ids(model)],
+                vllm.clone(),
+            ),
+            (
+                "modelopt",
+                fx(model, "modelopt/conv-7f3a.pt"),
+                vec!["--layer-ids-a", eagle_arg.as_str()],
+                with_final(&eagle),
+            ),
+            (
+                "eagle-ge-data",
+                fx(model, "ge_data/0/data_0.ckpt"),
+                vec![],
+                vec!["final_norm".to_string()],
+            ),
+        ];
+        for (what, file, extra, want) in cases {
+            let mut args = vec!["--model", m.as_str()];
+            args.extend(extra);
+            let (code, r) = json(&file, &eval, &args);
+            assert_eq!(code, 0, "{model} {what}: {}", r["summary"]);
+            let mut got = common::row_names(&r);
+            got.sort();
+            let mut want = want.clone();
+            want.sort();
+            assert_eq!(got, want, "{model} {what}");
+            let x = max_x_floor(&r);
+            assert!(x < 2.0, "{model} {what}: {x}× the floor");
+            let n = notes(&r);
+            assert!(
+                n.contains(what.split(' ').next().expect("name")),
+                "{model} {what}: {n}"
+            );
+            if want.iter().any(|w| w.starts_with("layers.")) {
+                assert!(
+                    n.contains("index N read as the output of layer N"),
+                    "{model} {what}: {n}"
+                );
+            }
+        }
+    }
+}
+
+/// The pipelines' defaults for a model of L layers ([1, L/2−1, L−4]; vLLM [2, L/2, L−3, L])
+/// apply when the model is at hand; the last state is checked against the truth: EAGLE-3's
+/// `hidden_state` after the norm, vLLM's id L before it.
+#[test]
+fn defaults_and_last_state() {
+    let model = "qwen3_5_tiny";
+    let m = model_dir(model);
+    let eval = fx(model, "eval/prompt_1.safetensors");
+    let (code, r) = json(
+        &fx(model, "specforge_eagle3/rows_0-5000/data_1.ckpt"),
+        &eval,
+        &["--model", &m],
+    );
+    assert_eq!(code, 0, "{}", r["summary"]);
+    let n = notes(&r);
+    assert!(n.contains("the default [1, L/2−1, L−4]"), "{n}");
+    assert!(
+        n.contains("`hidden_state` read as after the final norm (final_norm) (rel L2"),
+        "{n}"
+    );
+    let (code, r) = json(
+        &fx(model, "speculators/hs_1.safetensors"),
+        &eval,
+        &["--model", &m],
+    );
+    assert_eq!(code, 0, "{}", r["summary"]);
+    let n = notes(&r);
+    assert!(n.contains("the default [2, L/2, L−3, L]"), "{n}");
+    assert!(
+        n.contains("read as the last layer's output before the final norm (layers.7)"),
+        "{n}"
+    );
+    assert!(common::row_names(&r).contains(&"layers.7".to_string()));
+}
+
+/// A speculators `hidden_states [T, k, H]` is never read as an `output_hidden_states` stack
+/// (it used to be: a 10-entry tuple of the positions); without layer ids it is refused with
+/// what was seen, as is a count of ids that does not fit.
+#[test]
+fn refused_when_it_cannot_be_read() {
+    let model = "qwen3_5_tiny";
+    let hs = fx(model, "speculators/hs_0.safetensors");
+    let e = FileSource::open(hs.as_ref(), None).err().expect("refused");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("vllm-speculators") && msg.contains("[10, 4, 64]"),
+        "{msg}"
+    );
+    let opts = ReadOptions {
+        layer_ids: Some(LayerIds {
+            ids: vec![1, 2, 3],
+            from: "--layer-ids".to_string(),
+        }),
+        ..Default::default()
+    };
+    let msg = FileSource::open_with(hs.as_ref(), None, &opts)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        msg.contains("holds 4 layers, but --layer-ids names 3"),
+        "{msg}"
+    );
+
+    let eval = fx(model, "eval/prompt_0.safetensors");
+    let dflash = fx(model, "specforge_dflash/rows_0-5000/data_0.ckpt");
+    for (extra, want) in [
+        (vec![], "say which layers with --layer-ids"),
+        (
+            vec!["--layer-ids", "1,2,4"],
+            "does not split into 3 layers of equal width",
+        ),
+        (
+            vec![
+                "--layer-ids",
+                "1,2,4,5,6",
+                "--model",
+                "golden/qwen3_next_moe_tiny",
+            ],
+            "past this model's 6 layers",
+        ),
+    ] {
+        let mut args = vec!["compare", dflash.as_str(), eval.as_str()];
+        args.extend(extra);
+        let o = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+            .current_dir(root())
+            .args(&args)
+            .output()
+            .expect("run");
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = stderr(&o);
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+}
+
+/// Layer ids that name nothing (no side is a pipeline's dump, or not the side they were given
+/// for) are refused, never ignored.
+#[test]
+fn unused_layer_ids_refused() {
+    let model = "qwen3_5_tiny";
+    let eval = fx(model, "eval/prompt_0.safetensors");
+    let dflash = fx(model, "specforge_dflash/rows_0-5000/data_0.ckpt");
+    for (a, b, opt) in [
+        (&eval, &eval, "--layer-ids"),
+        (&eval, &dflash, "--layer-ids-a"),
+    ] {
+        // B's own ids, so that only A's are unused.
+        let o = hsdiff(&[
+            "compare",
+            a,
+            b,
+            opt,
+            "1,2,4,5,6",
+            "--layer-ids-b",
+            "1,2,4,5,6",
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{opt}");
+        let err = stderr(&o);
+        assert!(
+            err.contains(opt) && err.contains("would name nothing"),
+            "{err}"
+        );
+    }
+    let o = hsdiff(&[
+        "compare",
+        &fx(model, "eval"),
+        &fx(model, "eval"),
+        "--layer-ids",
+        "1,2",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("would name nothing"), "{}", stderr(&o));
+}
+
+/// A DFlash file whose token ids and hidden states disagree on the length: refused, naming
+/// both shapes.
+#[test]
+fn inconsistent_shapes_refused() {
+    use safetensors::tensor::{Dtype, TensorView};
+    let dir = std::env::temp_dir().join(format!("hsdiff-pipelines-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("data_0.safetensors");
+    let ids: Vec<u8> = (0..7i64).flat_map(|i| i.to_le_bytes()).collect();
+    let hs: Vec<u8> = (0..9 * 320)
+        .flat_map(|i| (i as f32).to_le_bytes())
+        .collect();
+    let views = vec![
+        (
+            "input_ids",
+            TensorView::new(Dtype::I64, vec![7], &ids).expect("view"),
+        ),
+        (
+            "loss_mask",
+            TensorView::new(Dtype::I64, vec![7], &ids).expect("view"),
+        ),
+        (
+            "hidden_states",
+            TensorView::new(Dtype::F32, vec![1, 9, 320], &hs).expect("view"),
+        ),
+    ];
+    std::fs::write(
+        &path,
+        safetensors::serialize(views, None).expect("serialize"),
+    )
+    .expect("write");
+    let opts = ReadOptions {
+        layer_ids: Some(LayerIds {
+            ids: vec![1, 2, 3, 4, 5],
+            from: "--layer-ids".to_string(),
+        }),
+        ..Default::default()
+    };
+    let msg = FileSource::open_with(&path, None, &opts)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        msg.contains("`input_ids` has shape [7], but the hidden states hold 1 × 9 positions"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn sample<'a>(r: &'a Value, id: &str) -> &'a Value {
+    r["samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .find(|s| s["id"] == id)
+        .unwrap_or_else(|| panic!("no sample {id}: {}", r["samples"]))
+}
+
+fn ids_of(v: &Value) -> Vec<String> {
+    v.as_array()
+        .expect("list")
+        .iter()
+        .map(|u| u["id"].as_str().expect("id").to_string())
+        .collect()
+}
+
+/// The SpecForge DFlash training dump against the eval box's captures (named differently:
+/// paired by token ids): the planted bug is named with its sample and layer, the others are
+/// ok, the unpaired are listed, and the exit code is 1.
+#[test]
+fn planted_bug_named_with_sample_and_layer() {
+    for (model, planted) in [
+        ("qwen3_5_tiny", "layers.4"),
+        ("qwen3_next_moe_tiny", "layers.3"),
+    ] {
+        let m = model_dir(model);
+        let (code, r) = json(
+            &fx(model, "specforge_dflash"),
+            &fx(model, "eval"),
+            &[
+                "--draft-config",
+                &fx(model, "draft_config.json"),
+                "--model",
+                &m,
+            ],
+        );
+        assert_eq!(code, 1, "{model}: {}", r["summary"]);
+        assert_eq!(r["schema"], "hsdiff.dataset/v1");
+        assert_eq!(r["verdict"], "mismatch");
+        assert_eq!(r["metric"], "x_floor");
+        let bad = sample(&r, "1");
+        assert_eq!(bad["verdict"], "mismatch", "{model}");
+        assert_eq!(bad["first_divergent"], planted, "{model}");
+        assert_eq!(bad["paired_by"], "token ids");
+        assert_eq!(bad["id_b"], "prompt_1");
+        for id in ["0", "2"] {
+            let s = sample(&r, id);
+            assert_eq!(s["verdict"], "ok", "{model} {id}: {s}");
+            assert!(s["worst_x_floor"].as_f64().expect("x") < 2.0);
+            // loss_mask marks the second half: its figures are there beside all positions'.
+            let t = &s["trained"];
+            assert_eq!(t["of"], s["positions"]);
+            assert_eq!(
+                t["positions"].as_u64().expect("n"),
+                s["positions"].as_u64().expect("n") - s["positions"].as_u64().expect("n") / 2
+            );
+        }
+        assert_eq!(ids_of(&r["unpaired_a"]), ["3"]);
+        assert_eq!(ids_of(&r["unpaired_b"]), ["prompt_3"]);
+        let layer = r["layers"]
+            .as_array()
+            .expect("layers")
+            .iter()
+            .find(|l| l["name"] == planted)
+            .expect("planted layer row");
+        assert_eq!(layer["worst_sample"], "1");
+        assert_eq!(layer["flagged"], 1);
+        assert_eq!(layer["samples"], 3);
+        let summary = r["summary"].as_str().expect("summary");
+        assert!(
+            summary.contains(&format!(
+                "1 of 3 compared samples flagged — worst sample 1: mismatch from {planted}"
+            )),
+            "{summary}"
+        );
+    }
+}
+
+/// Two pipelines that name samples differently (speculators `hs_{i}`, Model-Optimizer
+/// `{conversation_id}`) are paired by token ids; the same ids with other tokens (DFlash `data_3`
+/// vs speculators `hs_3`) are named and left out.
+#[test]
+fn cross_format_pairing() {
+    let model = "qwen3_5_tiny";
+    let m = model_dir(model);
+    let (code, r) = json(
+        &fx(model, "speculators"),
+        &fx(model, "modelopt"),
+        &["--model", &m],
+    );
+    assert_eq!(code, 0, "{}", r["summary"]);
+    let samples = r["samples"].as_array().expect("samples");
+    assert_eq!(samples.len(), 3);
+    for s in samples {
+        assert_eq!(s["paired_by"], "token ids");
+        // Both from the same bf16 forward: the layers both hold agree exactly.
+        assert_eq!(s["worst_rel_l2"].as_f64(), Some(0.0), "{s}");
+    }
+    assert_eq!(sample(&r, "0")["id_b"], "conv-7f3a");
+    let names: Vec<&str> = r["layers"]
+        .as_array()
+        .expect("layers")
+        .iter()
+        .map(|l| l["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["layers.1", "layers.3", "layers.4"]);
+    assert_eq!(ids_of(&r["unpaired_a"]), ["3"]);
+
+    let (code, r) = json(
+        &fx(model, "specforge_dflash"),
+        &fx(model, "speculators"),
+        &[
+            "--layer-ids-a",
+            "1,2,4,5,6",
+            "--layer-ids-b",
+            vllm_ids(model),
+            // Calibrated: a 25 % error at one bf16 layer is far beyond this model's floor, but
+            // within the uncalibrated envelope deep random-weight geometries need (issue 19).
+            "--model",
+            &m,
+        ],
+    );
+    assert_eq!(code, 1, "the planted bug: {}", r["summary"]);
+    for s in r["samples"].as_array().expect("samples") {
+        assert_eq!(s["paired_by"], "id");
+    }
+    let left_out = &r["token_mismatches"];
+    assert_eq!(ids_of(left_out), ["3"]);
+    assert!(
+        r["summary"]
+            .as_str()
+            .expect("summary")
+            .contains("1 pair(s) left out, token ids differ (3)")
+    );
+}
+
+/// A right-padded batch `[3, Tmax, k·H]` with `attention_mask` is three samples, each compared
+/// at its real positions only.
+#[test]
+fn batches_split_and_padding_left_out() {
+    for model in MODELS {
+        let m = model_dir(model);
+        let (code, r) = json(
+            &fx(model, "specforge_dflash_batch/batch.ckpt"),
+            &fx(model, "eval"),
+            &[
+                "--draft-config",
+                &fx(model, "draft_config.json"),
+                "--model",
+                &m,
+            ],
+        );
+        assert_eq!(code, 0, "{model}: {}", r["summary"]);
+        let samples = r["samples"].as_array().expect("samples");
+        let got: Vec<(String, u64)> = samples
+            .iter()
+            .map(|s| {
+                (
+                    s["id"].as_str().expect("id").to_string(),
+                    s["positions"].as_u64().expect("positions"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("batch#0".to_string(), 10),
+                ("batch#1".to_string(), 13),
+                ("batch#2".to_string(), 16)
+            ],
+            "{model}"
+        );
+        for s in samples {
+            assert!(
+                s["worst_x_floor"].as_f64().expect("x") < 2.0,
+                "{model}: {s}"
+            );
+        }
+    }
+}
+
+/// `--calibrate 1`: the floors of the first pair judge the others, and the planted bug is
+/// still flagged at its layer.
+#[test]
+fn calibrate_from_some_samples() {
+    let model = "qwen3_5_tiny";
+    let m = model_dir(model);
+    let (code, r) = json(
+        &fx(model, "specforge_dflash"),
+        &fx(model, "eval"),
+        &[
+            "--draft-config",
+            &fx(model, "draft_config.json"),
+            "--model",
+            &m,
+            "--calibrate",
+            "1",
+        ],
+    );
+    assert_eq!(code, 1, "{}", r["summary"]);
+    assert!(
+        r["calibration"]
+            .as_str()
+            .expect("calibration")
+            .starts_with("floors measured on 1 pairs")
+    );
+    assert_eq!(r["metric"], "x_floor");
+    let bad = sample(&r, "1");
+    assert_eq!(bad["verdict"], "mismatch");
+    assert_eq!(bad["first_divergent"], "layers.4");
+    assert_eq!(sample(&r, "2")["verdict"], "ok");
+}
+
+/// Three shards run as separate processes, merged: the same report as the whole run.
+#[test]
+fn shards_merge_into_the_whole() {
+    let model = "qwen3_5_tiny";
+    let m = model_dir(model);
+    let (a, b, cfg) = (
+        fx(model, "specforge_dflash"),
+        fx(model, "eval"),
+        fx(model, "draft_config.json"),
+    );
+    let common = ["--draft-config", cfg.as_str(), "--model", m.as_str()];
+    let (code, mut whole) = json(&a, &b, &common);
+    assert_eq!(code, 1);
+    let dir = std::env::temp_dir().join(format!("hsdiff-shards-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut parts = Vec::new();
+    let children: Vec<_> = (0..3)
+        .map(|i| {
+            let out = dir.join(format!("part{i}.json"));
+            parts.push(out.display().to_string());
+            let shard = format!("{i}/3");
+            Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+                .args(["compare", &a, &b, "--format", "json", "--out"])
+                .arg(&out)
+                .args(["--shard", &shard])
+                .args(common)
+                .spawn()
+                .expect("spawn shard")
+        })
+        .collect();
+    for mut c in children {
+        let status = c.wait().expect("wait");
+        assert!(matches!(status.code(), Some(0 | 1)), "{status}");
+    }
+    let mut args = vec!["merge", "--format", "json"];
+    args.extend(parts.iter().map(String::as_str));
+    let o = hsdiff(&args);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let mut merged: Value = serde_json::from_slice(&o.stdout).expect("merged JSON");
+    for r in [&mut whole, &mut merged] {
+        r.as_object_mut().expect("object").remove("command");
+    }
+    assert_eq!(merged, whole);
+    // A shard missing is refused.
+    let o = hsdiff(&["merge", &parts[0], &parts[2]]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("shard 1/3 is missing"),
+        "{}",
+        stderr(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
