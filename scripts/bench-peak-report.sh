@@ -47,7 +47,7 @@ stamp "bench forward"
     --repeats "$REPEATS" --warmup 1 --markdown --json "$OUT/forward.json" | tee "$OUT/forward.md"
 
 stamp "live run"
-vocab=$("$PYTHON" -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$MODEL/config.json")
+vocab=$("$PYTHON" -c "import json,sys; c=json.load(open(sys.argv[1])); print(c.get('vocab_size') or c['text_config']['vocab_size'])" "$MODEL/config.json")
 ids=$("$PYTHON" -c "import random,sys; r=random.Random(7); print(','.join(str(r.randrange(int(sys.argv[1]))) for _ in range(512)))" "$vocab")
 # Exit 1 (a divergence flagged) is a result here, not a failure of the script.
 set +e
