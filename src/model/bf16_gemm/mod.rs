@@ -581,7 +581,7 @@ fn wide_task<E: WideFloat, const FRESH: bool>(
     c: &mut [E],
 ) {
     let (mr, strip) = E::shape(kernel);
-    debug_assert!(a.mr == mr && a.kc == E::KC && first_row % mr == 0);
+    debug_assert!(a.mr == mr && a.kc == E::KC && first_row.is_multiple_of(mr));
     for p0 in (0..a.pairs).step_by(E::KC) {
         let kc = E::KC.min(a.pairs - p0);
         planes.split(kernel, &b[p0 * NR..(p0 + kc) * NR], strip);
