@@ -234,23 +234,38 @@ pub fn matmul_with(kernel: Kernel, x: &[bf16], m: usize, w: &PackedBf16) -> Vec<
     };
     match kernel.fma() {
         Some(wide) => {
-            let a = blocked_rows(x, w.k, f32::shape(wide).0, |v| v.to_f32());
+            let mr = f32::shape(wide).0;
+            let a = Blocked::new(x, w.k, mr, f32::KC, |v| v.to_f32());
             let task = |planes: &mut Planes<f32>, panel, first_row, rows, c: &mut [f32]| {
                 #[cfg(target_arch = "x86_64")]
                 let _flushing = mxcsr::FlushDenormals::new();
-                let (b, pairs) = (w.panel(panel), w.pairs);
-                wide_task::<f32, false>(wide, &a, b, pairs, first_row, rows, planes, c);
+                wide_task::<f32, false>(wide, &a, w.panel(panel), first_row, rows, planes, c);
             };
-            tiled(m, w, Planes::default, task, bf16::from_f32)
+            tiled(
+                m,
+                rows_per_task::<f32>(),
+                w,
+                Planes::default,
+                task,
+                bf16::from_f32,
+            )
         }
         None => {
             let a = as_pairs(x, w.k);
             let task = |_: &mut (), panel, first_row, rows, c: &mut [f32]| {
                 pairs_task(kernel, &a, w.panel(panel), w.pairs, first_row, rows, c)
             };
-            tiled(m, w, || (), task, bf16::from_f32)
+            tiled(m, MC, w, || (), task, bf16::from_f32)
         }
     }
+}
+
+/// Rows of `x` per task of a product on the FMA kernels with `E` accumulators: few enough that
+/// one reduction block of them and their accumulators stay in L2 (each strip's sweep reads both
+/// again: 336 rows in f32, 252 in f64); a multiple of every kernel's rows per call (6 and 3).
+fn rows_per_task<E: WideFloat>() -> usize {
+    let bytes_per_row = (2 * E::KC + NR) * size_of::<E>();
+    ((256 << 10) / bytes_per_row / MR * MR).min(MC)
 }
 
 /// A machine microkernel of the f32 / f64 products ([`matmul_wide`]) and of the FMA kernels of
@@ -330,14 +345,14 @@ pub fn matmul_wide_with<E: WideFloat>(
     if !kernel.runs_here() {
         return None;
     }
-    let a = blocked_rows(x, w.k, E::shape(kernel).0, |&v| v);
+    let a = Blocked::new(x, w.k, E::shape(kernel).0, E::KC, |&v| v);
     Some(tiled(
         m,
+        rows_per_task::<E>(),
         w,
         Planes::default,
         |planes, panel, first_row, rows, c| {
-            let (b, pairs) = (w.panel(panel), w.pairs);
-            wide_task::<E, true>(kernel, &a, b, pairs, first_row, rows, planes, c)
+            wide_task::<E, true>(kernel, &a, w.panel(panel), first_row, rows, planes, c)
         },
         |v| v,
     ))
@@ -352,14 +367,14 @@ pub trait WideFloat: Copy + Default + Send + Sync + 'static {
     /// Rows of `x` per call of `kernel`, and columns per call (the width of the planes' strips:
     /// a divisor of `NR`).
     fn shape(kernel: WideKernel) -> (usize, usize);
-    /// `rows` rows of one block of `a` (blocked by the kernel's rows per call) times the strip
-    /// planes `hi`, `lo` of `pairs` pairs, accumulated into the strip of `c` (`rows` rows `NR`
-    /// apart, a strip's width each): continuing `c`'s sum, or, `FRESH`, summed from zero and then
-    /// added to `c`.
+    /// `rows` rows of one reduction block of `a` (row block after row block of the kernel's rows
+    /// per call, [`Blocked::slivers`]) times the strip planes `hi`, `lo` of `pairs` pairs,
+    /// accumulated into the strip of `c` (`rows` rows `NR` apart, a strip's width each):
+    /// continuing `c`'s sum, or, `FRESH`, summed from zero and then added to `c`.
     ///
     /// # Safety
     /// The CPU must run `kernel` ([`WideKernel::runs_here`]).
-    unsafe fn block<const FRESH: bool>(
+    unsafe fn sweep<const FRESH: bool>(
         kernel: WideKernel,
         a: &[Self],
         hi: &[Self],
@@ -372,6 +387,7 @@ pub trait WideFloat: Copy + Default + Send + Sync + 'static {
 
 impl WideFloat for f32 {
     const KC: usize = KC_PAIRS;
+    #[inline(always)]
     fn from_bf16_bits(bits: u16) -> Self {
         f32::from_bits(u32::from(bits) << 16)
     }
@@ -384,7 +400,7 @@ impl WideFloat for f32 {
             WideKernel::Avx2 => (MR, NR),
         }
     }
-    unsafe fn block<const FRESH: bool>(
+    unsafe fn sweep<const FRESH: bool>(
         kernel: WideKernel,
         a: &[f32],
         hi: &[f32],
@@ -394,11 +410,13 @@ impl WideFloat for f32 {
         rows: usize,
     ) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: the kernel's features guaranteed by the caller; `block` checks the bounds.
+        // SAFETY: the kernel's features guaranteed by the caller; the kernels check the bounds.
         unsafe {
             match kernel {
-                WideKernel::Avx512 => avx512_fma::block::<FRESH>(a, hi, lo, pairs, c, rows),
-                WideKernel::Avx2 => avx2_fma::block_f32::<FRESH>(a, hi, lo, pairs, c, rows),
+                WideKernel::Avx512 => each_row_block(a, pairs, MR, c, rows, |a, c, r| {
+                    avx512_fma::block::<FRESH>(a, hi, lo, pairs, c, r)
+                }),
+                WideKernel::Avx2 => avx2_fma::sweep_f32::<FRESH>(a, hi, lo, pairs, c, rows),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -408,6 +426,7 @@ impl WideFloat for f32 {
 
 impl WideFloat for f64 {
     const KC: usize = KC_PAIRS / 2;
+    #[inline(always)]
     fn from_bf16_bits(bits: u16) -> Self {
         f64::from(f32::from_bits(u32::from(bits) << 16))
     }
@@ -421,7 +440,7 @@ impl WideFloat for f64 {
             _ => (MR, NR),
         }
     }
-    unsafe fn block<const FRESH: bool>(
+    unsafe fn sweep<const FRESH: bool>(
         kernel: WideKernel,
         a: &[f64],
         hi: &[f64],
@@ -431,11 +450,15 @@ impl WideFloat for f64 {
         rows: usize,
     ) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: the kernel's features guaranteed by the caller; `block` checks the bounds.
+        // SAFETY: the kernel's features guaranteed by the caller; the kernels check the bounds.
         unsafe {
             match kernel {
-                WideKernel::Avx512 => avx512_f64::block::<FRESH>(a, hi, lo, pairs, c, rows),
-                WideKernel::Avx2 => avx2_fma::block_f64::<FRESH>(a, hi, lo, pairs, c, rows),
+                WideKernel::Avx512 => {
+                    each_row_block(a, pairs, avx512_f64::MR, c, rows, |a, c, r| {
+                        avx512_f64::block::<FRESH>(a, hi, lo, pairs, c, r)
+                    })
+                }
+                WideKernel::Avx2 => avx2_fma::sweep_f64::<FRESH>(a, hi, lo, pairs, c, rows),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -443,64 +466,139 @@ impl WideFloat for f64 {
     }
 }
 
-/// One panel block of the weight split into two planes of `E`, `pairs × NR` each: the high (odd)
-/// halves and the low (even) halves of its pairs, each plane strip after strip (`strip` columns
-/// of every pair, then the next `strip` columns), so that a microkernel call reads one contiguous
-/// strip. Reused from block to block.
-#[derive(Default)]
-struct Planes<E> {
-    hi: Vec<E>,
-    lo: Vec<E>,
-}
-
-impl<E: WideFloat> Planes<E> {
-    fn split(&mut self, b: &[u32], strip: usize) {
-        self.hi.clear();
-        self.lo.clear();
-        let in_strips = || {
-            (0..NR)
-                .step_by(strip)
-                .flat_map(move |s| b.chunks_exact(NR).flat_map(move |p| &p[s..s + strip]))
-        };
-        self.hi
-            .extend(in_strips().map(|&w| E::from_bf16_bits((w >> 16) as u16)));
-        self.lo
-            .extend(in_strips().map(|&w| E::from_bf16_bits(w as u16)));
+/// `f(a, c, r)` for each block of `mr` rows of a [`WideFloat::sweep`] (`r` rows; the last block may
+/// be partial): its part of `a` and of `c`. The AVX-512 kernels take one row block per call.
+#[cfg(target_arch = "x86_64")]
+fn each_row_block<E>(
+    a: &[E],
+    pairs: usize,
+    mr: usize,
+    c: &mut [E],
+    rows: usize,
+    mut f: impl FnMut(&[E], &mut [E], usize),
+) {
+    for (b, r0) in (0..rows).step_by(mr).enumerate() {
+        f(
+            &a[b * pairs * mr * 2..],
+            &mut c[r0 * NR..],
+            mr.min(rows - r0),
+        );
     }
 }
 
+/// One panel block of the weight split into two planes of `E`, `pairs × NR` each: the high (odd)
+/// halves and the low (even) halves of its pairs, each plane strip after strip (`strip` columns
+/// of every pair, then the next `strip` columns), so that a microkernel call reads one contiguous
+/// strip. Reused from block to block; 64-byte aligned, so that no vector load of a strip straddles
+/// two cache lines.
+#[derive(Default)]
+struct Planes<E> {
+    buf: Vec<E>,
+    at: usize,
+    pairs: usize,
+}
+
+impl<E: WideFloat> Planes<E> {
+    fn split(&mut self, kernel: WideKernel, b: &[u32], strip: usize) {
+        let pairs = b.len() / NR;
+        let (len, pad) = (2 * pairs * NR, 64 / size_of::<E>());
+        if self.buf.len() < len + pad {
+            self.buf.resize(len + pad, E::default());
+        }
+        self.at = self.buf.as_ptr().align_offset(64).min(pad);
+        self.pairs = pairs;
+        let (hi, lo) = self.buf[self.at..][..len].split_at_mut(pairs * NR);
+        match kernel {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU runs the AVX2 kernel, so it has avx2.
+            WideKernel::Avx2 => unsafe { split_avx2(b, strip, hi, lo) },
+            _ => split(b, strip, hi, lo),
+        }
+    }
+
+    /// The planes of the last [`Planes::split`]: (high halves, low halves).
+    fn planes(&self) -> (&[E], &[E]) {
+        self.buf[self.at..][..2 * self.pairs * NR].split_at(self.pairs * NR)
+    }
+}
+
+/// [`Planes::split`]'s conversion: plain indexed loops, which the compiler vectorises (an
+/// iterator chain here cost as much as a third of the microkernel's time).
+#[inline(always)]
+fn split<E: WideFloat>(b: &[u32], strip: usize, hi: &mut [E], lo: &mut [E]) {
+    let pairs = b.len() / NR;
+    for s in 0..NR / strip {
+        let hi = hi[s * pairs * strip..][..pairs * strip].chunks_exact_mut(strip);
+        let lo = lo[s * pairs * strip..][..pairs * strip].chunks_exact_mut(strip);
+        for ((pair, hi), lo) in b.chunks_exact(NR).zip(hi).zip(lo) {
+            for ((&w, h), l) in pair[s * strip..][..strip].iter().zip(hi).zip(lo) {
+                *h = E::from_bf16_bits((w >> 16) as u16);
+                *l = E::from_bf16_bits(w as u16);
+            }
+        }
+    }
+}
+
+/// [`split`] vectorised with AVX2 (the same exact conversions).
+///
+/// # Safety
+/// The CPU must have avx2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn split_avx2<E: WideFloat>(b: &[u32], strip: usize, hi: &mut [E], lo: &mut [E]) {
+    split(b, strip, hi, lo)
+}
+
+/// Asks the CPU to bring `words` into its caches ahead of their use: a hint, with no effect on
+/// any value.
+#[inline]
+fn prefetch(words: &[u32]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in words.chunks(16) {
+        // SAFETY: a prefetch reads nothing architecturally; the address is inside `words`.
+        unsafe {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast());
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = words;
+}
+
 /// One task of a wide (or FMA-kernel bf16) product on `kernel`: rows `first_row..first_row +
-/// rows` of `a` (blocked by [`blocked_rows`] in the kernel's rows per call) times panel `b`,
+/// rows` of `a` (blocked in the kernel's rows per call and `E::KC` pairs) times panel `b`,
 /// accumulated into `c` — in one running sum per element (the bf16 product), or, `FRESH`, block
 /// by block (`E::KC` pairs) with each block's sum added to the running one (the wide products).
-/// Per block, strip by strip (a strip's planes stay in L1), every row block of the task.
-#[allow(clippy::too_many_arguments)]
+/// Per block, strip by strip (a strip's planes stay in L1), every row block of the task, in one
+/// sweep.
 fn wide_task<E: WideFloat, const FRESH: bool>(
     kernel: WideKernel,
-    a: &[E],
+    a: &Blocked<E>,
     b: &[u32],
-    pairs: usize,
     first_row: usize,
     rows: usize,
     planes: &mut Planes<E>,
     c: &mut [E],
 ) {
     let (mr, strip) = E::shape(kernel);
-    for p0 in (0..pairs).step_by(E::KC) {
-        let kc = E::KC.min(pairs - p0);
-        planes.split(&b[p0 * NR..(p0 + kc) * NR], strip);
+    debug_assert!(a.mr == mr && a.kc == E::KC && first_row.is_multiple_of(mr));
+    for p0 in (0..a.pairs).step_by(E::KC) {
+        let kc = E::KC.min(a.pairs - p0);
+        planes.split(kernel, &b[p0 * NR..(p0 + kc) * NR], strip);
+        let (hi, lo) = planes.planes();
+        // The next block's weight words, a share before each strip's sweep: they come from
+        // memory (each is read once per task), and the next split would otherwise wait for them.
+        let next = &b[(p0 + kc) * NR..b.len().min((p0 + kc + E::KC) * NR)];
+        let share = next.len().div_ceil(NR / strip).max(1);
+        let mut next = next.chunks(share);
         for s in 0..NR / strip {
-            let hi = &planes.hi[s * kc * strip..][..kc * strip];
-            let lo = &planes.lo[s * kc * strip..][..kc * strip];
-            for r0 in (0..rows).step_by(mr) {
-                let r = mr.min(rows - r0);
-                let block = (first_row + r0) / mr * mr * 2 * pairs;
-                let a = &a[block + p0 * mr * 2..];
-                let c = &mut c[r0 * NR + s * strip..];
-                // SAFETY: every caller checked that the CPU runs `kernel`; `block` checks the
-                // bounds.
-                unsafe { E::block::<FRESH>(kernel, a, hi, lo, kc, c, r) }
-            }
+            prefetch(next.next().unwrap_or_default());
+            let hi = &hi[s * kc * strip..][..kc * strip];
+            let lo = &lo[s * kc * strip..][..kc * strip];
+            let a = a.slivers(p0, first_row / mr, rows.div_ceil(mr));
+            // SAFETY: every caller checked that the CPU runs `kernel`; the kernels check the
+            // bounds.
+            unsafe { E::sweep::<FRESH>(kernel, a, hi, lo, kc, &mut c[s * strip..], rows) }
         }
     }
 }
@@ -536,12 +634,13 @@ fn pairs_task(
     }
 }
 
-/// Splits an `m × n` product into tasks of (up to `MC` rows) × (one panel of `NR` columns) and
+/// Splits an `m × n` product into tasks of (up to `mc` rows) × (one panel of `NR` columns) and
 /// runs them in parallel: `task(scratch, panel, first_row, rows, c)` accumulates into a zeroed
-/// per-thread tile `c` (`rows × NR`), which `finish` turns into output values. No `m × n`
-/// accumulator buffer is ever allocated.
+/// per-thread tile `c` (`rows × NR`), which `finish` turns into output values written straight
+/// into the task's part of the output. No `m × n` accumulator buffer is ever allocated.
 fn tiled<Acc, Out, S>(
     m: usize,
+    mc: usize,
     w: &PackedBf16,
     scratch: impl Fn() -> S + Send + Sync,
     task: impl Fn(&mut S, usize, usize, usize, &mut [Acc]) + Send + Sync,
@@ -557,29 +656,51 @@ where
         return y;
     }
     let panels = n.div_ceil(NR);
+    // As many chunks as `mc` rows need, of equal size (a multiple of every kernel's rows per
+    // call): no short last chunk that pays a whole task's weight conversion for a few rows.
+    let mc = m.div_ceil(m.div_ceil(mc)).next_multiple_of(MR);
+    let out = Disjoint(y.as_mut_ptr());
     // Task t covers panel t % panels of row chunk t / panels: tasks running at the same time
     // share their rows of `x`.
-    let tiles: Vec<Vec<Out>> = (0..panels * m.div_ceil(MC))
-        .into_par_iter()
-        .map_init(
-            || (scratch(), vec![Acc::default(); MC * NR]),
-            |(scratch, c), t| {
-                let (panel, first_row) = (t % panels, t / panels * MC);
-                let rows = MC.min(m - first_row);
-                let c = &mut c[..rows * NR];
-                c.fill(Acc::default());
-                task(scratch, panel, first_row, rows, c);
-                c.iter().map(|&v| finish(v)).collect()
-            },
-        )
-        .collect();
-    y.par_chunks_mut(n).enumerate().for_each(|(row, y)| {
-        let (chunk, r) = (row / MC, row % MC);
-        for (panel, cols) in y.chunks_mut(NR).enumerate() {
-            cols.copy_from_slice(&tiles[chunk * panels + panel][r * NR..][..cols.len()]);
-        }
-    });
+    (0..panels * m.div_ceil(mc)).into_par_iter().for_each_init(
+        || (scratch(), vec![Acc::default(); mc * NR]),
+        |(scratch, c), t| {
+            let (panel, first_row) = (t % panels, t / panels * mc);
+            let rows = mc.min(m - first_row);
+            let c = &mut c[..rows * NR];
+            c.fill(Acc::default());
+            task(scratch, panel, first_row, rows, c);
+            let cols = NR.min(n - panel * NR);
+            for (r, c) in c.chunks_exact(NR).enumerate() {
+                // SAFETY: rows `first_row..first_row + rows` × columns `panel · NR ..
+                // panel · NR + cols` lie inside `y` (`m × n`), and task t alone writes them.
+                let y = unsafe { out.slice((first_row + r) * n + panel * NR, cols) };
+                for (y, &v) in y.iter_mut().zip(c) {
+                    *y = finish(v);
+                }
+            }
+        },
+    );
     y
+}
+
+/// The output of [`tiled`], shared by its tasks, each of which writes its own elements only.
+struct Disjoint<T>(*mut T);
+
+// SAFETY: the tasks write disjoint elements ([`Disjoint::slice`]'s contract).
+unsafe impl<T: Send> Send for Disjoint<T> {}
+unsafe impl<T: Send> Sync for Disjoint<T> {}
+
+impl<T> Disjoint<T> {
+    /// `len` elements from `at`.
+    ///
+    /// # Safety
+    /// They lie inside the buffer, and no other live slice covers any of them.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, at: usize, len: usize) -> &mut [T] {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(at), len) }
+    }
 }
 
 /// `x` (`[m, k]` row-major) as words of bf16 pairs, one row after another: the bf16 slice itself
@@ -604,30 +725,65 @@ fn as_pairs(x: &[bf16], k: usize) -> Cow<'_, [u32]> {
     )
 }
 
-/// `x` (`[m, k]` row-major) converted by `widen`, in blocks of `mr` rows: block `b` holds, for
-/// each pair `p` in turn, the pair's two elements of rows `mr·b .. mr·b + mr` (rows past `m` and
-/// an odd `k`'s last high half are zero), so a microkernel call reads its operand in order.
-fn blocked_rows<T: Sync, E: Copy + Default + Send>(
-    x: &[T],
-    k: usize,
+/// `x` (`[m, k]` row-major) converted by `widen`, laid out in the order the microkernel calls
+/// read it: slab after slab of `kc` pairs (one reduction block; the last one shorter), and within
+/// a slab, block after block of `mr` rows, each holding, for each of the slab's pairs in turn, the
+/// pair's two elements of the block's rows (rows past `m` and an odd `k`'s last high half are
+/// zero). A task's reads for one reduction block are then one sequential stream.
+struct Blocked<E> {
+    data: Vec<E>,
     mr: usize,
-    widen: impl Fn(&T) -> E + Sync,
-) -> Vec<E> {
-    let pairs = k.div_ceil(2);
-    let m = x.len() / k.max(1);
-    let block = mr * 2 * pairs;
-    let mut out = vec![E::default(); m.div_ceil(mr) * block];
-    out.par_chunks_mut(block.max(1))
-        .enumerate()
-        .for_each(|(b, out)| {
-            for r in 0..mr.min(m - b * mr) {
-                let row = &x[(b * mr + r) * k..][..k];
-                for (l, v) in row.iter().enumerate() {
-                    out[(l / 2 * mr + r) * 2 + l % 2] = widen(v);
+    kc: usize,
+    pairs: usize,
+    blocks: usize,
+}
+
+impl<E: Copy + Default + Send> Blocked<E> {
+    fn new<T: Sync>(
+        x: &[T],
+        k: usize,
+        mr: usize,
+        kc: usize,
+        widen: impl Fn(&T) -> E + Sync,
+    ) -> Self {
+        let pairs = k.div_ceil(2);
+        let m = x.len() / k.max(1);
+        let blocks = m.div_ceil(mr);
+        let mut data = vec![E::default(); blocks * mr * 2 * pairs];
+        data.par_chunks_mut((blocks * mr * 2 * kc).max(1))
+            .enumerate()
+            .for_each(|(q, slab)| {
+                let (p0, width) = (q * kc, kc.min(pairs - q * kc));
+                for (b, block) in slab.chunks_exact_mut(width * mr * 2).enumerate() {
+                    let rows = mr.min(m - b * mr);
+                    // Written in order (the block's rows read side by side).
+                    for (p, out) in block.chunks_exact_mut(mr * 2).enumerate() {
+                        let l = 2 * (p0 + p);
+                        for (r, out) in out.chunks_exact_mut(2).take(rows).enumerate() {
+                            let row = &x[(b * mr + r) * k..][..k];
+                            out[0] = widen(&row[l]);
+                            if l + 1 < k {
+                                out[1] = widen(&row[l + 1]);
+                            }
+                        }
+                    }
                 }
-            }
-        });
-    out
+            });
+        Blocked {
+            data,
+            mr,
+            kc,
+            pairs,
+            blocks,
+        }
+    }
+
+    /// Row blocks `first..first + count`'s part of the reduction block that starts at pair `p0`.
+    fn slivers(&self, p0: usize, first: usize, count: usize) -> &[E] {
+        let sliver = self.kc.min(self.pairs - p0) * self.mr * 2;
+        let slab = p0 * self.mr * 2 * self.blocks;
+        &self.data[slab + first * sliver..][..count * sliver]
+    }
 }
 
 #[cfg(test)]
