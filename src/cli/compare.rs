@@ -280,12 +280,6 @@ fn run_dataset(
     read_b: ReadOptions,
 ) -> Result<i32> {
     let options = args.report.options();
-    if options.plot.is_some() {
-        return Err(Error::argument(
-            "--plot",
-            "is not drawn for datasets yet: use --format json and plot `samples[].rows`",
-        ));
-    }
     if args.calibrate.is_some() && args.model.is_none() {
         return Err(Error::argument("--calibrate", "needs --model DIR"));
     }

@@ -16,8 +16,17 @@ const RELEASE_ALIGN: usize = 64 << 10;
 impl FileSource {
     /// Reads one entry as stored.
     fn load(&self, idx: usize) -> Result<Tensor> {
-        let t = self.load_entry(&self.entries[idx])?;
+        let e = &self.entries[idx];
+        let t = self
+            .stored
+            .get_or_read(e, || self.load_entry(e))?;
         self.apply_view(idx, t)
+    }
+
+    /// Bytes of tensor data read from the file so far (a stored tensor that several views cut
+    /// layers from counts once).
+    pub fn bytes_read(&self) -> u64 {
+        self.stored.bytes_read()
     }
 
     pub(super) fn load_entry(&self, e: &Entry) -> Result<Tensor> {
@@ -66,6 +75,7 @@ impl FileSource {
             Tensor::from_raw_buffer(&bytes, dtype, &e.shape, &Device::Cpu)
                 .map_err(|x| err(x.to_string()))?
         };
+        self.stored.note_read(bytes.len());
         drop(bytes);
         if let Loc::Range(a, b) = e.loc {
             self.release(a, b);

@@ -17,6 +17,7 @@ pub mod layer_ids;
 mod modelopt;
 mod specforge;
 mod speculators;
+pub mod stored;
 pub mod view;
 
 pub use last_state::check_last_state;
@@ -327,6 +328,7 @@ impl FileSource {
         if plan.batch > 1 {
             description.push_str(&format!("; sample {sample} of a batch of {}", plan.batch));
         }
+        self.stored = stored::StoredCache::for_views(&entries, &views);
         self.entries = entries;
         self.names = names;
         self.views = views;
@@ -393,7 +395,25 @@ pub fn check_ids_used(
             ),
         )
     };
+    let own = |ids: &LayerIds| {
+        ids.from.starts_with("--layer-ids-a") || ids.from.starts_with("--layer-ids-b")
+    };
+    // Ids for both sides beside one side's own: they apply to the other side alone, which
+    // must then be a pipeline's dump (else which side they were meant for is a guess).
+    let ambiguous = |common: &LayerIds, other: &LayerIds, side: &str| {
+        let option = common.from.split(' ').next().unwrap_or("--layer-ids");
+        Error::argument(
+            option,
+            format!(
+                "with {}: side {side} is no drafter pipeline's dump, so {option} would name nothing; \
+                 give the pipeline side's ids once",
+                other.from
+            ),
+        )
+    };
     match (&read_a.layer_ids, &read_b.layer_ids) {
+        (Some(x), Some(y)) if !own(x) && own(y) && !a_is_pipeline => Err(ambiguous(x, y, "A")),
+        (Some(x), Some(y)) if own(x) && !own(y) && !b_is_pipeline => Err(ambiguous(y, x, "B")),
         (Some(x), Some(y)) if x == y && !a_is_pipeline && !b_is_pipeline => {
             Err(refuse(x, "neither side is"))
         }
