@@ -295,6 +295,21 @@ fn draw_distribution<DB: DrawingBackend>(
         ))?;
     }
     for l in 0..n {
+        let (median, p95, max) = fig.marks[l];
+        // The bars under the points, the max last (thin) so that it shows over an equal p95.
+        for (v, color, width) in [
+            (p95, RGBColor(150, 150, 150), 3),
+            (median, BLACK, 3),
+            (max, FAIL_RED, 1),
+        ] {
+            if v.is_finite() && v > 0.0 {
+                let y = v.clamp(lo, hi);
+                chart.draw_series(LineSeries::new(
+                    [(slot(l) - SLOT * 35 / 100, y), (slot(l) + SLOT * 35 / 100, y)],
+                    color.stroke_width(width),
+                ))?;
+            }
+        }
         let samples = drawn_samples(fig, l);
         chart.draw_series(samples.iter().map(|&s| {
             let (v, verdict) = fig.cells[s][l].unwrap_or((f64::NAN, Verdict::Ok));
@@ -310,20 +325,6 @@ fn draw_distribution<DB: DrawingBackend>(
                 Circle::new((x, lo), 3, color.stroke_width(1)).into_dyn()
             }
         }))?;
-        let (median, p95, max) = fig.marks[l];
-        for (v, color, width) in [
-            (max, FAIL_RED, 2),
-            (p95, RGBColor(120, 120, 120), 3),
-            (median, BLACK, 3),
-        ] {
-            if v.is_finite() && v > 0.0 {
-                let y = v.clamp(lo, hi);
-                chart.draw_series(LineSeries::new(
-                    [(slot(l) - SLOT * 35 / 100, y), (slot(l) + SLOT * 35 / 100, y)],
-                    color.stroke_width(width),
-                ))?;
-            }
-        }
     }
     if fig.calibrated() {
         chart.draw_series(std::iter::once(
