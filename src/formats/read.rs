@@ -112,8 +112,11 @@ impl FileSource {
             return Ok(None);
         };
         let e = &self.entries[idx];
-        if self.has_view(idx) {
-            return self.get(name);
+        if let Some(view) = self.view(idx) {
+            // A layer cut from a stored tensor: its first n rows, not the whole layer.
+            let stored = self.stored.get_or_read(e, || self.load_entry(e))?;
+            let t = view.apply_head(stored, n)?;
+            return self.normalise(idx, name, t).map(Some);
         }
         // Token axis: 1 for [1, T, …], 0 for [T, D]; only C-order single sequences.
         let axis = match e.shape.len() {

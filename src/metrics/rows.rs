@@ -54,9 +54,12 @@ impl<'a> Rows<'a> {
             Source::Storage { storage, start } => {
                 let from = start + token * cols;
                 match &***storage {
-                    Storage::Cpu(CpuStorage::BF16(v)) => {
-                        widen(&v[from..from + cols], out, |x| x.to_f64())
-                    }
+                    // bf16 is the top half of an f32: the shift widens it exactly (and
+                    // vectorises, where half's conversion also quiets signalling NaNs — a NaN
+                    // either way).
+                    Storage::Cpu(CpuStorage::BF16(v)) => widen(&v[from..from + cols], out, |x| {
+                        f64::from(f32::from_bits(u32::from(x.to_bits()) << 16))
+                    }),
                     Storage::Cpu(CpuStorage::F16(v)) => {
                         widen(&v[from..from + cols], out, |x| x.to_f64())
                     }

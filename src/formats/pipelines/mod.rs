@@ -360,8 +360,8 @@ impl FileSource {
         }
     }
 
-    pub(super) fn has_view(&self, idx: usize) -> bool {
-        self.views.contains_key(&idx)
+    pub(super) fn view(&self, idx: usize) -> Option<&View> {
+        self.views.get(&idx)
     }
 
     /// The `loss_mask` of a pipeline file at the compared positions: true where the drafter

@@ -63,8 +63,22 @@ impl View {
         Ok(View { ops, shape })
     }
 
+    /// The view's first `n` token rows (all of them when it has fewer): the token axis is 0
+    /// of a `[T, H]` view, 1 of a `[1, T, …]` one. Only those rows are copied.
+    pub fn apply_head(&self, t: Tensor, n: usize) -> Result<Tensor> {
+        let t = self.cut(t)?;
+        let axis = usize::from(t.rank() >= 3);
+        let rows = t.dim(axis)?;
+        Ok(t.narrow(axis, 0, rows.min(n))?.contiguous()?)
+    }
+
     /// Applies the view to the stored tensor.
-    pub fn apply(&self, mut t: Tensor) -> Result<Tensor> {
+    pub fn apply(&self, t: Tensor) -> Result<Tensor> {
+        Ok(self.cut(t)?.contiguous()?)
+    }
+
+    /// The view's ops on `t`, without making the result contiguous.
+    fn cut(&self, mut t: Tensor) -> Result<Tensor> {
         for op in &self.ops {
             t = match op {
                 Op::Narrow { axis, start, len } => t.narrow(*axis, *start, *len)?,
@@ -76,7 +90,7 @@ impl View {
                 }
             };
         }
-        Ok(t.contiguous()?)
+        Ok(t)
     }
 }
 
