@@ -738,7 +738,9 @@ fn common_ids_beside_one_sides_own_refused() {
 }
 
 /// A k-layer concatenated sample is read once, not once per layer: reading all five layers of
-/// a DFlash `hidden_states [1, T, 5·H]` reads its bytes once (before: five times).
+/// a DFlash `hidden_states [1, T, 5·H]` reads its bytes once (before: five times), and a
+/// layer's head (the layer-shift detection's 256 tokens) reads its rows only (before: the whole
+/// stored tensor).
 #[test]
 fn concatenated_layers_read_once() {
     let model = "qwen3_5_tiny";
@@ -764,11 +766,18 @@ fn concatenated_layers_read_once() {
     let (t, h) = (layers[0].dim(1).expect("T"), layers[0].dim(2).expect("H"));
     let stored = (t * h * layer_ids.len() * layers[0].dtype().size_in_bytes()) as u64;
     assert_eq!(src.bytes_read(), stored, "one read of hidden_states");
-    // Read again (a second pass over the rows): still from the one read.
+    // A layer read again reads its own bytes only, and a head its rows only.
     src.get(&format!("layers.{}", layer_ids[0]))
         .expect("read")
         .expect("layer");
-    assert_eq!(src.bytes_read(), stored);
+    let one_layer = stored / layer_ids.len() as u64;
+    assert_eq!(src.bytes_read(), stored + one_layer);
+    let head = src
+        .get_head(&format!("layers.{}", layer_ids[1]), 2)
+        .expect("read")
+        .expect("head");
+    assert_eq!(head.dims(), [1, 2, h]);
+    assert_eq!(src.bytes_read(), stored + one_layer + one_layer / t as u64 * 2);
     // Each layer is its own slice of the stored tensor: different values per layer.
     let first: Vec<f32> = layers[0]
         .flatten_all()

@@ -16,11 +16,59 @@ const RELEASE_ALIGN: usize = 64 << 10;
 impl FileSource {
     /// Reads one entry as stored.
     fn load(&self, idx: usize) -> Result<Tensor> {
+        if let Some(t) = self.load_box(idx, None)? {
+            return Ok(t);
+        }
         let e = &self.entries[idx];
         let t = self
             .stored
             .get_or_read(e, || self.load_entry(e))?;
         self.apply_view(idx, t)
+    }
+
+    /// A view that is a box of its stored tensor (a layer cut from a concatenation), read
+    /// straight from the map: only its bytes (its first `head` token rows, when given) are
+    /// copied, so the k layers of a sample read the stored tensor's bytes once between them.
+    /// The pages stay mapped until the file is closed (its other layers lie in them). None
+    /// when the view or the entry does not allow it (positions selected, compressed, 16-bit
+    /// integers, column-major).
+    fn load_box(&self, idx: usize, head: Option<usize>) -> Result<Option<Tensor>> {
+        let e = &self.entries[idx];
+        let (Some(view), Loc::Range(a, b), false, Some(dtype)) =
+            (self.view(idx), &e.loc, e.fortran, e.dtype)
+        else {
+            return Ok(None);
+        };
+        let Some((mut bx, axes)) = view.as_box(&e.shape) else {
+            return Ok(None);
+        };
+        let mut shape = view.shape.clone();
+        if let Some(n) = head {
+            let axis = usize::from(shape.len() >= 3);
+            if let (Some(rows), Some(&s)) = (shape.get_mut(axis), axes.get(axis)) {
+                *rows = (*rows).min(n);
+                bx[s].1 = *rows;
+            }
+        }
+        let err = |msg: String| Error::tensor(&self.path, &e.raw, msg);
+        let bytes = self
+            .map
+            .get(*a..*b)
+            .ok_or_else(|| err("data lies past the end of the file (truncated?)".into()))?;
+        if Some(bytes.len()) != npy::checked_bytes(&e.shape, dtype.size_in_bytes()) {
+            return Err(err(format!(
+                "holds {} bytes, its shape {:?} needs more or fewer (truncated?)",
+                bytes.len(),
+                e.shape
+            )));
+        }
+        let part = super::pipelines::view::copy_box(bytes, &e.shape, &bx, dtype.size_in_bytes());
+        self.stored.note_read(part.len());
+        let t = Tensor::from_raw_buffer(&part, dtype, &shape, &Device::Cpu)
+            .map_err(|x| err(x.to_string()))?;
+        // Pages past a truncated end read as zeros: never hand those on.
+        crate::mapped::check()?;
+        Ok(Some(t))
     }
 
     /// Bytes of tensor data read from the file so far (a stored tensor that several views cut
@@ -112,6 +160,9 @@ impl FileSource {
             return Ok(None);
         };
         let e = &self.entries[idx];
+        if let Some(t) = self.load_box(idx, Some(n))? {
+            return self.normalise(idx, name, t).map(Some);
+        }
         if let Some(view) = self.view(idx) {
             // A layer cut from a stored tensor: its first n rows, not the whole layer.
             let stored = self.stored.get_or_read(e, || self.load_entry(e))?;

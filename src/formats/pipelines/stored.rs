@@ -1,6 +1,9 @@
 //! A stored tensor that several views cut layers from (`hidden_states [1, T, k·H]` read as k
-//! layers) is read from the file once per opened file, not once per layer: the first view read
-//! keeps the stored tensor, the next views of the same stored tensor cut theirs out of it. One
+//! layers) is read from the file once per opened file, not once per layer. Views that are a
+//! box of the stored tensor read only their own bytes from the map (`FileSource::load_box`);
+//! the others — real positions selected out of a padded batch, compressed entries — go through
+//! this cache: the first view read keeps the stored tensor, the next views of the same stored
+//! tensor cut theirs out of it. It also counts the bytes read, for the tests. One
 //! stored tensor is kept at a time (the views of a file are read in forward order, one stored
 //! tensor after the other), so a source holds at most one stored tensor beyond what it hands
 //! out; it is dropped with the source. A stored tensor only one view reads (token ids, a loss
