@@ -688,7 +688,11 @@ fn merge_output_never_over_a_part() {
     let err = stderr(&o);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("part1.json"), "{err}");
-    assert_eq!(std::fs::read(&parts[1]).expect("part"), before, "the part was written");
+    assert_eq!(
+        std::fs::read(&parts[1]).expect("part"),
+        before,
+        "the part was written"
+    );
     let merged = dir.join("merged.json").display().to_string();
     let o = hsdiff(&[
         "merge", &parts[0], &parts[1], "--format", "json", "--out", &merged,
@@ -718,7 +722,15 @@ fn common_ids_beside_one_sides_own_refused() {
         (&eval, &dflash, "--layer-ids-b"),
         (&dflash, &eval, "--layer-ids-a"),
     ] {
-        let o = hsdiff(&["compare", a, b, "--layer-ids", "1,2,4,5,6", own, "1,2,4,5,6"]);
+        let o = hsdiff(&[
+            "compare",
+            a,
+            b,
+            "--layer-ids",
+            "1,2,4,5,6",
+            own,
+            "1,2,4,5,6",
+        ]);
         assert_eq!(o.status.code(), Some(2), "{own}");
         let err = stderr(&o);
         assert_eq!(err.trim().lines().count(), 1, "{err}");
@@ -731,7 +743,13 @@ fn common_ids_beside_one_sides_own_refused() {
     // The same with the common ids from a drafter config.
     let cfg = fx(model, "draft_config.json");
     let o = hsdiff(&[
-        "compare", &eval, &dflash, "--draft-config", &cfg, "--layer-ids-b", "1,2,4,5,6",
+        "compare",
+        &eval,
+        &dflash,
+        "--draft-config",
+        &cfg,
+        "--layer-ids-b",
+        "1,2,4,5,6",
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--draft-config"), "{}", stderr(&o));
@@ -777,7 +795,10 @@ fn concatenated_layers_read_once() {
         .expect("read")
         .expect("head");
     assert_eq!(head.dims(), [1, 2, h]);
-    assert_eq!(src.bytes_read(), stored + one_layer + one_layer / t as u64 * 2);
+    assert_eq!(
+        src.bytes_read(),
+        stored + one_layer + one_layer / t as u64 * 2
+    );
     // Each layer is its own slice of the stored tensor: different values per layer.
     let first: Vec<f32> = layers[0]
         .flatten_all()
@@ -801,7 +822,12 @@ fn workers_do_not_change_the_report() {
     let run = |threads: &str| {
         let o = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
             .args(["compare", &a, &b, "--format", "json"])
-            .args(["--layer-ids-a", "1,2,4,5,6", "--layer-ids-b", vllm_ids(model)])
+            .args([
+                "--layer-ids-a",
+                "1,2,4,5,6",
+                "--layer-ids-b",
+                vllm_ids(model),
+            ])
             .env("RAYON_NUM_THREADS", threads)
             .output()
             .expect("run hsdiff");
@@ -825,7 +851,12 @@ fn workers_do_not_change_the_report() {
 fn dataset_plot_drawn_and_never_over_an_input() {
     let model = "qwen3_5_tiny";
     let (a, b) = (fx(model, "specforge_dflash"), fx(model, "speculators"));
-    let ids = ["--layer-ids-a", "1,2,4,5,6", "--layer-ids-b", vllm_ids(model)];
+    let ids = [
+        "--layer-ids-a",
+        "1,2,4,5,6",
+        "--layer-ids-b",
+        vllm_ids(model),
+    ];
     let dir = std::env::temp_dir().join(format!("hsdiff-dataset-plot-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     for ext in ["svg", "png"] {
@@ -860,7 +891,13 @@ fn dataset_plot_drawn_and_never_over_an_input() {
     let victim = side_a.join("figure.svg");
     std::fs::write(&victim, b"<svg>kept</svg>").expect("write");
     let (side_a, victim) = (side_a.display().to_string(), victim.display().to_string());
-    let mut args = vec!["compare", side_a.as_str(), b.as_str(), "--plot", victim.as_str()];
+    let mut args = vec![
+        "compare",
+        side_a.as_str(),
+        b.as_str(),
+        "--plot",
+        victim.as_str(),
+    ];
     args.extend(ids);
     let o = hsdiff(&args);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

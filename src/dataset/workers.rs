@@ -148,9 +148,14 @@ mod tests {
         let jobs: Vec<u64> = (0..37).map(|i| i * 7 + 3).collect();
         for workers in [1, 2, 5, 64] {
             let mut got = vec![None; jobs.len()];
-            run_all(&jobs, workers, |j| j * j, |i, r| {
-                assert!(got[i].replace(r).is_none(), "job {i} twice");
-            });
+            run_all(
+                &jobs,
+                workers,
+                |j| j * j,
+                |i, r| {
+                    assert!(got[i].replace(r).is_none(), "job {i} twice");
+                },
+            );
             let want: Vec<Option<u64>> = jobs.iter().map(|j| Some(j * j)).collect();
             assert_eq!(got, want, "{workers} workers");
         }

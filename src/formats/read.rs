@@ -20,9 +20,7 @@ impl FileSource {
             return Ok(t);
         }
         let e = &self.entries[idx];
-        let t = self
-            .stored
-            .get_or_read(e, || self.load_entry(e))?;
+        let t = self.stored.get_or_read(e, || self.load_entry(e))?;
         self.apply_view(idx, t)
     }
 

@@ -63,7 +63,9 @@ impl<'a> Rows<'a> {
                     Storage::Cpu(CpuStorage::F16(v)) => {
                         widen(&v[from..from + cols], out, |x| x.to_f64())
                     }
-                    Storage::Cpu(CpuStorage::F32(v)) => widen(&v[from..from + cols], out, f64::from),
+                    Storage::Cpu(CpuStorage::F32(v)) => {
+                        widen(&v[from..from + cols], out, f64::from)
+                    }
                     Storage::Cpu(CpuStorage::F64(v)) => out.copy_from_slice(&v[from..from + cols]),
                     _ => {
                         return Err(crate::error::Error::Internal(

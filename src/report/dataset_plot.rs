@@ -259,19 +259,14 @@ fn draw_distribution<DB: DrawingBackend>(
         .caption(caption, ("sans-serif", 15))
         .x_label_area_size(52)
         .y_label_area_size(78)
-        .build_cartesian_2d(
-            (-SLOT..slot(n)).with_key_points(keys),
-            (lo..hi).log_scale(),
-        )?;
-    let x_fmt = |x: &i32| {
-        match usize::try_from(*x) {
-            Ok(x) if x % SLOT as usize == 0 => fig
-                .layers
-                .get(x / SLOT as usize)
-                .map(|s| short(s))
-                .unwrap_or_default(),
-            _ => String::new(),
-        }
+        .build_cartesian_2d((-SLOT..slot(n)).with_key_points(keys), (lo..hi).log_scale())?;
+    let x_fmt = |x: &i32| match usize::try_from(*x) {
+        Ok(x) if x % SLOT as usize == 0 => fig
+            .layers
+            .get(x / SLOT as usize)
+            .map(|s| short(s))
+            .unwrap_or_default(),
+        _ => String::new(),
     };
     let y_fmt = |y: &f64| format!("{y:.0e}");
     chart
@@ -305,7 +300,10 @@ fn draw_distribution<DB: DrawingBackend>(
             if v.is_finite() && v > 0.0 {
                 let y = v.clamp(lo, hi);
                 chart.draw_series(LineSeries::new(
-                    [(slot(l) - SLOT * 35 / 100, y), (slot(l) + SLOT * 35 / 100, y)],
+                    [
+                        (slot(l) - SLOT * 35 / 100, y),
+                        (slot(l) + SLOT * 35 / 100, y),
+                    ],
                     color.stroke_width(width),
                 ))?;
             }
@@ -480,10 +478,7 @@ fn draw_map<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, fig: &Figure) -> 
             .filter(|(_, _, c)| c.is_some_and(|(_, flagged)| flagged))
             .map(|&(i, l, _)| {
                 let (x0, y0) = (2 * l as i32, 2 * (m - 1 - i) as i32);
-                Rectangle::new(
-                    [(x0, y0), (x0 + 2, y0 + 2)],
-                    FAIL_RED.stroke_width(2),
-                )
+                Rectangle::new([(x0, y0), (x0 + 2, y0 + 2)], FAIL_RED.stroke_width(2))
             }),
     )?;
 
@@ -596,7 +591,10 @@ mod tests {
             sample(
                 0,
                 "<script>\u{202e}x",
-                &[("layers.1", 0.4, Verdict::Ok), ("layers.4", 0.6, Verdict::Ok)],
+                &[
+                    ("layers.1", 0.4, Verdict::Ok),
+                    ("layers.4", 0.6, Verdict::Ok),
+                ],
             ),
             sample(
                 1,
@@ -607,9 +605,8 @@ mod tests {
                 ],
             ),
         ]);
-        let svg = String::from_utf8(render(&r, PlotFormat::Svg)?).map_err(|e| {
-            Error::Internal(e.to_string())
-        })?;
+        let svg = String::from_utf8(render(&r, PlotFormat::Svg)?)
+            .map_err(|e| Error::Internal(e.to_string()))?;
         assert!(!svg.contains("<script>"), "markup from a sample id");
         assert!(svg.contains("&lt;script&gt;\\u{202e}x"), "the id, escaped");
         assert!(!svg.contains('\u{1b}') && !svg.contains('\u{202e}'));
@@ -632,7 +629,11 @@ mod tests {
                     &i.to_string(),
                     &[(
                         "layers.1",
-                        if bad { 20.0 } else { 0.3 + (i % 7) as f64 * 0.1 },
+                        if bad {
+                            20.0
+                        } else {
+                            0.3 + (i % 7) as f64 * 0.1
+                        },
                         if bad { Verdict::Mismatch } else { Verdict::Ok },
                     )],
                 )

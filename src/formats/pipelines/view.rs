@@ -132,7 +132,10 @@ pub fn copy_box(src: &[u8], shape: &[usize], bx: &[(usize, usize)], elem: usize)
         stride[i] = stride[i + 1] * shape[i + 1];
     }
     // The innermost axis the box does not cover whole: a run is its length times its stride.
-    let k = (0..rank).rev().find(|&i| bx[i] != (0, shape[i])).unwrap_or(0);
+    let k = (0..rank)
+        .rev()
+        .find(|&i| bx[i] != (0, shape[i]))
+        .unwrap_or(0);
     let run = bx[k].1 * stride[k];
     let mut out = Vec::with_capacity(total);
     let mut idx = vec![0usize; k];
@@ -216,25 +219,53 @@ mod tests {
             .flat_map(|x| x.to_le_bytes())
             .collect();
         let cases = vec![
-            vec![Op::Narrow { axis: 2, start: 4, len: 3 }],
-            vec![Op::Narrow { axis: 1, start: 2, len: 1 }, Op::Squeeze(1)],
+            vec![Op::Narrow {
+                axis: 2,
+                start: 4,
+                len: 3,
+            }],
             vec![
-                Op::Narrow { axis: 0, start: 1, len: 1 },
-                Op::Narrow { axis: 2, start: 0, len: 10 },
+                Op::Narrow {
+                    axis: 1,
+                    start: 2,
+                    len: 1,
+                },
+                Op::Squeeze(1),
             ],
             vec![
-                Op::Narrow { axis: 0, start: 2, len: 1 },
+                Op::Narrow {
+                    axis: 0,
+                    start: 1,
+                    len: 1,
+                },
+                Op::Narrow {
+                    axis: 2,
+                    start: 0,
+                    len: 10,
+                },
+            ],
+            vec![
+                Op::Narrow {
+                    axis: 0,
+                    start: 2,
+                    len: 1,
+                },
                 Op::Squeeze(0),
-                Op::Narrow { axis: 1, start: 8, len: 2 },
+                Op::Narrow {
+                    axis: 1,
+                    start: 8,
+                    len: 2,
+                },
             ],
         ];
         for ops in cases {
             let v = View::new(&[3, 4, 10], ops.clone()).map_err(crate::error::Error::Internal)?;
-            let (bx, _) = v.as_box(&[3, 4, 10]).ok_or_else(|| {
-                crate::error::Error::Internal(format!("{ops:?} is a box"))
-            })?;
+            let (bx, _) = v
+                .as_box(&[3, 4, 10])
+                .ok_or_else(|| crate::error::Error::Internal(format!("{ops:?} is a box")))?;
             let got = copy_box(&bytes, &[3, 4, 10], &bx, 4);
-            let got = Tensor::from_raw_buffer(&got, candle_core::DType::F32, &v.shape, &Device::Cpu)?;
+            let got =
+                Tensor::from_raw_buffer(&got, candle_core::DType::F32, &v.shape, &Device::Cpu)?;
             let want = v.apply(t.clone())?;
             assert_eq!(
                 got.flatten_all()?.to_vec1::<f32>()?,
@@ -242,8 +273,14 @@ mod tests {
                 "{ops:?}"
             );
         }
-        let select = View::new(&[3, 4, 10], vec![Op::Select { axis: 1, index: vec![0, 2] }])
-            .map_err(crate::error::Error::Internal)?;
+        let select = View::new(
+            &[3, 4, 10],
+            vec![Op::Select {
+                axis: 1,
+                index: vec![0, 2],
+            }],
+        )
+        .map_err(crate::error::Error::Internal)?;
         assert!(select.as_box(&[3, 4, 10]).is_none());
         Ok(())
     }
