@@ -60,10 +60,16 @@ impl FileSource {
                 e.shape
             )));
         }
-        let part = super::pipelines::view::copy_box(bytes, &e.shape, &bx, dtype.size_in_bytes());
-        self.stored.note_read(part.len());
-        let t = Tensor::from_raw_buffer(&part, dtype, &shape, &Device::Cpu)
-            .map_err(|x| err(x.to_string()))?;
+        let t = match dtype {
+            DType::BF16 => box_tensor::<half::bf16>(bytes, &e.shape, &bx, &shape),
+            DType::F16 => box_tensor::<half::f16>(bytes, &e.shape, &bx, &shape),
+            DType::F32 => box_tensor::<f32>(bytes, &e.shape, &bx, &shape),
+            DType::F64 => box_tensor::<f64>(bytes, &e.shape, &bx, &shape),
+            _ => return Ok(None),
+        }
+        .map_err(|x| err(x.to_string()))?;
+        self.stored
+            .note_read(t.elem_count() * dtype.size_in_bytes());
         // Pages past a truncated end read as zeros: never hand those on.
         crate::mapped::check()?;
         Ok(Some(t))
@@ -272,6 +278,28 @@ impl FileSource {
             Ok(None)
         }
     }
+}
+
+/// The box `bx` of the C-order array of `T` in `src` (of `stored` shape) as a tensor of `shape`,
+/// copied once, straight into the tensor's own buffer.
+fn box_tensor<T: candle_core::WithDType>(
+    src: &[u8],
+    stored: &[usize],
+    bx: &[(usize, usize)],
+    shape: &[usize],
+) -> candle_core::Result<Tensor> {
+    let n: usize = bx.iter().map(|b| b.1).product();
+    let mut values = vec![T::from_f64(0.0); n];
+    // SAFETY: T is a plain number type (bf16, f16, f32, f64): every byte pattern is one of its
+    // values, so its buffer may be written as bytes; the slice covers exactly that buffer.
+    let bytes = unsafe {
+        std::slice::from_raw_parts_mut(
+            values.as_mut_ptr().cast::<u8>(),
+            std::mem::size_of_val(values.as_slice()),
+        )
+    };
+    super::pipelines::view::copy_box(src, stored, bx, std::mem::size_of::<T>(), bytes);
+    Tensor::from_vec(values, shape, &Device::Cpu)
 }
 
 /// A router's chosen experts (`router.{i}.topk_ids`): integers, `[T, k]` or `[1, T, k]` with

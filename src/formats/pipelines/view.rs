@@ -118,13 +118,12 @@ impl View {
     }
 }
 
-/// The bytes of the box `bx` ((start, length) per axis, inside `shape`) of a C-order array of
-/// `elem`-byte elements held in `src` (exactly `shape`'s bytes): contiguous runs copied one
-/// after the other, so each byte of the box is read once.
-pub fn copy_box(src: &[u8], shape: &[usize], bx: &[(usize, usize)], elem: usize) -> Vec<u8> {
-    let total = bx.iter().map(|b| b.1).product::<usize>() * elem;
-    if total == 0 || shape.is_empty() {
-        return Vec::new();
+/// Copies the box `bx` ((start, length) per axis, inside `shape`) of a C-order array of
+/// `elem`-byte elements held in `src` (exactly `shape`'s bytes) into `out` (exactly the box's
+/// bytes): contiguous runs one after the other, so each byte of the box is read once.
+pub fn copy_box(src: &[u8], shape: &[usize], bx: &[(usize, usize)], elem: usize, out: &mut [u8]) {
+    if out.is_empty() || shape.is_empty() {
+        return;
     }
     let rank = shape.len();
     let mut stride = vec![elem; rank];
@@ -137,21 +136,15 @@ pub fn copy_box(src: &[u8], shape: &[usize], bx: &[(usize, usize)], elem: usize)
         .find(|&i| bx[i] != (0, shape[i]))
         .unwrap_or(0);
     let run = bx[k].1 * stride[k];
-    let mut out = Vec::with_capacity(total);
     let mut idx = vec![0usize; k];
-    loop {
+    for chunk in out.chunks_exact_mut(run) {
         let off = bx[k].0 * stride[k]
             + (0..k)
                 .map(|i| (bx[i].0 + idx[i]) * stride[i])
                 .sum::<usize>();
-        out.extend_from_slice(&src[off..off + run]);
+        chunk.copy_from_slice(&src[off..off + run]);
         // The next run: the outer index counts up like an odometer.
-        let mut i = k;
-        loop {
-            if i == 0 {
-                return out;
-            }
-            i -= 1;
+        for i in (0..k).rev() {
             idx[i] += 1;
             if idx[i] < bx[i].1 {
                 break;
@@ -263,7 +256,8 @@ mod tests {
             let (bx, _) = v
                 .as_box(&[3, 4, 10])
                 .ok_or_else(|| crate::error::Error::Internal(format!("{ops:?} is a box")))?;
-            let got = copy_box(&bytes, &[3, 4, 10], &bx, 4);
+            let mut got = vec![0u8; bx.iter().map(|b| b.1).product::<usize>() * 4];
+            copy_box(&bytes, &[3, 4, 10], &bx, 4, &mut got);
             let got =
                 Tensor::from_raw_buffer(&got, candle_core::DType::F32, &v.shape, &Device::Cpu)?;
             let want = v.apply(t.clone())?;
