@@ -41,6 +41,11 @@ pub const MAX_POINTS: usize = 400;
 pub const MAX_ROWS: usize = 300;
 const MISSING: RGBColor = RGBColor(250, 250, 250);
 
+/// A sample's figure and verdict at a layer, if it has the row.
+type Cell = Option<(f64, Verdict)>;
+/// A bin of samples at a layer: its worst figure and whether any is flagged.
+type Binned = Option<(f64, bool)>;
+
 /// The report's labels made safe to draw, and its figures per sample and layer.
 struct Figure {
     verdict: Verdict,
@@ -50,7 +55,7 @@ struct Figure {
     layers: Vec<String>,
     samples: Vec<String>,
     /// `cells[s][l]`: sample s's figure and verdict at layer l, if it has the row.
-    cells: Vec<Vec<Option<(f64, Verdict)>>>,
+    cells: Vec<Vec<Cell>>,
     /// Per layer: median, p95, max (the report's).
     marks: Vec<(f64, f64, f64)>,
 }
@@ -240,7 +245,7 @@ fn draw_distribution<DB: DrawingBackend>(
     let (lo, hi) = (lo / 1.2, hi * 1.2);
     let stride = n.div_ceil(60).max(1);
     // x: SLOT units per layer (integer coordinates, so that points can spread within a slot).
-    let keys: Vec<i32> = (0..n).step_by(stride).map(|i| slot(i)).collect();
+    let keys: Vec<i32> = (0..n).step_by(stride).map(slot).collect();
     let thinned = (0..n).any(|l| drawn_samples(fig, l).len() < count_present(fig, l));
     let caption = format!(
         "each layer across samples: one point per sample (coloured by its verdict at that layer), \
@@ -353,7 +358,7 @@ fn count_present(fig: &Figure, layer: usize) -> usize {
 
 /// A bin of samples at one layer: the worst (non-finite first) of those present, and whether
 /// any is flagged.
-fn bin_cell(cells: &[Vec<Option<(f64, Verdict)>>], layer: usize) -> Option<(f64, bool)> {
+fn bin_cell(cells: &[Vec<Cell>], layer: usize) -> Binned {
     let present: Vec<(f64, Verdict)> = cells.iter().filter_map(|row| row[layer]).collect();
     if present.is_empty() {
         return None;
@@ -370,7 +375,7 @@ fn bin_cell(cells: &[Vec<Option<(f64, Verdict)>>], layer: usize) -> Option<(f64,
 fn draw_map<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, fig: &Figure) -> DrawResult<DB> {
     let n = fig.layers.len();
     let bin = fig.bin();
-    let rows: Vec<&[Vec<Option<(f64, Verdict)>>]> = fig.cells.chunks(bin).collect();
+    let rows: Vec<&[Vec<Cell>]> = fig.cells.chunks(bin).collect();
     let m = rows.len();
     let mut sorted = positives(
         fig.cells
@@ -458,7 +463,7 @@ fn draw_map<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, fig: &Figure) -> 
         .y_label_style(("sans-serif", 11))
         .axis_desc_style(("sans-serif", 14))
         .draw()?;
-    let cells: Vec<(usize, usize, Option<(f64, bool)>)> = rows
+    let cells: Vec<(usize, usize, Binned)> = rows
         .iter()
         .enumerate()
         .flat_map(|(i, chunk)| (0..n).map(move |l| (i, l, bin_cell(chunk, l))))
@@ -467,7 +472,7 @@ fn draw_map<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, fig: &Figure) -> 
         let (x0, y0) = (2 * l as i32, 2 * (m - 1 - i) as i32);
         let color = match cell {
             None => MISSING,
-            Some((v, _)) if v == 0.0 => ZERO_GREY,
+            Some((0.0, _)) => ZERO_GREY,
             Some((v, _)) => heat_color(v, lo, hi),
         };
         Rectangle::new([(x0, y0), (x0 + 2, y0 + 2)], color.filled())

@@ -22,6 +22,10 @@ pub enum Op {
     Select { axis: usize, index: Vec<u32> },
 }
 
+/// A view as a box of its stored tensor: (start, length) per stored axis, and the stored axis
+/// of each of the view's axes.
+pub type BoxCut = (Vec<(usize, usize)>, Vec<usize>);
+
 /// What a view does to a stored tensor, and the shape that comes out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct View {
@@ -66,7 +70,7 @@ impl View {
     /// The view as a box of the stored tensor — (start, length) per stored axis — and which
     /// stored axis each of the view's axes is, when its ops only narrow and squeeze (a layer
     /// cut from a concatenation, a batch row); None when it selects positions.
-    pub fn as_box(&self, stored: &[usize]) -> Option<(Vec<(usize, usize)>, Vec<usize>)> {
+    pub fn as_box(&self, stored: &[usize]) -> Option<BoxCut> {
         let mut bx: Vec<(usize, usize)> = stored.iter().map(|&n| (0, n)).collect();
         let mut axes: Vec<usize> = (0..stored.len()).collect();
         for op in &self.ops {
