@@ -35,8 +35,6 @@ pub struct CompareRequest {
     pub shard: Option<String>,
     pub tokens: Option<String>,
     pub prompt: Option<String>,
-    /// `--plot` was given (drawn for one pair only).
-    pub plot: bool,
 }
 
 /// One pair's report, or a dataset's.
@@ -203,12 +201,6 @@ fn compare_datasets(
     read_a: ReadOptions,
     read_b: ReadOptions,
 ) -> Result<DatasetReport> {
-    if req.plot {
-        return Err(Error::argument(
-            "--plot",
-            "is not drawn for datasets yet: use --format json and plot `samples[].rows`",
-        ));
-    }
     if req.calibrate.is_some() && req.model.is_none() {
         return Err(Error::argument("--calibrate", "needs --model DIR"));
     }

@@ -130,7 +130,6 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         shard: args.shard.clone(),
         tokens: args.tokens.clone(),
         prompt: args.prompt.clone(),
-        plot: args.report.plot.is_some(),
     };
     let options = args.report.options();
     options.check_targets(&req.inputs())?;

@@ -24,12 +24,6 @@ pub fn run(args: &MergeArgs) -> Result<i32> {
     let options = args.report.options();
     let inputs: Vec<&std::path::Path> = args.parts.iter().map(PathBuf::as_path).collect();
     options.check_targets(&inputs)?;
-    if options.plot.is_some() {
-        return Err(crate::error::Error::argument(
-            "--plot",
-            "is not drawn for datasets yet",
-        ));
-    }
     let report = dataset::merge::merge(&args.parts)?;
     dataset_render::emit(&report, &options)?;
     Ok(dataset::exit_code(&report, options.fail_on))

@@ -51,6 +51,8 @@ pub struct Side {
     pub skipped: Vec<PathBuf>,
     /// Whether some file was read as a drafter pipeline's dump.
     pub pipeline: bool,
+    /// Whether some file carries an hsdiff fingerprint (which may name a model to calibrate).
+    pub fingerprinted: bool,
 }
 
 /// Whether `spec` names more than one file: a folder or a glob.
@@ -225,6 +227,7 @@ pub fn side(
     let mut formats: Vec<String> = Vec::new();
     let mut failed = Vec::new();
     let mut pipeline = false;
+    let mut fingerprinted = false;
     for (n, path) in paths.iter().enumerate() {
         // Sample 0 tells the batch size.
         let first = match open(path, Some(0), hint, read) {
@@ -237,6 +240,7 @@ pub fn side(
         };
         let batch = first.pipeline.as_ref().map_or(1, |p| p.batch);
         pipeline |= first.pipeline.is_some();
+        fingerprinted |= first.fingerprint.is_some();
         let format = match &first.pipeline {
             Some(p) => general(&strip_batch(&p.description), p.stored_positions),
             None if first.conventions.is_empty() => first.format.as_str().to_string(),
@@ -291,6 +295,7 @@ pub fn side(
             formats,
             skipped,
             pipeline,
+            fingerprinted,
         },
         failed,
     ))

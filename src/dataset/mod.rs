@@ -1,16 +1,19 @@
 //! `hsdiff compare DIR_A DIR_B`: two sets of samples (folders, globs, batched files) compared
 //! pair by pair with the one-pair comparison ([`crate::compare_pair`]), into one dataset report
 //! (`hsdiff.dataset/v1`, [`crate::report::dataset`]). Samples are found (`discover`), paired
-//! (`match_samples`), compared one pair at a time — never more than a few samples in memory —
-//! and summed up (`aggregate`). `--calibrate N` measures floors on N pairs and applies them to
-//! the rest (`floors`); `--shard I/N` compares every N-th pair, and `hsdiff merge` joins the
-//! shards' reports into the report of the whole (`merge`).
+//! (`match_samples`), compared — the pairs a model calibrates one at a time, the others
+//! concurrently within a memory bound (`workers`): never more than a few samples in memory —
+//! and summed up in pairing order (`aggregate`). `--calibrate N` measures floors on the first N
+//! pairs of the whole dataset (in every shard) and applies them to the rest (`floors`);
+//! `--shard I/N` compares every N-th pair, and `hsdiff merge` joins the shards' reports into
+//! the report of the whole (`merge`).
 
 mod aggregate;
 mod discover;
 mod floors;
 mod match_samples;
 pub mod merge;
+mod workers;
 
 pub use discover::is_dataset;
 
@@ -26,6 +29,7 @@ use crate::model::Model;
 use crate::report::dataset::{DATASET_SCHEMA, DatasetReport, Failed, Shard, Unpaired};
 use crate::verdict::Verdict;
 use discover::Sample;
+use workers::Workers;
 
 /// How a dataset is compared.
 #[derive(Debug, Clone, Default)]
@@ -36,7 +40,8 @@ pub struct DatasetOptions {
     pub dtype_hint: Option<DType>,
     /// `--model DIR`: the truth and floor of every pair (two forward passes each).
     pub model: Option<PathBuf>,
-    /// `--calibrate N`: floors measured on the first N pairs, applied to all.
+    /// `--calibrate N`: floors measured on the first N pairs of the whole dataset, applied to
+    /// all.
     pub calibrate: Option<usize>,
     pub shard: Option<Shard>,
 }
@@ -107,8 +112,10 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
                  dtype (two or three forward passes per pair)",
                 dir.display(),
                 match opts.calibrate {
-                    Some(n) =>
-                        format!("the first {n} pairs only, their floors applied to the rest"),
+                    Some(n) => format!(
+                        "the first {} pairs only, their floors applied to the rest",
+                        n.min(total)
+                    ),
                     None => format!("all {} pairs", mine.len()),
                 },
             );
@@ -120,7 +127,7 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         (_, _, true) => "uncalibrated (--no-floor)".to_string(),
         (Some(dir), Some(n), _) => format!(
             "floors measured on {} pairs with --model {} and applied to all (median per row)",
-            n.min(mine.len()),
+            n.min(total),
             dir.display()
         ),
         (Some(dir), None, _) => {
@@ -132,7 +139,6 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         }
     };
 
-    let mut samples = Vec::with_capacity(mine.len());
     let mut failed: Vec<Failed> = Vec::new();
     for (path, e) in failed_a.iter().chain(&failed_b) {
         failed.push(Failed {
@@ -142,62 +148,114 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
             error: e.to_string(),
         });
     }
+    let in_shard = |k: usize| opts.shard.is_none_or(|s| k % s.count == s.index);
+    // With a model, the pairs it calibrates run one after the other (a forward pass uses every
+    // core); with --calibrate N they are the first N pairs of the whole dataset in every shard,
+    // so that every shard judges with the floors the unsharded run learns.
+    let (calibrated, rest): (Vec<Job>, Vec<Job>) = match (&model, opts.calibrate) {
+        (Some(_), Some(n)) => (
+            (0..n.min(total))
+                .map(|k| Job::new(k, matching.pairs[k], in_shard(k)))
+                .collect(),
+            mine.iter()
+                .filter(|(k, _)| *k >= n)
+                .map(|&(k, p)| Job::new(k, p, true))
+                .collect(),
+        ),
+        (Some(_), None) => (
+            mine.iter().map(|&(k, p)| Job::new(k, p, true)).collect(),
+            Vec::new(),
+        ),
+        (None, _) => (
+            Vec::new(),
+            mine.iter().map(|&(k, p)| Job::new(k, p, true)).collect(),
+        ),
+    };
+    if let (Some(shard), Some(n)) = (opts.shard, opts.calibrate.filter(|_| model.is_some())) {
+        let own = calibrated.iter().filter(|j| j.keep).count();
+        eprintln!(
+            "hsdiff: --calibrate {n} with --shard {}/{}: this shard measures the floors on the \
+             same first {} pairs as every shard (the unsharded run's), {own} of them its own: \
+             {} calibrated pairs here instead of {own}",
+            shard.index,
+            shard.count,
+            calibrated.len(),
+            calibrated.len()
+        );
+    }
+    // Pairs without a model run concurrently — unless a file's fingerprint may name a model
+    // to calibrate with (hsdiff dumps), which would run once per worker.
+    let may_find_model = model.is_none() && (side_a.fingerprinted || side_b.fingerprinted);
+    let workers = if may_find_model {
+        Workers {
+            count: 1,
+            per_pair: 0,
+            budget: None,
+        }
+    } else {
+        Workers::plan(
+            rest.iter().map(|j| {
+                (
+                    side_a.samples[j.pair.a].path.as_path(),
+                    side_b.samples[j.pair.b].path.as_path(),
+                )
+            }),
+            rayon::current_num_threads(),
+        )
+    };
+    if rest.len() > 1 && !may_find_model {
+        eprintln!("hsdiff: {}", workers.describe());
+    }
+
+    let mut progress = Progress::new(calibrated.len() + rest.len());
+    let mut samples = Vec::with_capacity(mine.len());
     let mut floors = floors::Floors::default();
     // Samples whose all-zero positions on both sides were left out as padding.
     let mut padded: Vec<String> = Vec::new();
-    let started = Instant::now();
-    let mut last_line = Instant::now();
-    for (done, (k, pair)) in mine.iter().enumerate() {
-        let (sa, sb) = (&side_a.samples[pair.a], &side_b.samples[pair.b]);
-        let calibrate_this = opts.calibrate.is_none_or(|n| done < n);
-        let calibration = if model.is_none() {
-            Calibration::Find(None)
-        } else if calibrate_this {
-            Calibration::Loaded(&mut model)
-        } else {
-            Calibration::Skip("floors from the calibration pairs".to_string())
+    for job in &calibrated {
+        let (sa, sb) = (&side_a.samples[job.pair.a], &side_b.samples[job.pair.b]);
+        let outcome = compare_one(sa, sb, opts, Calibration::Loaded(&mut model));
+        if let Ok(o) = &outcome
+            && opts.calibrate.is_some()
+        {
+            floors.learn(&o.report);
+        }
+        if job.keep {
+            match outcome {
+                Ok(o) => {
+                    padded.extend(padding_of(sa, &o));
+                    samples.push(row_of(job, sa, sb, &o));
+                }
+                Err(e) => failed.push(failed_of(sa, sb, e)),
+            }
+        }
+        progress.tick(&sa.id);
+    }
+    let floors = opts.calibrate.is_some().then_some(&floors);
+    let judge = |job: &Job| {
+        let (sa, sb) = (&side_a.samples[job.pair.a], &side_b.samples[job.pair.b]);
+        let calibration = match floors {
+            Some(_) => Calibration::Skip("floors from the calibration pairs".to_string()),
+            None => Calibration::Find(None),
         };
-        let outcome = compare_one(sa, sb, opts, calibration);
-        match outcome {
-            Ok(outcome) => {
-                if let Some(p) = &outcome.zero_padding {
-                    padded.push(format!("{} {} of {}", sa.id, p.left_out, p.of));
-                }
-                let mut row = aggregate::sample_row(
-                    *k,
-                    (sa.id.clone(), (sa.id != sb.id).then(|| sb.id.clone())),
-                    pair.by_id,
-                    (sa.file_label(), sb.file_label()),
-                    &outcome,
-                );
-                if opts.calibrate.is_some() {
-                    if calibrate_this {
-                        floors.learn(&outcome.report);
-                    } else {
-                        floors.apply(&mut row, &outcome.report);
-                    }
-                }
+        let outcome = compare_one(sa, sb, opts, calibration).map_err(|e| failed_of(sa, sb, e))?;
+        let mut row = row_of(job, sa, sb, &outcome);
+        if let Some(f) = floors {
+            f.apply(&mut row, &outcome.report);
+        }
+        Ok((row, padding_of(sa, &outcome)))
+    };
+    workers::run_all(&rest, workers.count, judge, |i, row| {
+        match row {
+            Ok((row, pad)) => {
+                padded.extend(pad);
                 samples.push(row);
             }
-            Err(e) => failed.push(Failed {
-                id: sa.id.clone(),
-                file_a: sa.file_label(),
-                file_b: sb.file_label(),
-                error: e.to_string(),
-            }),
+            Err(f) => failed.push(f),
         }
-        let n = done + 1;
-        if n == mine.len() || last_line.elapsed().as_secs_f64() >= 2.0 || n == 1 {
-            let per = started.elapsed().as_secs_f64() / n as f64;
-            eprintln!(
-                "hsdiff: {n}/{} pairs compared ({}), ETA {:.0} s",
-                mine.len(),
-                sa.id,
-                per * (mine.len() - n) as f64
-            );
-            last_line = Instant::now();
-        }
-    }
+        let j = &rest[i];
+        progress.tick(&side_a.samples[j.pair.a].id);
+    });
     let unpaired = |side: &[Sample], idx: &[usize]| -> Vec<Unpaired> {
         idx.iter()
             .map(|&i| Unpaired {
@@ -263,6 +321,87 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
     };
     aggregate::finish(&mut report);
     Ok(report)
+}
+
+/// One pair to compare: its place in the pairing order, and whether its row is this run's
+/// (a calibration pair of another shard only teaches the floors).
+struct Job {
+    k: usize,
+    pair: match_samples::Pair,
+    keep: bool,
+}
+
+impl Job {
+    fn new(k: usize, pair: match_samples::Pair, keep: bool) -> Self {
+        Job { k, pair, keep }
+    }
+}
+
+fn row_of(
+    job: &Job,
+    sa: &Sample,
+    sb: &Sample,
+    outcome: &crate::compare_pair::PairOutcome,
+) -> crate::report::dataset::SampleRow {
+    aggregate::sample_row(
+        job.k,
+        (sa.id.clone(), (sa.id != sb.id).then(|| sb.id.clone())),
+        job.pair.by_id,
+        (sa.file_label(), sb.file_label()),
+        outcome,
+    )
+}
+
+/// "ID LEFT_OUT of POSITIONS" when the pair's zero padding was left out.
+fn padding_of(sa: &Sample, outcome: &crate::compare_pair::PairOutcome) -> Option<String> {
+    outcome
+        .zero_padding
+        .as_ref()
+        .map(|p| format!("{} {} of {}", sa.id, p.left_out, p.of))
+}
+
+fn failed_of(sa: &Sample, sb: &Sample, e: Error) -> Failed {
+    Failed {
+        id: sa.id.clone(),
+        file_a: sa.file_label(),
+        file_b: sb.file_label(),
+        error: e.to_string(),
+    }
+}
+
+/// The progress line on stderr: pairs done of all, with an ETA from the rate so far; the first
+/// and last pair and at most one line per two seconds between.
+struct Progress {
+    total: usize,
+    done: usize,
+    started: Instant,
+    last_line: Instant,
+}
+
+impl Progress {
+    fn new(total: usize) -> Self {
+        Progress {
+            total,
+            done: 0,
+            started: Instant::now(),
+            last_line: Instant::now(),
+        }
+    }
+
+    fn tick(&mut self, id: &str) {
+        self.done += 1;
+        let n = self.done;
+        if n == self.total || n == 1 || self.last_line.elapsed().as_secs_f64() >= 2.0 {
+            let per = self.started.elapsed().as_secs_f64() / n as f64;
+            eprintln!(
+                "hsdiff: {n}/{} pairs compared ({}), ETA {:.0} s",
+                self.total,
+                crate::escape::one_line(id),
+                per * self.total.saturating_sub(n) as f64
+            );
+            self.last_line = Instant::now();
+        }
+    }
 }
 
 fn compare_one(

@@ -131,6 +131,8 @@ pub struct FileSource {
     clashes: BTreeMap<String, Vec<usize>>,
     /// Entries that are a part of a stored tensor (a drafter pipeline's layer), by index.
     views: BTreeMap<usize, pipelines::view::View>,
+    /// The stored tensor several views cut their layers from, read once.
+    stored: pipelines::stored::StoredCache,
     /// What a drafter pipeline's file was read as ([`pipelines`]), if one wrote it.
     pub pipeline: Option<pipelines::PipelineInfo>,
     /// The map is anonymous memory (an inflated `.gz`): its pages are never released, as
@@ -234,6 +236,7 @@ impl FileSource {
             zip: None,
             clashes: BTreeMap::new(),
             views: BTreeMap::new(),
+            stored: Default::default(),
             pipeline: None,
             inflated: false,
         }

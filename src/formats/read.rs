@@ -16,8 +16,69 @@ const RELEASE_ALIGN: usize = 64 << 10;
 impl FileSource {
     /// Reads one entry as stored.
     fn load(&self, idx: usize) -> Result<Tensor> {
-        let t = self.load_entry(&self.entries[idx])?;
+        if let Some(t) = self.load_box(idx, None)? {
+            return Ok(t);
+        }
+        let e = &self.entries[idx];
+        let t = self.stored.get_or_read(e, || self.load_entry(e))?;
         self.apply_view(idx, t)
+    }
+
+    /// A view that is a box of its stored tensor (a layer cut from a concatenation), read
+    /// straight from the map: only its bytes (its first `head` token rows, when given) are
+    /// copied, so the k layers of a sample read the stored tensor's bytes once between them.
+    /// The pages stay mapped until the file is closed (its other layers lie in them). None
+    /// when the view or the entry does not allow it (positions selected, compressed, 16-bit
+    /// integers, column-major).
+    fn load_box(&self, idx: usize, head: Option<usize>) -> Result<Option<Tensor>> {
+        let e = &self.entries[idx];
+        let (Some(view), Loc::Range(a, b), false, Some(dtype)) =
+            (self.view(idx), &e.loc, e.fortran, e.dtype)
+        else {
+            return Ok(None);
+        };
+        let Some((mut bx, axes)) = view.as_box(&e.shape) else {
+            return Ok(None);
+        };
+        let mut shape = view.shape.clone();
+        if let Some(n) = head {
+            let axis = usize::from(shape.len() >= 3);
+            if let (Some(rows), Some(&s)) = (shape.get_mut(axis), axes.get(axis)) {
+                *rows = (*rows).min(n);
+                bx[s].1 = *rows;
+            }
+        }
+        let err = |msg: String| Error::tensor(&self.path, &e.raw, msg);
+        let bytes = self
+            .map
+            .get(*a..*b)
+            .ok_or_else(|| err("data lies past the end of the file (truncated?)".into()))?;
+        if Some(bytes.len()) != npy::checked_bytes(&e.shape, dtype.size_in_bytes()) {
+            return Err(err(format!(
+                "holds {} bytes, its shape {:?} needs more or fewer (truncated?)",
+                bytes.len(),
+                e.shape
+            )));
+        }
+        let t = match dtype {
+            DType::BF16 => box_tensor::<half::bf16>(bytes, &e.shape, &bx, &shape),
+            DType::F16 => box_tensor::<half::f16>(bytes, &e.shape, &bx, &shape),
+            DType::F32 => box_tensor::<f32>(bytes, &e.shape, &bx, &shape),
+            DType::F64 => box_tensor::<f64>(bytes, &e.shape, &bx, &shape),
+            _ => return Ok(None),
+        }
+        .map_err(|x| err(x.to_string()))?;
+        self.stored
+            .note_read(t.elem_count() * dtype.size_in_bytes());
+        // Pages past a truncated end read as zeros: never hand those on.
+        crate::mapped::check()?;
+        Ok(Some(t))
+    }
+
+    /// Bytes of tensor data read from the file so far (a stored tensor that several views cut
+    /// layers from counts once).
+    pub fn bytes_read(&self) -> u64 {
+        self.stored.bytes_read()
     }
 
     pub(super) fn load_entry(&self, e: &Entry) -> Result<Tensor> {
@@ -66,6 +127,7 @@ impl FileSource {
             Tensor::from_raw_buffer(&bytes, dtype, &e.shape, &Device::Cpu)
                 .map_err(|x| err(x.to_string()))?
         };
+        self.stored.note_read(bytes.len());
         drop(bytes);
         if let Loc::Range(a, b) = e.loc {
             self.release(a, b);
@@ -102,8 +164,14 @@ impl FileSource {
             return Ok(None);
         };
         let e = &self.entries[idx];
-        if self.has_view(idx) {
-            return self.get(name);
+        if let Some(t) = self.load_box(idx, Some(n))? {
+            return self.normalise(idx, name, t).map(Some);
+        }
+        if let Some(view) = self.view(idx) {
+            // A layer cut from a stored tensor: its first n rows, not the whole layer.
+            let stored = self.stored.get_or_read(e, || self.load_entry(e))?;
+            let t = view.apply_head(stored, n)?;
+            return self.normalise(idx, name, t).map(Some);
         }
         // Token axis: 1 for [1, T, …], 0 for [T, D]; only C-order single sequences.
         let axis = match e.shape.len() {
@@ -211,6 +279,28 @@ impl FileSource {
             Ok(None)
         }
     }
+}
+
+/// The box `bx` of the C-order array of `T` in `src` (of `stored` shape) as a tensor of `shape`,
+/// copied once, straight into the tensor's own buffer.
+fn box_tensor<T: candle_core::WithDType>(
+    src: &[u8],
+    stored: &[usize],
+    bx: &[(usize, usize)],
+    shape: &[usize],
+) -> candle_core::Result<Tensor> {
+    let n: usize = bx.iter().map(|b| b.1).product();
+    let mut values = vec![T::from_f64(0.0); n];
+    // SAFETY: T is a plain number type (bf16, f16, f32, f64): every byte pattern is one of its
+    // values, so its buffer may be written as bytes; the slice covers exactly that buffer.
+    let bytes = unsafe {
+        std::slice::from_raw_parts_mut(
+            values.as_mut_ptr().cast::<u8>(),
+            std::mem::size_of_val(values.as_slice()),
+        )
+    };
+    super::pipelines::view::copy_box(src, stored, bx, std::mem::size_of::<T>(), bytes);
+    Tensor::from_vec(values, shape, &Device::Cpu)
 }
 
 impl crate::compare::TensorSource for FileSource {

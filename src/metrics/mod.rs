@@ -3,9 +3,10 @@
 //! that is [`crate::verdict`]'s job.
 
 pub mod logits;
+mod rows;
 pub mod stats;
 
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -145,12 +146,12 @@ pub fn diff_stats(name: &str, a: &Tensor, b: &Tensor) -> Result<DiffStats> {
         token_sq_diff: Vec::with_capacity(rows),
         token_sq_b: Vec::with_capacity(rows),
     };
+    let (mut rows_a, mut rows_b) = (rows::Rows::of(&a)?, rows::Rows::of(&b)?);
     for token in 0..rows {
-        let ra: Vec<f64> = a.get(token)?.to_dtype(DType::F64)?.to_vec1()?;
-        let rb: Vec<f64> = b.get(token)?.to_dtype(DType::F64)?.to_vec1()?;
+        let (ra, rb) = (rows_a.row(token)?, rows_b.row(token)?);
         let mut row = Sums::default();
         let mut row_one_sided = false;
-        for (channel, (&x, &y)) in ra.iter().zip(&rb).enumerate() {
+        for (channel, (&x, &y)) in ra.iter().zip(rb).enumerate() {
             count_non_finite(x, &mut s.nan_a, &mut s.inf_a);
             count_non_finite(y, &mut s.nan_b, &mut s.inf_b);
             if !(x.is_finite() && y.is_finite()) {

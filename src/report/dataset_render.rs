@@ -233,8 +233,16 @@ pub fn render(r: &DatasetReport, format: Format) -> Result<Vec<u8>> {
     })
 }
 
-/// Writes the report as `options` ask (`--plot` is refused for datasets by the command).
+/// Writes the report as `options` ask, and draws `--plot` (`dataset_plot`).
 pub fn emit(r: &DatasetReport, options: &ReportOptions) -> Result<()> {
     let bytes = render(r, options.format)?;
-    options.write(&bytes, &[&r.summary])
+    options.write(&bytes, &[&r.summary])?;
+    if let Some(path) = &options.plot {
+        super::dataset_plot::write_plot(r, path)?;
+        eprintln!(
+            "hsdiff: plot written to {}",
+            crate::escape::one_line(&path.display().to_string())
+        );
+    }
+    Ok(())
 }

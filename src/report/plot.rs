@@ -41,11 +41,11 @@ const BLUE_A_VS_B: RGBColor = RGBColor(31, 84, 180);
 const FLOOR_GREY: RGBColor = RGBColor(60, 60, 60);
 const A_TRUTH: RGBColor = RGBColor(230, 140, 20);
 const B_TRUTH: RGBColor = RGBColor(140, 70, 170);
-const OK_GREEN: RGBColor = RGBColor(40, 150, 60);
-const DRIFT_ORANGE: RGBColor = RGBColor(235, 150, 0);
-const FAIL_RED: RGBColor = RGBColor(200, 30, 30);
-const ZERO_GREY: RGBColor = RGBColor(225, 225, 225);
-const NON_FINITE: RGBColor = RGBColor(255, 0, 200);
+pub(super) const OK_GREEN: RGBColor = RGBColor(40, 150, 60);
+pub(super) const DRIFT_ORANGE: RGBColor = RGBColor(235, 150, 0);
+pub(super) const FAIL_RED: RGBColor = RGBColor(200, 30, 30);
+pub(super) const ZERO_GREY: RGBColor = RGBColor(225, 225, 225);
+pub(super) const NON_FINITE: RGBColor = RGBColor(255, 0, 200);
 
 /// Checks that `path` names a format `--plot` can write (`.svg` or `.png`, any case) in a
 /// folder that exists; called before the model runs so that a typo costs nothing.
@@ -132,7 +132,7 @@ fn render_png(report: &Report) -> std::result::Result<Vec<u8>, String> {
 }
 
 /// Registers the embedded font under the family names plotters asks for (once per process).
-fn register_fonts() -> std::result::Result<(), String> {
+pub(super) fn register_fonts() -> std::result::Result<(), String> {
     static DONE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| {
         for family in ["sans-serif", "serif", "monospace"] {
@@ -221,7 +221,7 @@ fn draw_title<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report) -> 
 }
 
 /// Greedy word wrap to `width` characters, at most `max_lines` lines (the last one cut with …).
-fn wrap(s: &str, width: usize, max_lines: usize) -> Vec<String> {
+pub(super) fn wrap(s: &str, width: usize, max_lines: usize) -> Vec<String> {
     let mut lines: Vec<String> = Vec::new();
     let mut line = String::new();
     for word in s.split_whitespace() {
@@ -246,7 +246,7 @@ fn wrap(s: &str, width: usize, max_lines: usize) -> Vec<String> {
     lines
 }
 
-fn verdict_color(v: Verdict) -> RGBColor {
+pub(super) fn verdict_color(v: Verdict) -> RGBColor {
     match v {
         Verdict::Ok => OK_GREEN,
         Verdict::Drift => DRIFT_ORANGE,
@@ -270,7 +270,7 @@ fn short_label(t: &TensorRow) -> String {
 }
 
 /// The decade at or below `x` and at or above `y`.
-fn decades(lo: f64, hi: f64) -> (f64, f64) {
+pub(super) fn decades(lo: f64, hi: f64) -> (f64, f64) {
     let lo = 10f64.powf(lo.log10().floor());
     let mut hi = 10f64.powf(hi.log10().ceil());
     if hi <= lo {
@@ -280,7 +280,7 @@ fn decades(lo: f64, hi: f64) -> (f64, f64) {
 }
 
 /// The positive finite values of `xs`.
-fn positives(xs: impl IntoIterator<Item = f64>) -> Vec<f64> {
+pub(super) fn positives(xs: impl IntoIterator<Item = f64>) -> Vec<f64> {
     xs.into_iter()
         .filter(|x| x.is_finite() && *x > 0.0)
         .collect()
@@ -615,7 +615,7 @@ fn bin_value(values: &[f64]) -> f64 {
 }
 
 /// Maps a per-token relative error to a colour of the log scale `[lo, hi]`.
-fn heat_color(v: f64, lo: f64, hi: f64) -> RGBColor {
+pub(super) fn heat_color(v: f64, lo: f64, hi: f64) -> RGBColor {
     if v.is_nan() || v.is_infinite() {
         NON_FINITE
     } else if v <= 0.0 {

@@ -589,20 +589,36 @@ fn calibrate_from_some_samples() {
     assert_eq!(sample(&r, "2")["verdict"], "ok");
 }
 
-/// Three shards run as separate processes, merged: the same report as the whole run.
+/// Three shards run as separate processes, merged: the same report as the whole run — with
+/// the truth and floor of every pair, and with `--calibrate 2` (every shard learns its floors
+/// on the whole run's first two pairs, so the third pair, shard 2's, is judged alike).
 #[test]
 fn shards_merge_into_the_whole() {
     let model = "qwen3_5_tiny";
     let m = model_dir(model);
-    let (a, b, cfg) = (
-        fx(model, "specforge_dflash"),
-        fx(model, "eval"),
-        fx(model, "draft_config.json"),
+    let cfg = fx(model, "draft_config.json");
+    let per_pair = ["--draft-config", cfg.as_str(), "--model", m.as_str()];
+    let parts = shards_equal_whole("per-pair", &per_pair);
+    // A missing shard is refused.
+    let o = hsdiff(&["merge", &parts[0], &parts[2]]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("shard 1/3 is missing"),
+        "{}",
+        stderr(&o)
     );
-    let common = ["--draft-config", cfg.as_str(), "--model", m.as_str()];
-    let (code, mut whole) = json(&a, &b, &common);
-    assert_eq!(code, 1);
-    let dir = std::env::temp_dir().join(format!("hsdiff-shards-{}", std::process::id()));
+    let calibrated = [&per_pair[..], &["--calibrate", "2"]].concat();
+    shards_equal_whole("calibrate", &calibrated);
+}
+
+/// Runs the whole comparison and its three shards (as separate processes), merges them and
+/// checks the merge equals the whole; returns the parts' paths.
+fn shards_equal_whole(tag: &str, common: &[&str]) -> Vec<String> {
+    let model = "qwen3_5_tiny";
+    let (a, b) = (fx(model, "specforge_dflash"), fx(model, "eval"));
+    let (code, mut whole) = json(&a, &b, common);
+    assert_eq!(code, 1, "{tag}");
+    let dir = std::env::temp_dir().join(format!("hsdiff-shards-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let mut parts = Vec::new();
     let children: Vec<_> = (0..3)
@@ -615,30 +631,277 @@ fn shards_merge_into_the_whole() {
                 .arg(&out)
                 .args(["--shard", &shard])
                 .args(common)
+                .stderr(std::process::Stdio::null())
                 .spawn()
                 .expect("spawn shard")
         })
         .collect();
     for mut c in children {
         let status = c.wait().expect("wait");
-        assert!(matches!(status.code(), Some(0 | 1)), "{status}");
+        assert!(matches!(status.code(), Some(0 | 1)), "{tag}: {status}");
     }
     let mut args = vec!["merge", "--format", "json"];
     args.extend(parts.iter().map(String::as_str));
     let o = hsdiff(&args);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(1), "{tag}: {}", stderr(&o));
     let mut merged: Value = serde_json::from_slice(&o.stdout).expect("merged JSON");
     for r in [&mut whole, &mut merged] {
         r.as_object_mut().expect("object").remove("command");
     }
-    assert_eq!(merged, whole);
-    // A shard missing is refused.
-    let o = hsdiff(&["merge", &parts[0], &parts[2]]);
+    assert_eq!(merged, whole, "{tag}");
+    parts
+}
+
+/// `hsdiff merge --out` follows the output policy: never over one of its PART.json inputs
+/// (refused before anything is read, the part unchanged), and written whole by a rename.
+#[test]
+fn merge_output_never_over_a_part() {
+    let model = "qwen3_5_tiny";
+    let (a, b) = (fx(model, "specforge_dflash"), fx(model, "speculators"));
+    let dir = std::env::temp_dir().join(format!("hsdiff-merge-out-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut parts = Vec::new();
+    for i in 0..2 {
+        let out = dir.join(format!("part{i}.json")).display().to_string();
+        let shard = format!("{i}/2");
+        let o = hsdiff(&[
+            "compare",
+            &a,
+            &b,
+            "--layer-ids-a",
+            "1,2,4,5,6",
+            "--layer-ids-b",
+            vllm_ids(model),
+            "--format",
+            "json",
+            "--out",
+            &out,
+            "--shard",
+            &shard,
+        ]);
+        assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+        parts.push(out);
+    }
+    let before = std::fs::read(&parts[1]).expect("part");
+    let o = hsdiff(&["merge", &parts[0], &parts[1], "--out", &parts[1]]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("shard 1/3 is missing"),
-        "{}",
-        stderr(&o)
+    let err = stderr(&o);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("part1.json"), "{err}");
+    assert_eq!(
+        std::fs::read(&parts[1]).expect("part"),
+        before,
+        "the part was written"
     );
+    let merged = dir.join("merged.json").display().to_string();
+    let o = hsdiff(&[
+        "merge", &parts[0], &parts[1], "--format", "json", "--out", &merged,
+    ]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+    let r: Value = serde_json::from_slice(&std::fs::read(&merged).expect("merged")).expect("json");
+    assert_eq!(r["schema"], "hsdiff.dataset/v1");
+    assert_eq!(r["samples"].as_array().expect("samples").len(), 3);
+    // Nothing but the parts and the merge: the temp file was renamed, not left behind.
+    let mut left: Vec<String> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["merged.json", "part0.json", "part1.json"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--layer-ids` beside `--layer-ids-b` when side A is no pipeline's dump: which side the
+/// common ids were meant for is a guess, so it is refused with one line (exit 2).
+#[test]
+fn common_ids_beside_one_sides_own_refused() {
+    let model = "qwen3_5_tiny";
+    let eval = fx(model, "eval/prompt_0.safetensors");
+    let dflash = fx(model, "specforge_dflash/rows_0-5000/data_0.ckpt");
+    for (a, b, own) in [
+        (&eval, &dflash, "--layer-ids-b"),
+        (&dflash, &eval, "--layer-ids-a"),
+    ] {
+        let o = hsdiff(&[
+            "compare",
+            a,
+            b,
+            "--layer-ids",
+            "1,2,4,5,6",
+            own,
+            "1,2,4,5,6",
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{own}");
+        let err = stderr(&o);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("--layer-ids") && err.contains(&format!("with {own}")),
+            "{err}"
+        );
+        assert!(o.stdout.is_empty());
+    }
+    // The same with the common ids from a drafter config.
+    let cfg = fx(model, "draft_config.json");
+    let o = hsdiff(&[
+        "compare",
+        &eval,
+        &dflash,
+        "--draft-config",
+        &cfg,
+        "--layer-ids-b",
+        "1,2,4,5,6",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--draft-config"), "{}", stderr(&o));
+}
+
+/// A k-layer concatenated sample is read once, not once per layer: reading all five layers of
+/// a DFlash `hidden_states [1, T, 5·H]` reads its bytes once (before: five times), and a
+/// layer's head (the layer-shift detection's 256 tokens) reads its rows only (before: the whole
+/// stored tensor).
+#[test]
+fn concatenated_layers_read_once() {
+    let model = "qwen3_5_tiny";
+    let path = fx(model, "specforge_dflash/rows_0-5000/data_0.ckpt");
+    let ids = ids(&draft(model)["dflash_config"]["target_layer_ids"]);
+    let layer_ids: Vec<usize> = ids.split(',').map(|i| i.parse().expect("id")).collect();
+    let opts = ReadOptions {
+        layer_ids: Some(LayerIds {
+            ids: layer_ids.clone(),
+            from: "--layer-ids".to_string(),
+        }),
+        ..Default::default()
+    };
+    let src = FileSource::open_with(Path::new(&path), None, &opts).expect("open");
+    let mut layers = Vec::new();
+    for id in &layer_ids {
+        let t = src
+            .get(&format!("layers.{id}"))
+            .expect("read")
+            .expect("layer");
+        layers.push(t);
+    }
+    let (t, h) = (layers[0].dim(1).expect("T"), layers[0].dim(2).expect("H"));
+    let stored = (t * h * layer_ids.len() * layers[0].dtype().size_in_bytes()) as u64;
+    assert_eq!(src.bytes_read(), stored, "one read of hidden_states");
+    // A layer read again reads its own bytes only, and a head its rows only.
+    src.get(&format!("layers.{}", layer_ids[0]))
+        .expect("read")
+        .expect("layer");
+    let one_layer = stored / layer_ids.len() as u64;
+    assert_eq!(src.bytes_read(), stored + one_layer);
+    let head = src
+        .get_head(&format!("layers.{}", layer_ids[1]), 2)
+        .expect("read")
+        .expect("head");
+    assert_eq!(head.dims(), [1, 2, h]);
+    assert_eq!(
+        src.bytes_read(),
+        stored + one_layer + one_layer / t as u64 * 2
+    );
+    // Each layer is its own slice of the stored tensor: different values per layer.
+    let first: Vec<f32> = layers[0]
+        .flatten_all()
+        .and_then(|x| x.to_dtype(candle_core::DType::F32))
+        .and_then(|x| x.to_vec1())
+        .expect("values");
+    let last: Vec<f32> = layers[layer_ids.len() - 1]
+        .flatten_all()
+        .and_then(|x| x.to_dtype(candle_core::DType::F32))
+        .and_then(|x| x.to_vec1())
+        .expect("values");
+    assert_ne!(first, last);
+}
+
+/// Pairs compared by several workers give the very report one worker gives (and the runs did
+/// use that many workers).
+#[test]
+fn workers_do_not_change_the_report() {
+    let model = "qwen3_5_tiny";
+    let (a, b) = (fx(model, "specforge_dflash"), fx(model, "speculators"));
+    let run = |threads: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+            .args(["compare", &a, &b, "--format", "json"])
+            .args([
+                "--layer-ids-a",
+                "1,2,4,5,6",
+                "--layer-ids-b",
+                vllm_ids(model),
+            ])
+            .env("RAYON_NUM_THREADS", threads)
+            .output()
+            .expect("run hsdiff");
+        let report: Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("no report ({e}): {}", stderr(&o)));
+        (o.status.code(), report, stderr(&o))
+    };
+    let (code_1, one, err_1) = run("1");
+    let (code_n, many, err_n) = run("3");
+    assert!(err_1.contains("1 pair(s) at a time"), "{err_1}");
+    assert!(err_n.contains("3 pair(s) at a time"), "{err_n}");
+    assert!(err_n.contains("3/3 pairs compared"), "{err_n}");
+    assert_eq!(code_1, code_n);
+    assert_eq!(one["samples"].as_array().expect("samples").len(), 3);
+    assert_eq!(one, many);
+}
+
+/// `--plot` draws a dataset report (SVG and PNG, from compare and from merge), and the plot
+/// never lands on an input: a file inside side A's folder is refused before any work.
+#[test]
+fn dataset_plot_drawn_and_never_over_an_input() {
+    let model = "qwen3_5_tiny";
+    let (a, b) = (fx(model, "specforge_dflash"), fx(model, "speculators"));
+    let ids = [
+        "--layer-ids-a",
+        "1,2,4,5,6",
+        "--layer-ids-b",
+        vllm_ids(model),
+    ];
+    let dir = std::env::temp_dir().join(format!("hsdiff-dataset-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    for ext in ["svg", "png"] {
+        let plot = dir.join(format!("dataset.{ext}")).display().to_string();
+        let mut args = vec!["compare", a.as_str(), b.as_str(), "--plot", plot.as_str()];
+        args.extend(ids);
+        let o = hsdiff(&args);
+        assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+        assert!(stderr(&o).contains("plot written to"), "{}", stderr(&o));
+        let bytes = std::fs::read(&plot).expect("plot");
+        if ext == "svg" {
+            let svg = String::from_utf8(bytes).expect("utf-8");
+            assert!(svg.starts_with("<svg"), "{}", &svg[..80.min(svg.len())]);
+            assert!(svg.contains("each layer across samples"));
+            assert!(svg.contains("samples × layers"));
+        } else {
+            assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"));
+        }
+    }
+    // Over a file of side A's folder (an .svg beside the samples): refused before any work,
+    // the file unchanged.
+    let side_a = dir.join("A");
+    std::fs::create_dir_all(&side_a).expect("dir");
+    for i in 0..3 {
+        let name = format!("data_{i}.ckpt");
+        std::fs::copy(
+            fx(model, &format!("specforge_dflash/rows_0-5000/{name}")),
+            side_a.join(&name),
+        )
+        .expect("copy");
+    }
+    let victim = side_a.join("figure.svg");
+    std::fs::write(&victim, b"<svg>kept</svg>").expect("write");
+    let (side_a, victim) = (side_a.display().to_string(), victim.display().to_string());
+    let mut args = vec![
+        "compare",
+        side_a.as_str(),
+        b.as_str(),
+        "--plot",
+        victim.as_str(),
+    ];
+    args.extend(ids);
+    let o = hsdiff(&args);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(stderr(&o).trim().lines().count(), 1, "{}", stderr(&o));
+    assert_eq!(std::fs::read(&victim).expect("kept"), b"<svg>kept</svg>");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -19,6 +19,7 @@ mod modelopt;
 pub mod sglang;
 mod specforge;
 mod speculators;
+pub mod stored;
 pub mod view;
 mod zero_padding;
 
@@ -331,6 +332,7 @@ impl FileSource {
         if plan.batch > 1 {
             description.push_str(&format!("; sample {sample} of a batch of {}", plan.batch));
         }
+        self.stored = stored::StoredCache::for_views(&entries, &views);
         self.entries = entries;
         self.names = names;
         self.views = views;
@@ -362,8 +364,8 @@ impl FileSource {
         }
     }
 
-    pub(super) fn has_view(&self, idx: usize) -> bool {
-        self.views.contains_key(&idx)
+    pub(super) fn view(&self, idx: usize) -> Option<&View> {
+        self.views.get(&idx)
     }
 
     /// The `loss_mask` of a pipeline file at the compared positions: true where the drafter
@@ -397,7 +399,25 @@ pub fn check_ids_used(
             ),
         )
     };
+    let own = |ids: &LayerIds| {
+        ids.from.starts_with("--layer-ids-a") || ids.from.starts_with("--layer-ids-b")
+    };
+    // Ids for both sides beside one side's own: they apply to the other side alone, which
+    // must then be a pipeline's dump (else which side they were meant for is a guess).
+    let ambiguous = |common: &LayerIds, other: &LayerIds, side: &str| {
+        let option = common.from.split(' ').next().unwrap_or("--layer-ids");
+        Error::argument(
+            option,
+            format!(
+                "with {}: side {side} is no drafter pipeline's dump, so {option} would name nothing; \
+                 give the pipeline side's ids once",
+                other.from
+            ),
+        )
+    };
     match (&read_a.layer_ids, &read_b.layer_ids) {
+        (Some(x), Some(y)) if !own(x) && own(y) && !a_is_pipeline => Err(ambiguous(x, y, "A")),
+        (Some(x), Some(y)) if own(x) && !own(y) && !b_is_pipeline => Err(ambiguous(y, x, "B")),
         (Some(x), Some(y)) if x == y && !a_is_pipeline && !b_is_pipeline => {
             Err(refuse(x, "neither side is"))
         }

@@ -22,6 +22,10 @@ pub enum Op {
     Select { axis: usize, index: Vec<u32> },
 }
 
+/// A view as a box of its stored tensor: (start, length) per stored axis, and the stored axis
+/// of each of the view's axes.
+pub type BoxCut = (Vec<(usize, usize)>, Vec<usize>);
+
 /// What a view does to a stored tensor, and the shape that comes out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct View {
@@ -63,8 +67,46 @@ impl View {
         Ok(View { ops, shape })
     }
 
+    /// The view as a box of the stored tensor — (start, length) per stored axis — and which
+    /// stored axis each of the view's axes is, when its ops only narrow and squeeze (a layer
+    /// cut from a concatenation, a batch row); None when it selects positions.
+    pub fn as_box(&self, stored: &[usize]) -> Option<BoxCut> {
+        let mut bx: Vec<(usize, usize)> = stored.iter().map(|&n| (0, n)).collect();
+        let mut axes: Vec<usize> = (0..stored.len()).collect();
+        for op in &self.ops {
+            match op {
+                Op::Narrow { axis, start, len } => {
+                    let s = *axes.get(*axis)?;
+                    bx[s] = (bx[s].0 + start, *len);
+                }
+                Op::Squeeze(axis) => {
+                    if *axis >= axes.len() {
+                        return None;
+                    }
+                    axes.remove(*axis);
+                }
+                Op::Select { .. } => return None,
+            }
+        }
+        Some((bx, axes))
+    }
+
+    /// The view's first `n` token rows (all of them when it has fewer): the token axis is 0
+    /// of a `[T, H]` view, 1 of a `[1, T, …]` one. Only those rows are copied.
+    pub fn apply_head(&self, t: Tensor, n: usize) -> Result<Tensor> {
+        let t = self.cut(t)?;
+        let axis = usize::from(t.rank() >= 3);
+        let rows = t.dim(axis)?;
+        Ok(t.narrow(axis, 0, rows.min(n))?.contiguous()?)
+    }
+
     /// Applies the view to the stored tensor.
-    pub fn apply(&self, mut t: Tensor) -> Result<Tensor> {
+    pub fn apply(&self, t: Tensor) -> Result<Tensor> {
+        Ok(self.cut(t)?.contiguous()?)
+    }
+
+    /// The view's ops on `t`, without making the result contiguous.
+    fn cut(&self, mut t: Tensor) -> Result<Tensor> {
         for op in &self.ops {
             t = match op {
                 Op::Narrow { axis, start, len } => t.narrow(*axis, *start, *len)?,
@@ -76,7 +118,43 @@ impl View {
                 }
             };
         }
-        Ok(t.contiguous()?)
+        Ok(t)
+    }
+}
+
+/// Copies the box `bx` ((start, length) per axis, inside `shape`) of a C-order array of
+/// `elem`-byte elements held in `src` (exactly `shape`'s bytes) into `out` (exactly the box's
+/// bytes): contiguous runs one after the other, so each byte of the box is read once.
+pub fn copy_box(src: &[u8], shape: &[usize], bx: &[(usize, usize)], elem: usize, out: &mut [u8]) {
+    if out.is_empty() || shape.is_empty() {
+        return;
+    }
+    let rank = shape.len();
+    let mut stride = vec![elem; rank];
+    for i in (0..rank - 1).rev() {
+        stride[i] = stride[i + 1] * shape[i + 1];
+    }
+    // The innermost axis the box does not cover whole: a run is its length times its stride.
+    let k = (0..rank)
+        .rev()
+        .find(|&i| bx[i] != (0, shape[i]))
+        .unwrap_or(0);
+    let run = bx[k].1 * stride[k];
+    let mut idx = vec![0usize; k];
+    for chunk in out.chunks_exact_mut(run) {
+        let off = bx[k].0 * stride[k]
+            + (0..k)
+                .map(|i| (bx[i].0 + idx[i]) * stride[i])
+                .sum::<usize>();
+        chunk.copy_from_slice(&src[off..off + run]);
+        // The next run: the outer index counts up like an odometer.
+        for i in (0..k).rev() {
+            idx[i] += 1;
+            if idx[i] < bx[i].1 {
+                break;
+            }
+            idx[i] = 0;
+        }
     }
 }
 
@@ -123,6 +201,85 @@ mod tests {
         assert_eq!(v.shape, [2, 2]);
         let got: Vec<f32> = v.apply(t)?.flatten_all()?.to_vec1()?;
         assert_eq!(got, [2., 3., 10., 11.]);
+        Ok(())
+    }
+
+    /// A box copied from the bytes is the view candle cuts: layers of a concatenation, a
+    /// stacked layer squeezed, a batch row.
+    #[test]
+    fn box_copy_is_the_view() -> Result<()> {
+        let t = Tensor::randn(0f32, 1.0, (3, 4, 10), &Device::Cpu)?;
+        let bytes: Vec<u8> = t
+            .flatten_all()?
+            .to_vec1::<f32>()?
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let cases = vec![
+            vec![Op::Narrow {
+                axis: 2,
+                start: 4,
+                len: 3,
+            }],
+            vec![
+                Op::Narrow {
+                    axis: 1,
+                    start: 2,
+                    len: 1,
+                },
+                Op::Squeeze(1),
+            ],
+            vec![
+                Op::Narrow {
+                    axis: 0,
+                    start: 1,
+                    len: 1,
+                },
+                Op::Narrow {
+                    axis: 2,
+                    start: 0,
+                    len: 10,
+                },
+            ],
+            vec![
+                Op::Narrow {
+                    axis: 0,
+                    start: 2,
+                    len: 1,
+                },
+                Op::Squeeze(0),
+                Op::Narrow {
+                    axis: 1,
+                    start: 8,
+                    len: 2,
+                },
+            ],
+        ];
+        for ops in cases {
+            let v = View::new(&[3, 4, 10], ops.clone()).map_err(crate::error::Error::Internal)?;
+            let (bx, _) = v
+                .as_box(&[3, 4, 10])
+                .ok_or_else(|| crate::error::Error::Internal(format!("{ops:?} is a box")))?;
+            let mut got = vec![0u8; bx.iter().map(|b| b.1).product::<usize>() * 4];
+            copy_box(&bytes, &[3, 4, 10], &bx, 4, &mut got);
+            let got =
+                Tensor::from_raw_buffer(&got, candle_core::DType::F32, &v.shape, &Device::Cpu)?;
+            let want = v.apply(t.clone())?;
+            assert_eq!(
+                got.flatten_all()?.to_vec1::<f32>()?,
+                want.flatten_all()?.to_vec1::<f32>()?,
+                "{ops:?}"
+            );
+        }
+        let select = View::new(
+            &[3, 4, 10],
+            vec![Op::Select {
+                axis: 1,
+                index: vec![0, 2],
+            }],
+        )
+        .map_err(crate::error::Error::Internal)?;
+        assert!(select.as_box(&[3, 4, 10]).is_none());
         Ok(())
     }
 
