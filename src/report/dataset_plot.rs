@@ -23,8 +23,8 @@ use plotters::style::{FontStyle, RGBColor};
 
 use super::dataset::{DatasetReport, RowFigures};
 use super::plot::{
-    FAIL_RED, NON_FINITE, PlotFormat, ZERO_GREY, check_path, decades, heat_color,
-    positives, register_fonts, verdict_color, wrap,
+    FAIL_RED, NON_FINITE, PlotFormat, ZERO_GREY, check_path, decades, heat_color, positives,
+    register_fonts, verdict_color, wrap,
 };
 use crate::error::{Error, Result};
 use crate::escape::{LONG, SHORT, plain};
