@@ -23,8 +23,8 @@ use plotters::style::{FontStyle, RGBColor};
 
 use super::dataset::{DatasetReport, RowFigures};
 use super::plot::{
-    FAIL_RED, NON_FINITE, PlotFormat, ZERO_GREY, check_path, decades, heat_color, positives,
-    register_fonts, verdict_color, wrap,
+    DrawResult, FAIL_RED, NON_FINITE, PlotFormat, ZERO_GREY, check_path, decades, draw_colour_bar,
+    heat_color, positives, register_fonts, verdict_color, wrap,
 };
 use crate::error::{Error, Result};
 use crate::escape::{LONG, SHORT, plain};
@@ -149,9 +149,6 @@ fn svg(fig: &Figure) -> std::result::Result<String, String> {
 fn png(fig: &Figure) -> std::result::Result<Vec<u8>, String> {
     super::raster::svg_to_png(&svg(fig)?)
 }
-
-type DrawResult<DB> =
-    std::result::Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, fig: &Figure) -> DrawResult<DB> {
     root.fill(&WHITE)?;
@@ -479,32 +476,7 @@ fn draw_map<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, fig: &Figure) -> 
             }),
     )?;
 
-    let (l, h) = (lo.log10(), hi.log10());
-    let mut bar = ChartBuilder::on(&bar_area)
-        .margin_left(4)
-        .margin_right(8)
-        .margin_top(34)
-        .margin_bottom(52)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0f64..1f64, l..h)?;
-    let bar_fmt = |y: &f64| format!("{:.1e}", 10f64.powf(*y));
-    bar.configure_mesh()
-        .disable_mesh()
-        .disable_x_axis()
-        .y_labels(8)
-        .y_label_formatter(&bar_fmt)
-        .y_label_style(("sans-serif", 12))
-        .draw()?;
-    let steps = 96;
-    bar.draw_series((0..steps).map(|s| {
-        let a = l + (h - l) * s as f64 / steps as f64;
-        let b = l + (h - l) * (s + 1) as f64 / steps as f64;
-        Rectangle::new(
-            [(0.0, a), (1.0, b)],
-            heat_color(10f64.powf((a + b) / 2.0), lo, hi).filled(),
-        )
-    }))?;
-    Ok(())
+    draw_colour_bar(&bar_area, lo, hi)
 }
 
 #[cfg(test)]

@@ -170,7 +170,7 @@ fn figure_height(report: &Report) -> u32 {
     TOP_HEIGHT + (rows * 22 + 130).clamp(260, 900)
 }
 
-type DrawResult<DB> =
+pub(super) type DrawResult<DB> =
     std::result::Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &Report) -> DrawResult<DB> {
@@ -736,10 +736,18 @@ fn draw_heatmap<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report) -
         )))?;
     }
 
-    // The colour bar, on an axis of log10 values so that even a one-decade range gets several
-    // labels.
+    draw_colour_bar(&bar_area, lo, hi)
+}
+
+/// The heatmap's colour bar for values `lo..hi`, on an axis of log10 values so that even a
+/// one-decade range gets several labels (the report's and the dataset's figures).
+pub(super) fn draw_colour_bar<DB: DrawingBackend>(
+    bar_area: &DrawingArea<DB, Shift>,
+    lo: f64,
+    hi: f64,
+) -> DrawResult<DB> {
     let (l, h) = (lo.log10(), hi.log10());
-    let mut bar = ChartBuilder::on(&bar_area)
+    let mut bar = ChartBuilder::on(bar_area)
         .margin_left(4)
         .margin_right(8)
         .margin_top(34)
