@@ -943,7 +943,10 @@ fn tensors_held_by_one_side_named() {
     );
     assert!(first.get("only_a").is_none(), "{first}");
     // One pair of the same files: its report's notes say it as well.
-    let pair = (format!("{a}/rows_0-5000/data_0.ckpt"), format!("{b}/prompt_0.safetensors"));
+    let pair = (
+        format!("{a}/rows_0-5000/data_0.ckpt"),
+        format!("{b}/prompt_0.safetensors"),
+    );
     let (_, one) = json(&pair.0, &pair.1, &["--draft-config", &cfg, "--no-floor"]);
     let text = one["notes"].to_string();
     assert!(
