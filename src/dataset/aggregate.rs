@@ -148,8 +148,11 @@ pub fn layers(samples: &[SampleRow], metric: &str) -> Vec<LayerRow> {
             let Some(f) = s.rows.get(&name) else {
                 continue;
             };
+            // A row with no ×floor (a floor of 0: the embedding lookup is exact in every
+            // dtype) is 0× when equal; unequal, it is off any scale and sorts as the worst.
             let v = if metric == "x_floor" {
-                f.x_floor.unwrap_or(f64::NAN)
+                f.x_floor
+                    .unwrap_or(if f.rel_l2 == 0.0 { 0.0 } else { f64::NAN })
             } else {
                 f.rel_l2
             };

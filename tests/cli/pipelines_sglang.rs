@@ -419,3 +419,60 @@ fn bare_tensor_dumper_read() {
         r["formats_a"]
     );
 }
+
+/// A forward pass batching two requests (prompts 0 and 1, `seq_lens` [10, 13]) is two samples,
+/// each its own positions: paired by token ids with the eval box's captures of those prompts,
+/// every layer within the floor — in both dump formats. Read as one sample, the pair would not
+/// even share token ids.
+#[test]
+fn a_pass_of_several_requests_is_one_sample_each() {
+    let model = "qwen3_5_tiny";
+    let m = model_dir(model);
+    let eval = fx(model, "eval");
+    for dump in ["sglang/tensor_dump_batch", "sglang/dumper_batch"] {
+        let (code, r, err) = json(&fx(model, dump), &eval, &["--model", &m]);
+        assert_eq!(code, 0, "{dump}: {}\n{err}", r["summary"]);
+        let samples = r["samples"].as_array().expect("samples");
+        assert_eq!(samples.len(), 2, "{dump}: {}", r["samples"]);
+        for (k, s) in samples.iter().enumerate() {
+            let id = s["id"].as_str().expect("id");
+            assert!(id.ends_with(&format!("#{k}")), "{dump}: {id}");
+            assert_eq!(s["id_b"], format!("prompt_{k}"), "{dump}");
+            assert_eq!(s["positions"], [10, 13][k], "{dump}");
+            assert_eq!(s["verdict"], "ok", "{dump}");
+            let x = s["worst_x_floor"].as_f64().expect("calibrated");
+            assert!(x < 2.0, "{dump}: sample {k} at {x}× the floor");
+        }
+        assert!(
+            err.contains("of the pass's 2 (seq_lens [10, 13]: positions 0..10)"),
+            "{dump}: {err}"
+        );
+        // Rows equal bit for bit aggregate to 0× the floor — the embedding too, whose floor is 0
+        // (no ×floor of its own): never ∞.
+        for l in r["layers"].as_array().expect("layers") {
+            assert_eq!(l["max"], 0.0, "{dump}: {l}");
+        }
+    }
+}
+
+/// A decode pass (one token per request, `seq_lens` counting the requests' whole lengths) holds
+/// fewer tokens than seq_lens says: its requests cannot be cut apart, and it is refused, naming
+/// the file and why — never read as one sample of two tokens.
+#[test]
+fn a_decode_pass_of_several_requests_refused() {
+    let model = "qwen3_5_tiny";
+    let pass = fx(
+        model,
+        "sglang/tensor_dump_decode/TP0_PP0_Rank0_pid4242/Pass00000.pt",
+    );
+    let eval = fx(model, "eval/prompt_0.safetensors");
+    let o = common::hsdiff(&["compare", &pass, &eval], &common::repo_root());
+    let err = common::stderr_of(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("Pass00000.pt"), "{err}");
+    assert!(
+        err.contains("[10, 13] counts 23 tokens, the pass holds 2: a decode pass"),
+        "{err}"
+    );
+}
