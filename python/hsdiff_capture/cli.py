@@ -16,8 +16,8 @@ from pathlib import Path
 from .environment import local_folder
 from .errors import CaptureError
 from .fingerprint import DTYPE_NAMES
-from .outputs import check_all
 from .kernels import SETTINGS, Request
+from .outputs import check_all
 from .recorder import capture
 
 PROG = "hsdiff-capture"
@@ -112,7 +112,7 @@ def prompt_text(arg: str) -> str:
             return Path(arg[1:]).read_bytes().decode("utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise CaptureError(f"--prompt {arg}: {e}") from None
-    builtin = resources.files("hsdiff_capture").joinpath("prompts", f"{arg}.txt")
+    builtin = resources.files("hsdiff_capture").joinpath("prompts").joinpath(f"{arg}.txt")
     if builtin.is_file():
         return builtin.read_bytes().decode("utf-8")
     return arg
@@ -153,7 +153,8 @@ def run(args, note) -> int:
     if args.dtype.lower() not in DTYPE_NAMES:
         raise CaptureError(f"unknown dtype {args.dtype!r} (f32, bf16, f16, f64)")
     if args.ab and (args.linear_attention != "auto" or args.conv or args.core or args.norm):
-        raise CaptureError("--ab takes its two settings itself (--ab X,Y); drop --linear-attention/--conv/--core/--norm")
+        raise CaptureError("--ab takes its two settings itself (--ab X,Y); "
+                           "drop --linear-attention/--conv/--core/--norm")
     settings = ab_settings(args.ab) if args.ab else None
     requests = [Request.from_options(s) for s in settings] if settings else [
         Request.from_options(args.linear_attention, conv=args.conv, core=args.core, norm=args.norm)]
@@ -193,7 +194,7 @@ def run_reserved(args, note, settings, outs) -> int:
         return 0
     paths = [out.given for out in outs]
     ran = []
-    for setting, out in zip(settings, outs):
+    for setting, out in zip(settings, outs, strict=True):
         res = capture(model, ids, out, linear_attention=setting, **common)
         ran.append(what_ran(res.fingerprint))
         note(describe(res))

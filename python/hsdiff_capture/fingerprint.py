@@ -9,8 +9,15 @@ import platform
 import socket
 
 from . import __version__
-from .environment import (cpu_features, cpu_model, local_folder, nvidia_driver, sha256_file,
-                          token_ids_sha256, weights_digest)
+from .environment import (
+    cpu_features,
+    cpu_model,
+    local_folder,
+    nvidia_driver,
+    sha256_file,
+    token_ids_sha256,
+    weights_digest,
+)
 from .kernels import summary_implementation
 
 # torch dtype name → hsdiff's label.
@@ -37,7 +44,7 @@ def device_label(device) -> str:
 def transformers_availability() -> dict:
     from transformers.utils import import_utils
 
-    out = {}
+    out: dict[str, bool | str] = {}
     for fn in ("is_flash_linear_attention_available", "is_causal_conv1d_available", "is_kernels_available"):
         f = getattr(import_utils, fn, None)
         if f is not None:
@@ -112,7 +119,7 @@ def build(model, tm, forcing, packages: dict, ids: list[int], run_dtype, stored_
     if device.type == "cuda":
         idx = device.index or 0
         meta["device_name"] = torch.cuda.get_device_name(idx)
-        meta["gpu_compute_capability"] = "%d.%d" % torch.cuda.get_device_capability(idx)
+        meta["gpu_compute_capability"] = "{}.{}".format(*torch.cuda.get_device_capability(idx))
         meta["cuda_version"] = torch.version.cuda
         meta["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
         meta["tf32_cudnn"] = bool(torch.backends.cudnn.allow_tf32)
