@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .environment import local_folder
 from .errors import CaptureError
-from .fingerprint import DTYPE_NAMES
+from .fingerprint import torch_dtype_name
 from .kernels import SETTINGS, Request
 from .outputs import check_all
 from .recorder import capture
@@ -150,8 +150,7 @@ def ab_paths(prefix: Path, settings: list[str]) -> list[Path]:
 
 
 def run(args, note) -> int:
-    if args.dtype.lower() not in DTYPE_NAMES:
-        raise CaptureError(f"unknown dtype {args.dtype!r} (f32, bf16, f16, f64)")
+    torch_dtype_name(args.dtype)  # before the model load: fail fast
     if args.ab and (args.linear_attention != "auto" or args.conv or args.core or args.norm):
         raise CaptureError("--ab takes its two settings itself (--ab X,Y); "
                            "drop --linear-attention/--conv/--core/--norm")
@@ -177,7 +176,7 @@ def run(args, note) -> int:
 def run_reserved(args, note, settings, outs) -> int:
     import torch
 
-    torch_dtype = getattr(torch, DTYPE_NAMES[args.dtype.lower()])
+    torch_dtype = getattr(torch, torch_dtype_name(args.dtype))
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise CaptureError(f"--device {args.device}: torch.cuda.is_available() is False here")

@@ -18,16 +18,27 @@ from .environment import (
     token_ids_sha256,
     weights_digest,
 )
+from .errors import CaptureError
 from .kernels import summary_implementation
 
 # torch dtype name → hsdiff's label.
 HSDIFF_DTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64"}
+# The names `dtype=` / `--dtype` take → torch's dtype name: exactly the names hsdiff's `--dtype`
+# accepts for these dtypes, case and all (tests/fixtures/dtype_names.txt holds both sides to it).
 DTYPE_NAMES = {
-    "f32": "float32", "float32": "float32", "fp32": "float32",
+    "f32": "float32", "float32": "float32",
     "bf16": "bfloat16", "bfloat16": "bfloat16",
-    "f16": "float16", "float16": "float16", "fp16": "float16",
+    "f16": "float16", "float16": "float16",
     "f64": "float64", "float64": "float64",
 }
+
+
+def torch_dtype_name(name: str) -> str:
+    """torch's name of the dtype hsdiff calls `name` (`f32`, `bf16`, …, or torch's own name)."""
+    if name not in DTYPE_NAMES:
+        raise CaptureError(f"unknown dtype {name!r} (f32, bf16, f16, f64, or torch's float32, bfloat16, float16, "
+                           "float64)")
+    return DTYPE_NAMES[name]
 
 
 def dtype_label(dtype) -> str:

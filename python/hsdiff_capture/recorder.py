@@ -55,10 +55,7 @@ def resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
 
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
-    name = fingerprint.DTYPE_NAMES.get(str(dtype).lower())
-    if name is None:
-        raise CaptureError(f"dtype {dtype!r}: expected f32, bf16, f16 or f64")
-    return getattr(torch, name)
+    return getattr(torch, fingerprint.torch_dtype_name(dtype))
 
 
 class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, like a function
