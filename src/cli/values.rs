@@ -86,7 +86,9 @@ mod tests {
         let golden = golden_dtype_names();
         for &(name, label) in &golden {
             // `ignore_case = false`: clap's own matching of a `--dtype` value.
-            let clap = DtypeArg::from_str(name, false).ok().map(|d| dtype_label(d.0));
+            let clap = DtypeArg::from_str(name, false)
+                .ok()
+                .map(|d| dtype_label(d.0));
             let lib = parse_dtype(name).ok().map(dtype_label);
             assert_eq!(clap, label, "--dtype {name}");
             assert_eq!(lib, label, "parse_dtype({name})");
