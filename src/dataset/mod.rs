@@ -210,8 +210,6 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
     let mut progress = Progress::new(calibrated.len() + rest.len());
     let mut samples = Vec::with_capacity(mine.len());
     let mut floors = floors::Floors::default();
-    // Samples whose all-zero positions on both sides were left out as padding.
-    let mut padded: Vec<String> = Vec::new();
     for job in &calibrated {
         let (sa, sb) = (&side_a.samples[job.pair.a], &side_b.samples[job.pair.b]);
         let outcome = compare_one(sa, sb, opts, Calibration::Loaded(&mut model));
@@ -222,10 +220,7 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         }
         if job.keep {
             match outcome {
-                Ok(o) => {
-                    padded.extend(padding_of(sa, &o));
-                    samples.push(row_of(job, sa, sb, &o));
-                }
+                Ok(o) => samples.push(row_of(job, sa, sb, &o)),
                 Err(e) => failed.push(failed_of(sa, sb, e)),
             }
         }
@@ -243,14 +238,11 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         if let Some(f) = floors {
             f.apply(&mut row, &outcome.report);
         }
-        Ok((row, padding_of(sa, &outcome)))
+        Ok(row)
     };
     workers::run_all(&rest, workers.count, judge, |i, row| {
         match row {
-            Ok((row, pad)) => {
-                padded.extend(pad);
-                samples.push(row);
-            }
+            Ok(row) => samples.push(row),
             Err(f) => failed.push(f),
         }
         let j = &rest[i];
@@ -281,14 +273,6 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
             ));
         }
     }
-    if !padded.is_empty() {
-        notes.push(format!(
-            "zero padding left out in {} sample(s) (positions zero in every hidden state of both \
-             sides, no attention_mask: no forward writes an all-zero hidden state): {}",
-            padded.len(),
-            padded.join(", ")
-        ));
-    }
     let mut report = DatasetReport {
         schema: DATASET_SCHEMA.to_string(),
         verdict: Verdict::Ok,
@@ -317,6 +301,7 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         shard: opts.shard,
         pairs_total: total,
         notes,
+        sample_notes: Vec::new(),
         command: opts.pair.command.clone(),
     };
     aggregate::finish(&mut report);
@@ -350,14 +335,6 @@ fn row_of(
         (sa.file_label(), sb.file_label()),
         outcome,
     )
-}
-
-/// "ID LEFT_OUT of POSITIONS" when the pair's zero padding was left out.
-fn padding_of(sa: &Sample, outcome: &crate::compare_pair::PairOutcome) -> Option<String> {
-    outcome
-        .zero_padding
-        .as_ref()
-        .map(|p| format!("{} {} of {}", sa.id, p.left_out, p.of))
 }
 
 fn failed_of(sa: &Sample, sb: &Sample, e: Error) -> Failed {

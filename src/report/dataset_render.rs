@@ -121,7 +121,7 @@ fn lists(r: &DatasetReport) -> Vec<String> {
 
 fn header(r: &DatasetReport) -> String {
     let mut out = format!("{}\n\n", r.summary);
-    for note in &r.notes {
+    for note in r.notes.iter().chain(&r.sample_notes) {
         out.push_str(&format!("note: {note}\n"));
     }
     for (side, spec, formats) in [("A", &r.a, &r.formats_a), ("B", &r.b, &r.formats_b)] {

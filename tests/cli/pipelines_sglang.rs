@@ -82,11 +82,13 @@ fn max_x_floor(r: &Value) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// A report's notes: a pair report's `notes`; a dataset report's run notes and sample notes.
 fn notes(r: &Value) -> String {
-    r["notes"]
-        .as_array()
-        .expect("notes")
-        .iter()
+    let empty = Vec::new();
+    let of = |key: &str| r[key].as_array().unwrap_or(&empty).clone();
+    of("notes")
+        .into_iter()
+        .chain(of("sample_notes"))
         .map(|n| n.as_str().unwrap_or_default().to_string())
         .collect::<Vec<_>>()
         .join("\n")
@@ -335,6 +337,64 @@ fn zero_row_on_one_side_is_flagged() {
         "{}",
         r["notes"]
     );
+}
+
+/// The zero padding note is drawn from the samples' rows, so two shards merged say what the
+/// whole run says — each shard saw one padded sample only.
+#[test]
+fn zero_padding_note_survives_a_merge() {
+    let model = "qwen3_5_tiny";
+    let batch = fx(model, "specforge_dflash_batch_nomask/batch.ckpt");
+    let cfg = fx(model, "draft_config.json");
+    let (code, mut whole, err) = json(&batch, &batch, &["--draft-config", &cfg, "--no-floor"]);
+    assert_eq!(code, 0, "{}\n{err}", whole["summary"]);
+    let dir = std::env::temp_dir().join(format!("hsdiff-padding-merge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut parts = Vec::new();
+    for i in 0..2 {
+        let out = dir.join(format!("part{i}.json")).display().to_string();
+        let shard = format!("{i}/2");
+        let o = common::hsdiff(
+            &[
+                "compare",
+                &batch,
+                &batch,
+                "--draft-config",
+                &cfg,
+                "--no-floor",
+                "--format",
+                "json",
+                "--out",
+                &out,
+                "--shard",
+                &shard,
+            ],
+            &common::repo_root(),
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", common::stderr_of(&o));
+        let part: Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).expect("part")).expect("JSON");
+        assert!(
+            !notes(&part).contains("batch#0 6 of 16, batch#1 3 of 16"),
+            "shard {i}"
+        );
+        parts.push(out);
+    }
+    let mut args = vec!["merge", "--format", "json"];
+    args.extend(parts.iter().map(String::as_str));
+    let o = common::hsdiff(&args, &common::repo_root());
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr_of(&o));
+    let mut merged: Value = serde_json::from_slice(&o.stdout).expect("merged JSON");
+    assert!(
+        notes(&merged).contains("batch#0 6 of 16, batch#1 3 of 16"),
+        "{}",
+        merged["sample_notes"]
+    );
+    for r in [&mut whole, &mut merged] {
+        r.as_object_mut().expect("object").remove("command");
+    }
+    assert_eq!(merged, whole);
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// The dumper before `meta` (`forward_pass_id=…` names, the bare tensor): read alike.
