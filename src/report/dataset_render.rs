@@ -6,7 +6,7 @@ use comfy_table::Cell;
 use super::dataset::{DatasetReport, SampleRow, Unpaired};
 use super::emit::{Format, ReportOptions};
 use super::table::grid;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 fn x_floor(x: Option<f64>) -> String {
     match x {
@@ -223,13 +223,7 @@ pub fn render(r: &DatasetReport, format: Format) -> Result<Vec<u8>> {
     Ok(match format {
         Format::Table => table(r).into_bytes(),
         Format::Markdown => markdown(r).into_bytes(),
-        Format::Json => {
-            let mut bytes = serde_json::to_vec_pretty(r).map_err(|e| {
-                Error::Internal(format!("cannot encode the dataset report as JSON: {e}"))
-            })?;
-            bytes.push(b'\n');
-            bytes
-        }
+        Format::Json => crate::json_doc::pretty(r, "the dataset report")?,
     })
 }
 
