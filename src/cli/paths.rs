@@ -21,10 +21,12 @@ pub struct PathsArgs {
     /// Paths to run, comma-separated: decode, chunked-prefill, packed, padded, state-dtype.
     #[arg(
         long,
+        value_enum,
         value_name = "LIST",
+        value_delimiter = ',',
         default_value = "decode,chunked-prefill,packed,padded,state-dtype"
     )]
-    pub paths: String,
+    pub paths: Vec<PathKind>,
 
     /// Seed of the random split of chunked-prefill.
     #[arg(long, default_value_t = 12)]
@@ -44,7 +46,13 @@ pub struct PathsArgs {
 }
 
 pub fn run(args: &PathsArgs) -> Result<i32> {
-    let kinds = PathKind::parse_list(&args.paths)?;
+    // In the order given, each once.
+    let mut kinds: Vec<PathKind> = Vec::new();
+    for k in &args.paths {
+        if !kinds.contains(k) {
+            kinds.push(*k);
+        }
+    }
     if args.format == Format::Markdown {
         return Err(Error::argument(
             "--format",

@@ -8,6 +8,7 @@ use clap::builder::PossibleValue;
 use crate::backends::BackendKind;
 use crate::device::{COMPUTE_DTYPES, dtype_aliases, dtype_label};
 use crate::live::Mode;
+use crate::paths::PathKind;
 
 impl ValueEnum for BackendKind {
     fn value_variants<'a>() -> &'a [Self] {
@@ -16,6 +17,16 @@ impl ValueEnum for BackendKind {
 
     fn to_possible_value(&self) -> Option<PossibleValue> {
         Some(PossibleValue::new(self.name()))
+    }
+}
+
+impl ValueEnum for PathKind {
+    fn value_variants<'a>() -> &'a [Self] {
+        &PathKind::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.as_str()))
     }
 }
 

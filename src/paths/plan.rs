@@ -3,7 +3,6 @@
 use candle_core::DType;
 
 use crate::device::dtype_label;
-use crate::error::{Error, Result};
 use crate::testdata::SplitMix;
 
 /// Chunk length of the chunked gated delta rule (transformers, fla): where padding bugs live.
@@ -40,30 +39,6 @@ impl PathKind {
             PathKind::Padded => "padded",
             PathKind::StateDtype => "state-dtype",
         }
-    }
-
-    /// `decode,packed,…` → kinds, in the order given.
-    pub fn parse_list(arg: &str) -> Result<Vec<PathKind>> {
-        let mut out = Vec::new();
-        for name in arg.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let kind = PathKind::ALL
-                .into_iter()
-                .find(|k| k.as_str() == name)
-                .ok_or_else(|| {
-                    let known: Vec<&str> = PathKind::ALL.iter().map(|k| k.as_str()).collect();
-                    Error::argument(
-                        "--paths",
-                        format!("unknown path `{name}` (known: {})", known.join(", ")),
-                    )
-                })?;
-            if !out.contains(&kind) {
-                out.push(kind);
-            }
-        }
-        if out.is_empty() {
-            return Err(Error::argument("--paths", "names no path"));
-        }
-        Ok(out)
     }
 }
 
