@@ -98,3 +98,25 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
     }
     Ok(i32::from(args.fail_on.flags(report.verdict)))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::super::Cli;
+    use crate::paths::PathKind;
+
+    /// `--paths` takes a comma-separated list of the known names, and nothing else.
+    #[test]
+    fn paths_parse_as_a_list_of_known_names() {
+        let cli = Cli::try_parse_from(["hsdiff", "paths", "--paths", "packed,decode"])
+            .expect("a list of known names");
+        let Some(super::super::Command::Paths(args)) = cli.command else {
+            panic!("not the paths command")
+        };
+        assert_eq!(args.paths, [PathKind::Packed, PathKind::Decode]);
+        let bad = Cli::try_parse_from(["hsdiff", "paths", "--paths", "decode,bogus"])
+            .expect_err("an unknown name");
+        assert!(bad.to_string().contains("bogus"), "{bad}");
+    }
+}
