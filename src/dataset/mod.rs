@@ -13,6 +13,7 @@ mod discover;
 mod floors;
 mod match_samples;
 pub mod merge;
+mod prefetch;
 mod workers;
 
 pub use discover::is_dataset;
@@ -232,7 +233,11 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         progress.tick(&sa.id);
     }
     let floors = opts.calibrate.is_some().then_some(&floors);
-    let judge = |job: &Job| {
+    let judge = |i: usize, job: &Job| {
+        if let Some(next) = rest.get(i + workers.count.max(1)) {
+            let (na, nb) = (&side_a.samples[next.pair.a], &side_b.samples[next.pair.b]);
+            prefetch::read_ahead(vec![na.path.clone(), nb.path.clone()]);
+        }
         let (sa, sb) = (&side_a.samples[job.pair.a], &side_b.samples[job.pair.b]);
         let calibration = match floors {
             Some(_) => Calibration::Skip("floors from the calibration pairs".to_string()),
