@@ -11,6 +11,7 @@
 mod aggregate;
 mod discover;
 mod floors;
+mod keep_memory;
 mod match_samples;
 pub mod merge;
 mod prefetch;
@@ -68,6 +69,7 @@ pub fn parse_shard(arg: &str) -> Result<Shard> {
 
 /// Compares the samples of `a` with those of `b`.
 pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
+    keep_memory::keep_freed_buffers();
     let (side_a, failed_a) = discover::side(a, opts.dtype_hint, &opts.read_a)?;
     let (side_b, failed_b) = discover::side(b, opts.dtype_hint, &opts.read_b)?;
     crate::formats::pipelines::check_ids_used(
