@@ -72,6 +72,17 @@ names and folders as in the pipelines' code (read, not copied; see docs/file-for
                                                  hook's order saves it). Only these leaves are written (the
                                                  attention / MLP leaves SGLang also saves are left out to keep
                                                  the fixture small)
+    sglang/tensor_dump_batch/TP0_PP0_Rank0_pid4242/Pass00000.pt
+                                                 (qwen3_5_tiny only, as the next two) one prefill pass of two
+                                                 requests, prompts 0 and 1 (SGLang batches concurrent
+                                                 prompts: tokens concatenated, seq_lens [10, 13]); each
+                                                 request computed on its own, as varlen attention does
+    sglang/dumper_batch/dump_…/                  the dumper's step 0 of the same two requests (input_ids and
+                                                 seq_lens core fields, layers sglang_ids)
+    sglang/tensor_dump_decode/TP0_PP0_Rank0_pid4242/Pass00000.pt
+                                                 a decode pass of the two requests: one token each (the
+                                                 last prompt token's rows), seq_lens [10, 13] (refused: the requests' positions cannot be told
+                                                 apart from a pass that holds 2 tokens)
 
 The MoE model has 6 layers, where the pipelines' default ids repeat a layer ([1, 2, 2]); its
 EAGLE-3 / Model-Optimizer / speculators files use the ids in its draft_config.json instead
@@ -501,7 +512,56 @@ def write_sglang(name: str, spec: dict) -> None:
             tensors["model"] = previous
         previous = st["final_norm"]
         torch.save(tensors, rank_dir / f"Pass{p:05d}.pt")
+
+    if variants:
+        write_sglang_batches(out, prompts[:2], runs[:2], L, ids_n)
     print(f"wrote {out}")
+
+
+def tensor_dump_pass(runs: list, L: int, ids: list[int], seq_lens: list[int], positions: list[int]) -> dict:
+    """One Pass{n}.pt dict of the requests `runs` (per-request forward_split results, [T, H] each)
+    batched into one forward pass: every tensor the requests' rows concatenated."""
+    cat = lambda pick: torch.cat([pick(st) for st in runs])
+    tensors: dict = {"model.embed_tokens": cat(lambda st: st["embed"])}
+    for n in range(L):
+        normed = cat(lambda st: st[("in_norm", n)])
+        tensors[f"model.layers.{n}.input_layernorm"] = (
+            normed if n == 0 else [normed, cat(lambda st: st[("out", n - 1)])]
+        )
+    tensors["model.norm"] = [cat(lambda st: st["final_norm"]), cat(lambda st: st[("out", L - 1)])]
+    tensors["model.forward_batch_info.input_ids"] = torch.tensor(ids)
+    tensors["model.forward_batch_info.seq_lens"] = torch.tensor(seq_lens)
+    tensors["model.forward_batch_info.positions"] = torch.tensor(positions)
+    return tensors
+
+
+def write_sglang_batches(out: Path, prompts: list, runs: list, L: int, ids_n: list) -> None:
+    """Forward passes batching two requests: a prefill pass of both prompts (each request is a
+    sample), in both dump formats, and a decode pass of one token per request (refused)."""
+    ids = [t for p in prompts for t in p]
+    lens = [len(p) for p in prompts]
+    rank_dir = out / "tensor_dump_batch" / "TP0_PP0_Rank0_pid4242"
+    rank_dir.mkdir(parents=True)
+    positions = [i for n in lens for i in range(n)]
+    torch.save(tensor_dump_pass(runs, L, ids, lens, positions), rank_dir / "Pass00000.pt")
+
+    layer = "non_intrusive__model.layers"
+    d = Dumper(out / "dumper_batch", 0, 1)
+    d.dump(0, "input_ids", torch.tensor(ids))
+    d.dump(0, "seq_lens", torch.tensor(lens))
+    for n in ids_n:
+        d.dump(0, f"{layer}.{n}.output.0", torch.cat([st[("hidden", n)] for st in runs]), layer_id=n)
+        d.dump(0, f"{layer}.{n}.output.1", torch.cat([st[("residual", n)] for st in runs]), layer_id=n)
+    d.dump(0, "non_intrusive__model.norm.output.0", torch.cat([st["final_norm"] for st in runs]))
+
+    # A decode pass: one row per request, the token at its last position fed on its own (as
+    # each decode step feeds one); seq_lens counts each request's whole length so far.
+    last = [{k: v[-1:] for k, v in st.items()} for st in runs]
+    rank_dir = out / "tensor_dump_decode" / "TP0_PP0_Rank0_pid4242"
+    rank_dir.mkdir(parents=True)
+    decode_ids = [p[-1] for p in prompts]
+    torch.save(tensor_dump_pass(last, L, decode_ids, lens, [n - 1 for n in lens]),
+               rank_dir / "Pass00000.pt")
 
 
 def write_padding(name: str, spec: dict) -> None:

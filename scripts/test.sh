@@ -38,6 +38,10 @@ fi
 rm -rf python/build
 "$venv/bin/pip" install --quiet --no-deps --no-build-isolation --force-reinstall ./python
 
+# The package clean under ruff and mypy (configured in python/pyproject.toml; pinned above).
+"$venv/bin/ruff" check python/hsdiff_capture
+(cd python && "$venv/bin/mypy")
+
 # pytest exits 5 when it collects no test: that is a failure here, never a pass.
 rc=0
 HSDIFF_BIN="$PWD/target/debug/hsdiff" HSDIFF_ERA_A_PYTHON="$venv/era-a/bin/python" \

@@ -326,9 +326,7 @@ pub fn set_json(outcomes: &[CheckOutcome]) -> Result<Vec<u8>> {
         "verdict": worst(outcomes),
         "checks": checks,
     });
-    let mut bytes = serde_json::to_vec_pretty(&doc).map_err(encode)?;
-    bytes.push(b'\n');
-    Ok(bytes)
+    crate::json_doc::pretty(&doc, "the check set")
 }
 
 /// A set of checks as text: each report rendered by `render` under a `== check NAME ==`

@@ -161,16 +161,54 @@ fn is_recurrent_state(name: &str) -> bool {
     names::parse_state(name).is_some_and(|(_, kind)| kind == names::STATE_RECURRENT)
 }
 
-/// A report note naming the final recurrent states that only one side holds, which therefore
-/// have no row; None when both sides hold the same ones.
-pub fn one_sided_states(a: &[String], b: &[String]) -> Option<String> {
-    let only = |x: &[String], y: &[String]| -> Vec<String> {
-        x.iter()
-            .filter(|n| is_recurrent_state(n) && !y.contains(n))
-            .cloned()
-            .collect()
-    };
-    let (in_a, in_b) = (only(a, b), only(b, a));
+/// The tensors that would be rows (see [`plan_rows`]; final states included) which `x` holds
+/// and `y` does not, in forward order; only those decoder layers with `layers`.
+pub fn only_in(x: &[String], y: &[String], layers: Option<&[usize]>) -> Vec<String> {
+    let missing: Vec<String> = x.iter().filter(|n| !y.contains(n)).cloned().collect();
+    plan_rows(&missing, None, layers)
+        .into_iter()
+        .map(|r| r.name)
+        .collect()
+}
+
+/// What each side holds that the other does not, so it gets no row: final recurrent states
+/// (`states`) and everything else that would be a row (`tensors`: layers, ops, embed,
+/// final_norm, logits).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct OneSided {
+    pub states_a: Vec<String>,
+    pub states_b: Vec<String>,
+    pub tensors_a: Vec<String>,
+    pub tensors_b: Vec<String>,
+}
+
+impl OneSided {
+    pub fn of(a: &[String], b: &[String], layers: Option<&[usize]>) -> Self {
+        let (in_a, in_b) = (only_in(a, b, layers), only_in(b, a, layers));
+        let (states_a, tensors_a) = in_a.into_iter().partition(|n| is_recurrent_state(n));
+        let (states_b, tensors_b) = in_b.into_iter().partition(|n| is_recurrent_state(n));
+        OneSided {
+            states_a,
+            states_b,
+            tensors_a,
+            tensors_b,
+        }
+    }
+
+    /// The report note on the final states only one side holds; None when both hold the same.
+    pub fn states_note(&self) -> Option<String> {
+        one_sided_note("final state", &self.states_a, &self.states_b)
+    }
+
+    /// The report note on the other tensors only one side holds; None when there are none.
+    pub fn tensors_note(&self) -> Option<String> {
+        one_sided_note("tensor", &self.tensors_a, &self.tensors_b)
+    }
+}
+
+/// "N WHATs only in A (x, y, … and K more), not compared: B holds no such tensor" for each side
+/// that has some, joined by "; ".
+pub fn one_sided_note(what: &str, in_a: &[String], in_b: &[String]) -> Option<String> {
     let part = |side: &str, other: &str, list: &[String]| -> Option<String> {
         (!list.is_empty()).then(|| {
             let shown: Vec<&str> = list.iter().take(4).map(String::as_str).collect();
@@ -181,14 +219,14 @@ pub fn one_sided_states(a: &[String], b: &[String]) -> Option<String> {
                 String::new()
             };
             format!(
-                "{} final state{} only in {side} ({}{more}), not compared: {other} holds no such tensor",
+                "{} {what}{} only in {side} ({}{more}), not compared: {other} holds no such tensor",
                 list.len(),
                 if list.len() == 1 { "" } else { "s" },
                 shown.join(", "),
             )
         })
     };
-    let parts: Vec<String> = [part("A", "B", &in_a), part("B", "A", &in_b)]
+    let parts: Vec<String> = [part("A", "B", in_a), part("B", "A", in_b)]
         .into_iter()
         .flatten()
         .collect();
@@ -277,18 +315,58 @@ mod tests {
             "state.layers.1.recurrent",
         ]);
         assert_eq!(
-            one_sided_states(&a, &b).as_deref(),
+            OneSided::of(&a, &b, None).states_note().as_deref(),
             Some(
                 "1 final state only in A (state.layers.0.recurrent), not compared: B holds no \
                  such tensor"
             )
         );
-        assert_eq!(one_sided_states(&b, &b), None);
+        assert_eq!(OneSided::of(&b, &b, None).states_note(), None);
         assert!(
-            one_sided_states(&owned(&["layers.0"]), &a)
+            OneSided::of(&owned(&["layers.0"]), &a, None)
+                .states_note()
                 .is_some_and(|n| n.starts_with("2 final states only in B"))
         );
         assert!(conv_window_note(&a, &b).is_some_and(|n| n.starts_with("1 conv window ")));
         assert_eq!(conv_window_note(&a, &owned(&["layers.0"])), None);
+    }
+
+    #[test]
+    fn one_sided_tensors_are_named_in_forward_order() {
+        let a = owned(&[
+            "input_ids",
+            "embed",
+            "layers.0",
+            "layers.1.ops.conv",
+            "layers.1",
+            "layers.2",
+            "final_norm",
+            "logits",
+        ]);
+        let b = owned(&["input_ids", "layers.0", "layers.2", "layers.9"]);
+        let one = OneSided::of(&a, &b, None);
+        assert_eq!(
+            one.tensors_a,
+            owned(&[
+                "embed",
+                "layers.1.ops.conv",
+                "layers.1",
+                "final_norm",
+                "logits"
+            ])
+        );
+        assert_eq!(
+            one.tensors_note().as_deref(),
+            Some(
+                "5 tensors only in A (embed, layers.1.ops.conv, layers.1, final_norm and 1 more), not \
+             compared: B holds no such tensor; 1 tensor only in B (layers.9), not compared: A \
+             holds no such tensor"
+            )
+        );
+        // --layers keeps the note to the layers asked for.
+        let kept = OneSided::of(&a, &b, Some(&[0, 2]));
+        assert_eq!(kept.tensors_a, owned(&["embed", "final_norm", "logits"]));
+        assert!(kept.tensors_b.is_empty());
+        assert_eq!(OneSided::of(&b, &b, None).tensors_note(), None);
     }
 }

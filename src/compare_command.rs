@@ -66,8 +66,8 @@ pub fn compare(req: &CompareRequest) -> Result<Compared> {
                 ..read.clone()
             },
         )?
-        .pipeline
-        .is_some_and(|p| p.batch > 1))
+        .samples_held()
+            > 1)
     };
     if dataset::is_dataset(&req.a)
         || dataset::is_dataset(&req.b)

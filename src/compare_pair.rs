@@ -13,7 +13,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 
 use crate::capture::names;
-use crate::compare::{Kind, TensorSource, one_sided_states};
+use crate::compare::{Kind, OneSided, TensorSource};
 use crate::compare_tokens::{self, GivenIds};
 use crate::disjoint;
 use crate::error::{Error, Result};
@@ -64,6 +64,8 @@ pub struct PairOutcome {
     pub trained: Option<Trained>,
     /// Positions both sides held as all-zero padding, left out.
     pub zero_padding: Option<crate::formats::pipelines::ZeroPadding>,
+    /// What only one side held, so it got no row.
+    pub held_by_one: OneSided,
 }
 
 pub struct Trained {
@@ -285,7 +287,8 @@ fn compare_on(
     }
     let alignment = pairing::align(a, b, thresholds(dtype).ok, opts.shift)?;
     let layer_types = session.map(|(s, _)| s.model.config.layer_types.as_slice());
-    if let Some(note) = one_sided_states(&a.names(), &b.names()) {
+    let mut held_by_one = OneSided::of(&a.names(), &b.names(), layers.as_deref());
+    if let Some(note) = held_by_one.states_note() {
         say(&note);
         notes.push(note);
     }
@@ -313,6 +316,15 @@ fn compare_on(
             None,
         ),
     };
+    // Files of different layers are judged against the truth layer by layer above; otherwise
+    // what one side alone holds gets no row, and the report says so.
+    if one_sided.is_some() {
+        held_by_one.tensors_a.clear();
+        held_by_one.tensors_b.clear();
+    } else if let Some(note) = held_by_one.tensors_note() {
+        say(&note);
+        notes.push(note);
+    }
     // Files of different layers have no diagonal to shift.
     let alignment = alignment.filter(|_| one_sided.is_none());
     if let Some(last) = last_layer {
@@ -412,6 +424,7 @@ fn compare_on(
         report,
         trained,
         zero_padding: None,
+        held_by_one,
     })
 }
 

@@ -49,16 +49,24 @@ pub enum Error {
     #[error("internal error, please report it: {0}")]
     Internal(String),
 
-    /// An error inside candle that no more specific variant explains.
-    #[error("tensor op: {0}")]
-    Candle(String),
+    /// An error inside candle that no more specific variant explains: its first line (candle
+    /// errors can span several — backtraces — and the report keeps to one), and the error
+    /// itself as the source, for a caller that walks the chain.
+    #[error("tensor op: {line}")]
+    Candle {
+        line: String,
+        #[source]
+        source: Box<candle_core::Error>,
+    },
 }
 
 impl From<candle_core::Error> for Error {
     fn from(e: candle_core::Error) -> Self {
-        // candle errors can span several lines (backtraces); keep the report to one line.
-        let text = e.to_string();
-        Error::Candle(text.lines().next().unwrap_or_default().to_string())
+        let line = e.to_string().lines().next().unwrap_or_default().to_string();
+        Error::Candle {
+            line,
+            source: Box::new(e),
+        }
     }
 }
 
@@ -108,3 +116,18 @@ impl Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A candle error reads as one line, and is kept whole as the source.
+    #[test]
+    fn candle_errors_keep_their_source() {
+        let inner = candle_core::Error::Msg("first line\nsecond line".to_string());
+        let e = Error::from(inner);
+        assert_eq!(e.to_string(), "tensor op: first line");
+        let source = std::error::Error::source(&e).expect("source");
+        assert_eq!(source.to_string(), "first line\nsecond line");
+    }
+}

@@ -31,6 +31,7 @@ pub mod formats;
 pub mod fp8;
 pub mod input;
 pub mod job;
+pub mod json_doc;
 pub mod limits;
 pub mod live;
 pub mod mapped;

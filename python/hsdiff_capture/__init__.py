@@ -11,8 +11,8 @@ See docs/capture-pytorch.md.
 
 __version__ = "0.1.0"
 
-from .errors import CaptureError  # noqa: E402
-from .kernels import Request  # noqa: E402
-from .recorder import CaptureResult, capture, recording  # noqa: E402
+from .errors import CaptureError
+from .kernels import Request
+from .recorder import CaptureResult, capture, recording
 
-__all__ = ["CaptureError", "CaptureResult", "Request", "capture", "recording", "__version__"]
+__all__ = ["CaptureError", "CaptureResult", "Request", "__version__", "capture", "recording"]

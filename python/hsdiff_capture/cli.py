@@ -15,9 +15,9 @@ from pathlib import Path
 
 from .environment import local_folder
 from .errors import CaptureError
-from .fingerprint import DTYPE_NAMES
-from .outputs import check_all
+from .fingerprint import torch_dtype_name
 from .kernels import SETTINGS, Request
+from .outputs import check_all
 from .recorder import capture
 
 PROG = "hsdiff-capture"
@@ -112,7 +112,7 @@ def prompt_text(arg: str) -> str:
             return Path(arg[1:]).read_bytes().decode("utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise CaptureError(f"--prompt {arg}: {e}") from None
-    builtin = resources.files("hsdiff_capture").joinpath("prompts", f"{arg}.txt")
+    builtin = resources.files("hsdiff_capture").joinpath("prompts").joinpath(f"{arg}.txt")
     if builtin.is_file():
         return builtin.read_bytes().decode("utf-8")
     return arg
@@ -150,10 +150,10 @@ def ab_paths(prefix: Path, settings: list[str]) -> list[Path]:
 
 
 def run(args, note) -> int:
-    if args.dtype.lower() not in DTYPE_NAMES:
-        raise CaptureError(f"unknown dtype {args.dtype!r} (f32, bf16, f16, f64)")
+    torch_dtype_name(args.dtype)  # before the model load: fail fast
     if args.ab and (args.linear_attention != "auto" or args.conv or args.core or args.norm):
-        raise CaptureError("--ab takes its two settings itself (--ab X,Y); drop --linear-attention/--conv/--core/--norm")
+        raise CaptureError("--ab takes its two settings itself (--ab X,Y); "
+                           "drop --linear-attention/--conv/--core/--norm")
     settings = ab_settings(args.ab) if args.ab else None
     requests = [Request.from_options(s) for s in settings] if settings else [
         Request.from_options(args.linear_attention, conv=args.conv, core=args.core, norm=args.norm)]
@@ -176,7 +176,7 @@ def run(args, note) -> int:
 def run_reserved(args, note, settings, outs) -> int:
     import torch
 
-    torch_dtype = getattr(torch, DTYPE_NAMES[args.dtype.lower()])
+    torch_dtype = getattr(torch, torch_dtype_name(args.dtype))
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise CaptureError(f"--device {args.device}: torch.cuda.is_available() is False here")
@@ -193,7 +193,7 @@ def run_reserved(args, note, settings, outs) -> int:
         return 0
     paths = [out.given for out in outs]
     ran = []
-    for setting, out in zip(settings, outs):
+    for setting, out in zip(settings, outs, strict=True):
         res = capture(model, ids, out, linear_attention=setting, **common)
         ran.append(what_ran(res.fingerprint))
         note(describe(res))

@@ -29,8 +29,7 @@ import os
 from pathlib import Path
 
 from . import __version__
-from .environment import (kernel_packages, local_folder, sha256_file, token_ids_sha256, version_of,
-                          weights_digest)
+from .environment import kernel_packages, local_folder, sha256_file, token_ids_sha256, version_of, weights_digest
 from .errors import CaptureError
 from .fingerprint import dtype_label
 from .outputs import Output, Protected, write_safetensors

@@ -11,6 +11,7 @@ import json
 import platform
 import struct
 from pathlib import Path
+from typing import BinaryIO
 
 # Kernel packages whose presence changes what transformers runs: import name → distribution.
 KERNEL_PACKAGES = {
@@ -139,11 +140,11 @@ def weights_digest(folder: Path) -> str | None:
         for name, info in header.items():
             entries[name] = (path, 8 + n, info)
     h = hashlib.sha256()
-    handles = {}
+    handles: dict[Path, BinaryIO] = {}
     try:
         for name in sorted(entries, key=lambda s: s.encode("utf-8")):
             path, base, info = entries[name]
-            f = handles.get(path) or handles.setdefault(path, open(path, "rb"))
+            src = handles.get(path) or handles.setdefault(path, open(path, "rb"))
             start, end = info["data_offsets"]
             length = end - start
             h.update(name.encode("utf-8") + b"\0")
@@ -153,9 +154,9 @@ def weights_digest(folder: Path) -> str | None:
                 h.update(struct.pack("<Q", d))
             h.update(struct.pack("<Q", length))
 
-            def read(off: int, size: int) -> bytes:
-                f.seek(base + start + off)
-                return f.read(size)
+            def read(off: int, size: int, src: BinaryIO = src, at: int = base + start) -> bytes:
+                src.seek(at + off)
+                return src.read(size)
 
             if length <= DIGEST_WHOLE_BELOW:
                 h.update(read(0, length))
@@ -167,8 +168,8 @@ def weights_digest(folder: Path) -> str | None:
                 off += DIGEST_STRIDE
             h.update(read(last, DIGEST_WINDOW))
     finally:
-        for f in handles.values():
-            f.close()
+        for src in handles.values():
+            src.close()
     return f"{DIGEST_METHOD}:{h.hexdigest()}"
 
 

@@ -9,18 +9,36 @@ import platform
 import socket
 
 from . import __version__
-from .environment import (cpu_features, cpu_model, local_folder, nvidia_driver, sha256_file,
-                          token_ids_sha256, weights_digest)
+from .environment import (
+    cpu_features,
+    cpu_model,
+    local_folder,
+    nvidia_driver,
+    sha256_file,
+    token_ids_sha256,
+    weights_digest,
+)
+from .errors import CaptureError
 from .kernels import summary_implementation
 
 # torch dtype name → hsdiff's label.
 HSDIFF_DTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64"}
+# The names `dtype=` / `--dtype` take → torch's dtype name: exactly the names hsdiff's `--dtype`
+# accepts for these dtypes, case and all (tests/fixtures/dtype_names.txt holds both sides to it).
 DTYPE_NAMES = {
-    "f32": "float32", "float32": "float32", "fp32": "float32",
+    "f32": "float32", "float32": "float32",
     "bf16": "bfloat16", "bfloat16": "bfloat16",
-    "f16": "float16", "float16": "float16", "fp16": "float16",
+    "f16": "float16", "float16": "float16",
     "f64": "float64", "float64": "float64",
 }
+
+
+def torch_dtype_name(name: str) -> str:
+    """torch's name of the dtype hsdiff calls `name` (`f32`, `bf16`, …, or torch's own name)."""
+    if name not in DTYPE_NAMES:
+        raise CaptureError(f"unknown dtype {name!r} (f32, bf16, f16, f64, or torch's float32, bfloat16, float16, "
+                           "float64)")
+    return DTYPE_NAMES[name]
 
 
 def dtype_label(dtype) -> str:
@@ -37,7 +55,7 @@ def device_label(device) -> str:
 def transformers_availability() -> dict:
     from transformers.utils import import_utils
 
-    out = {}
+    out: dict[str, bool | str] = {}
     for fn in ("is_flash_linear_attention_available", "is_causal_conv1d_available", "is_kernels_available"):
         f = getattr(import_utils, fn, None)
         if f is not None:
@@ -112,7 +130,7 @@ def build(model, tm, forcing, packages: dict, ids: list[int], run_dtype, stored_
     if device.type == "cuda":
         idx = device.index or 0
         meta["device_name"] = torch.cuda.get_device_name(idx)
-        meta["gpu_compute_capability"] = "%d.%d" % torch.cuda.get_device_capability(idx)
+        meta["gpu_compute_capability"] = "{}.{}".format(*torch.cuda.get_device_capability(idx))
         meta["cuda_version"] = torch.version.cuda
         meta["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
         meta["tf32_cudnn"] = bool(torch.backends.cudnn.allow_tf32)

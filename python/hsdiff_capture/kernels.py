@@ -66,7 +66,7 @@ class Request:
 
     @classmethod
     def from_options(cls, setting: str = "auto", conv: str | None = None, core: str | None = None,
-                     norm: str | None = None) -> "Request":
+                     norm: str | None = None) -> Request:
         if setting not in SETTINGS:
             raise CaptureError(f"linear attention {setting!r}: expected one of {', '.join(SETTINGS)}")
         base = {g: (GROUP_PACKAGE[g] if setting == "fla" else setting) for g in GROUP_PACKAGE}
@@ -113,7 +113,7 @@ def closure_cells(fn) -> dict:
         code = getattr(fn, "__code__", None)
         if code is not None and getattr(fn, "__closure__", None):
             cells = {}
-            for k, c in zip(code.co_freevars, fn.__closure__):
+            for k, c in zip(code.co_freevars, fn.__closure__, strict=True):
                 try:
                     cells[k] = c.cell_contents
                 except ValueError:  # an empty cell
@@ -305,8 +305,8 @@ class LinearAttentionForcing:
             saved = layer.__dict__.get(spec.old_attr, MISSING)
             # None selects the layer's inline torch path (causal_conv1d_fn only): nothing to count.
             setattr(layer, spec.old_attr, None if target is None else self._counting(spec.name, target))
-            self.undo.append(lambda l=layer, s=saved: delattr(l, spec.old_attr) if s is MISSING
-                             else setattr(l, spec.old_attr, s))
+            self.undo.append(lambda obj=layer, s=saved: delattr(obj, spec.old_attr) if s is MISSING
+                             else setattr(obj, spec.old_attr, s))
         self._record(spec.name, spec.group, package, "layer attribute",
                      f"{type(layers[0]).__name__}.{spec.old_attr}", env_kind, current, actual_kind, actual_impl)
 
@@ -322,8 +322,7 @@ class LinearAttentionForcing:
         raise CaptureError(f"norm=torch asked for, but {modeling.__name__} defines no …RMSNormGated class")
 
     def _norm(self, fla_norm_cls) -> None:
-        norms = [getattr(layer, "norm", None) for layer in self.tm.linear_layers]
-        norms = [n for n in norms if n is not None]
+        norms = [n for n in (getattr(layer, "norm", None) for layer in self.tm.linear_layers) if n is not None]
         requested = self.request.norm
         if not norms:
             self.entries[NORM] = {"requested": requested, "environment": "not used", "actual": "not used",
@@ -354,7 +353,7 @@ class LinearAttentionForcing:
         weight = norm.weight
         eps = getattr(norm, "variance_epsilon", None)
         if eps is None:
-            eps = getattr(norm, "eps")
+            eps = norm.eps
         hidden = weight.shape[0]
         if requested == "torch":
             replacement = target_cls(hidden, eps=eps)

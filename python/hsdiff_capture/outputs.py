@@ -16,8 +16,8 @@ import fcntl
 import itertools
 import os
 import stat
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from .errors import CaptureError
 
@@ -109,6 +109,8 @@ class Output:
         self.what = what
         self.protected = inputs if inputs is not None else Protected()
         self.tmp: Path | None = None
+        # What identifies the target: its resolved path (not yet there) or its (device, inode).
+        self.key: tuple[str, str | tuple[int, int]]
         self._inspect()
 
     def _refuse(self, why: str) -> CaptureError:
@@ -201,6 +203,8 @@ class Output:
             return
         self.reserve()
         tmp = self.tmp
+        if tmp is None:  # reserve() made it: a regular file always gets one
+            raise self._refuse("no temporary file was reserved")
         try:
             to_file(str(tmp))
             fd = os.open(tmp, os.O_RDONLY)

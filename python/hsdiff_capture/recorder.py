@@ -1,13 +1,17 @@
 """The API: `recording(model, out=…)` hooks an already-loaded model for whatever forward the
 caller runs inside the block; `capture(model, input_ids, out=…)` runs one prefill forward under
-`recording` (without a cache, or with one when the final states are asked for: `state=True`). Both leave the model as they found it (hooks removed, forced implementations
-restored), also when the forward fails."""
+`recording` (without a cache, or with one when the final states are asked for: `state=True`).
+Both leave the model as they found it (hooks removed, forced implementations restored), also when the forward fails."""
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from . import fingerprint
 from .environment import kernel_packages
@@ -17,24 +21,41 @@ from .outputs import Output, Protected, model_inputs, write_safetensors
 from .states import final_states
 from .structure import first_output, text_model
 
+if TYPE_CHECKING:
+    import torch
+    from typing_extensions import Self, Unpack
+
+# What `out` may be: a path, or an Output checked beforehand (the CLI checks all its targets first).
+OutPath = str | os.PathLike[str] | Output
+
 
 @dataclass
 class CaptureResult:
     path: Path
-    tensors: dict  # name → CPU tensor, as written
-    fingerprint: dict
+    tensors: dict[str, torch.Tensor]  # name → CPU tensor, as written
+    fingerprint: dict[str, Any]
 
 
-def resolve_dtype(dtype):
+class CaptureOptions(TypedDict, total=False):
+    """The keyword options `capture` passes on to `recording`."""
+
+    linear_attention: str
+    conv: str | None
+    core: str | None
+    norm: str | None
+    layers_path: str | None
+    logits: bool
+    metadata: dict[str, Any] | None
+    state: bool
+
+
+def resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
     """None, a torch dtype, or one of hsdiff's names (`f32`, `bf16`, `f16`, `f64`, `float32`, …)."""
     import torch
 
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
-    name = fingerprint.DTYPE_NAMES.get(str(dtype).lower())
-    if name is None:
-        raise CaptureError(f"dtype {dtype!r}: expected f32, bf16, f16 or f64")
-    return getattr(torch, name)
+    return getattr(torch, fingerprint.torch_dtype_name(dtype))
 
 
 class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, like a function
@@ -47,9 +68,10 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
     returns (`state.layers.{i}.conv` / `.recurrent`, see states.py); the forward must then run
     with `use_cache=True`."""
 
-    def __init__(self, model, out, layers=None, dtype=None, *, batch_row: int = 0, logits: bool = True,
+    def __init__(self, model: torch.nn.Module, out: OutPath, layers: Iterable[int] | None = None,
+                 dtype: torch.dtype | str | None = None, *, batch_row: int = 0, logits: bool = True,
                  layers_path: str | None = None, linear_attention: str = "auto", conv: str | None = None,
-                 core: str | None = None, norm: str | None = None, metadata: dict | None = None,
+                 core: str | None = None, norm: str | None = None, metadata: dict[str, Any] | None = None,
                  state: bool = False) -> None:
         self.model = model
         # Checked now, before any forward: never the model's own folder or files (outputs.py).
@@ -63,16 +85,17 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
         self.extra = dict(metadata or {})
         self.tm = text_model(model, layers_path)
         n = len(self.tm.layers)
-        wanted = list(range(n)) if layers is None else sorted(set(layers))
+        given = None if layers is None else list(layers)  # an iterator is read once
+        wanted = list(range(n)) if given is None else sorted(set(given))
         bad = [i for i in wanted if not isinstance(i, int) or not 0 <= i < n]
         if bad or not wanted:
-            raise CaptureError(f"layers {list(layers)}: the model has decoder layers 0..{n - 1}")
+            raise CaptureError(f"layers {given}: the model has decoder layers 0..{n - 1}")
         self.wanted = wanted
         self.linear = [i for i, layer in enumerate(self.tm.layers) if hasattr(layer, "linear_attn")]
         self.caps: dict = {}
         self.done = False
         self.handles: list = []
-        self.forcing = None
+        self.forcing: LinearAttentionForcing | None = None
         self.result: CaptureResult | None = None
 
     # -- hooks -------------------------------------------------------------------------------------
@@ -130,7 +153,7 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
 
     # -- context -----------------------------------------------------------------------------------
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         self.packages = kernel_packages()  # probed before forcing imports anything
         self.forcing = LinearAttentionForcing(self.tm, self.request,
                                               hub_kernels=bool(getattr(self.model, "use_kernels", False)))
@@ -163,7 +186,8 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
         if self.forcing is not None:
             self.forcing.__exit__(None, None, None)
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         self._remove()
         if exc_type is not None:
             return False
@@ -215,7 +239,9 @@ def torch_int64():
     return torch.int64
 
 
-def capture(model, input_ids, out, layers=None, dtype=None, **options) -> CaptureResult:
+def capture(model: torch.nn.Module, input_ids: Sequence[int] | torch.Tensor, out: OutPath,
+            layers: Iterable[int] | None = None, dtype: torch.dtype | str | None = None,
+            **options: Unpack[CaptureOptions]) -> CaptureResult:
     """Runs one forward pass of `model` (batch 1, under `torch.inference_mode`; `use_cache=False`,
     or True with `state=True`, whose cache gives the final states) on `input_ids` (a list of ids or
     a [T] / [1, T] tensor) and writes the dump to `out`. Takes the options of `recording`
@@ -235,10 +261,12 @@ def capture(model, input_ids, out, layers=None, dtype=None, **options) -> Captur
                 model(input_ids=ids.to(device), use_cache=bool(options.get("state", False)))
         except CaptureError:
             raise
-        except Exception as e:  # noqa: BLE001 - reported as one line, the model is left as it was
+        except Exception as e:
             text = (str(e).strip().splitlines() or [""])[0]
             hint = ""
             if next(model.parameters()).dtype == torch.float64 and "Double" in text:
                 hint = " (float64: try attn_implementation/experts_implementation eager)"
             raise CaptureError(f"the forward pass failed: {type(e).__name__}: {text}{hint}") from e
+    if rec.result is None:  # a clean exit of the block writes it, or raises
+        raise CaptureError("capture(): the dump was not written")
     return rec.result

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import CaptureError
 
@@ -16,10 +17,10 @@ NOT_TEXT = ("visual", "vision", "vit", "audio", "mtp")
 @dataclass
 class TextModel:
     layers_path: str
-    layers: object  # nn.ModuleList
-    embed: object
-    final_norm: object | None
-    modeling: object | None  # the module that defines the decoder-layer class
+    layers: Any  # nn.ModuleList
+    embed: Any  # nn.Module
+    final_norm: Any  # nn.Module or None
+    modeling: Any  # the module that defines the decoder-layer class, or None
     linear_layers: list  # the `linear_attn` modules, in layer order
 
 

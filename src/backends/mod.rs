@@ -5,16 +5,19 @@
 //! can only differ by what they do here.
 
 mod chunked;
+mod compose;
 pub mod fused;
 mod reference;
 mod registry;
+mod shapes;
 mod state;
 
 use candle_core::{DType, Tensor};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 pub use chunked::Chunked;
+pub use compose::{compose_forward_cached, forward_documents};
 pub use fused::Fused;
 /// The shapes of one linear-attention call: one type for the backends and the CPU kernels (it
 /// lives in the self-contained kernel module, which cannot depend on this one).
@@ -23,6 +26,7 @@ pub use reference::Reference;
 pub use registry::{
     BackendInfo, BackendKind, available_backends, backend_by_name, implementation_on,
 };
+pub use shapes::{check_conv_shapes, check_delta_rule_shapes, check_norm_shapes};
 pub use state::{GdnState, check_conv_state, next_conv_state};
 
 /// Everything a backend needs for one Gated DeltaNet layer, as the shared layer code prepared it.
@@ -238,131 +242,6 @@ pub trait LinearAttentionBackend: Send + Sync {
     }
 }
 
-/// The default [`LinearAttentionBackend::forward_cached`]: the backend's conv (continued from the
-/// state), its delta rule or decode step, its gated norm. Backends that override the method for
-/// some calls use it for the rest.
-pub fn compose_forward_cached<B: LinearAttentionBackend + ?Sized>(
-    backend: &B,
-    inputs: &GdnInputs,
-    state: Option<&GdnState>,
-    capture_ops: bool,
-) -> Result<(GdnOutputs, GdnState)> {
-    let d = inputs.dims;
-    let conv = match state {
-        Some(s) => backend.conv1d_silu_continue(inputs.mixed_qkv, inputs.conv_weight, &s.conv)?,
-        None => backend.conv1d_silu(inputs.mixed_qkv, inputs.conv_weight)?,
-    };
-    let qkv = split_qkv(&conv, &d)?;
-    let x = inputs.delta_inputs(&qkv);
-    let (core, recurrent) = match state {
-        Some(s) if d.seq == 1 => backend.gated_delta_rule_step(x, &s.recurrent)?,
-        _ => backend.gated_delta_rule(x, state.map(|s| &s.recurrent))?,
-    };
-    let out = backend.gated_rms_norm(&core, inputs.z, inputs.norm_weight, inputs.norm_eps)?;
-    let conv_state = next_conv_state(state.map(|s| &s.conv), inputs.mixed_qkv, d.conv_kernel)?;
-    let outputs = GdnOutputs::new(
-        out,
-        recurrent.clone(),
-        capture_ops.then_some(conv),
-        core,
-        &d,
-    )?;
-    Ok((
-        outputs,
-        GdnState {
-            conv: conv_state,
-            recurrent,
-        },
-    ))
-}
-
-/// The default [`LinearAttentionBackend::forward_packed`]: one [`forward`](LinearAttentionBackend::forward)
-/// per document, outputs (and op captures) concatenated along the sequence.
-pub fn forward_documents<B: LinearAttentionBackend + ?Sized>(
-    backend: &B,
-    inputs: &GdnInputs,
-    starts: &[usize],
-    capture_ops: bool,
-) -> Result<GdnOutputs> {
-    let d = inputs.dims;
-    let bounds = document_bounds(backend.name(), starts, d.seq)?;
-    let mut outs = Vec::with_capacity(bounds.len());
-    let mut recurrent = None;
-    let mut ops = Vec::new();
-    for (start, len) in bounds {
-        let doc = inputs.narrow(start, len)?;
-        let o = backend.forward(&doc.view(inputs), capture_ops)?;
-        outs.push(o.out);
-        recurrent = Some(o.recurrent);
-        ops.extend(o.ops);
-    }
-    let ops = (!ops.is_empty()).then(|| GdnOps::cat(&ops)).transpose()?;
-    let recurrent = recurrent
-        .ok_or_else(|| Error::backend(backend.name(), "packed call without a document"))?;
-    Ok(GdnOutputs {
-        out: Tensor::cat(&outs, 1)?,
-        recurrent,
-        ops,
-    })
-}
-
-/// `(start, len)` of each packed document; `starts` must begin at 0 and increase within `seq`.
-fn document_bounds(backend: &str, starts: &[usize], seq: usize) -> Result<Vec<(usize, usize)>> {
-    let ok = starts.first() == Some(&0)
-        && starts.windows(2).all(|w| w[0] < w[1])
-        && starts.last().is_some_and(|&s| s < seq);
-    if !ok {
-        return Err(Error::backend(
-            backend,
-            format!("packed document starts {starts:?} must begin at 0 and increase below {seq}"),
-        ));
-    }
-    Ok(starts
-        .iter()
-        .enumerate()
-        .map(|(i, &s)| (s, starts.get(i + 1).copied().unwrap_or(seq) - s))
-        .collect())
-}
-
-/// The sequence-dependent inputs of a [`GdnInputs`], narrowed to a range of positions.
-struct NarrowedInputs {
-    mixed_qkv: Tensor,
-    beta: Tensor,
-    g: Tensor,
-    z: Tensor,
-    seq: usize,
-}
-
-impl NarrowedInputs {
-    fn view<'a>(&'a self, whole: &GdnInputs<'a>) -> GdnInputs<'a> {
-        GdnInputs {
-            mixed_qkv: &self.mixed_qkv,
-            conv_weight: whole.conv_weight,
-            beta: &self.beta,
-            g: &self.g,
-            z: &self.z,
-            norm_weight: whole.norm_weight,
-            norm_eps: whole.norm_eps,
-            dims: GdnDims {
-                seq: self.seq,
-                ..whole.dims
-            },
-        }
-    }
-}
-
-impl GdnInputs<'_> {
-    fn narrow(&self, start: usize, len: usize) -> Result<NarrowedInputs> {
-        Ok(NarrowedInputs {
-            mixed_qkv: self.mixed_qkv.narrow(1, start, len)?.contiguous()?,
-            beta: self.beta.narrow(1, start, len)?.contiguous()?,
-            g: self.g.narrow(1, start, len)?.contiguous()?,
-            z: self.z.narrow(1, start, len)?.contiguous()?,
-            seq: len,
-        })
-    }
-}
-
 /// Splits the conv output `[B, T, conv_dim]` into q, k `[B, T, Hk, dk]` and v `[B, T, Hv, dv]`.
 pub fn split_qkv(conv: &Tensor, d: &GdnDims) -> Result<(Tensor, Tensor, Tensor)> {
     let key_dim = d.k_heads * d.k_dim;
@@ -387,142 +266,4 @@ pub fn accumulation_dtype(compute: DType) -> DType {
     } else {
         DType::F32
     }
-}
-
-/// Checks the shapes of a gated-delta-rule call and returns its dims (without the conv kernel).
-pub fn check_delta_rule_shapes(
-    backend: &str,
-    x: DeltaInputs,
-    initial_state: Option<&Tensor>,
-) -> Result<GdnDims> {
-    let DeltaInputs { q, k, v, g, beta } = x;
-    let err = |msg: String| Error::backend(backend, msg);
-    let (b, t, hk, dk) = q
-        .dims4()
-        .map_err(|_| err(format!("q must be [B, T, Hk, dk], got {:?}", q.dims())))?;
-    let (_, _, hv, dv) = v
-        .dims4()
-        .map_err(|_| err(format!("v must be [B, T, Hv, dv], got {:?}", v.dims())))?;
-    if k.dims() != q.dims() {
-        return Err(err(format!(
-            "k shape {:?} differs from q shape {:?}",
-            k.dims(),
-            q.dims()
-        )));
-    }
-    if v.dims()[..2] != [b, t] {
-        return Err(err(format!(
-            "v shape {:?} does not match q shape {:?}",
-            v.dims(),
-            q.dims()
-        )));
-    }
-    if hk == 0 || hv % hk != 0 {
-        return Err(err(format!(
-            "{hv} value heads is not a multiple of {hk} key heads"
-        )));
-    }
-    for (name, x) in [("g", g), ("beta", beta)] {
-        if x.dims() != [b, t, hv] {
-            return Err(err(format!(
-                "{name} must be [{b}, {t}, {hv}], got {:?}",
-                x.dims()
-            )));
-        }
-    }
-    if let Some(s) = initial_state.filter(|s| s.dims() != [b, hv, dk, dv]) {
-        return Err(err(format!(
-            "initial state must be [{b}, {hv}, {dk}, {dv}], got {:?}",
-            s.dims()
-        )));
-    }
-    // g and the state are handed over at the accumulation precision; casting a rounded g up
-    // here would hide that the caller rounded it.
-    let acc = accumulation_dtype(q.dtype());
-    if g.dtype() != acc {
-        return Err(err(format!(
-            "g must be {acc:?} for {:?} inputs, got {:?}",
-            q.dtype(),
-            g.dtype()
-        )));
-    }
-    if let Some(s) = initial_state.filter(|s| s.dtype() != acc) {
-        return Err(err(format!(
-            "initial state must be {acc:?}, got {:?}",
-            s.dtype()
-        )));
-    }
-    for (name, x) in [("k", k), ("v", v), ("beta", beta)] {
-        if x.dtype() != q.dtype() {
-            return Err(err(format!(
-                "{name} dtype {:?} differs from q dtype {:?}",
-                x.dtype(),
-                q.dtype()
-            )));
-        }
-    }
-    Ok(GdnDims {
-        batch: b,
-        seq: t,
-        k_heads: hk,
-        v_heads: hv,
-        k_dim: dk,
-        v_dim: dv,
-        conv_kernel: 0,
-    })
-}
-
-/// Checks a conv call: x `[B, T, C]`, weight `[C, K]`, same dtype.
-pub fn check_conv_shapes(
-    backend: &str,
-    x: &Tensor,
-    weight: &Tensor,
-) -> Result<(usize, usize, usize, usize)> {
-    let err = |msg: String| Error::backend(backend, msg);
-    let (b, t, c) = x
-        .dims3()
-        .map_err(|_| err(format!("conv input must be [B, T, C], got {:?}", x.dims())))?;
-    let (wc, k) = weight.dims2().map_err(|_| {
-        err(format!(
-            "conv weight must be [C, K], got {:?}",
-            weight.dims()
-        ))
-    })?;
-    if wc != c || k == 0 {
-        return Err(err(format!(
-            "conv weight {:?} does not match {c} channels",
-            weight.dims()
-        )));
-    }
-    if x.dtype() != weight.dtype() {
-        return Err(err(format!(
-            "conv input dtype {:?} differs from weight dtype {:?}",
-            x.dtype(),
-            weight.dtype()
-        )));
-    }
-    Ok((b, t, c, k))
-}
-
-/// Checks a gated-norm call: x and z the same shape, weight `[last dim]`.
-pub fn check_norm_shapes(backend: &str, x: &Tensor, z: &Tensor, weight: &Tensor) -> Result<usize> {
-    let err = |msg: String| Error::backend(backend, msg);
-    let dv = *x
-        .dims()
-        .last()
-        .ok_or_else(|| err("gated norm input is a scalar".to_string()))?;
-    if z.dims() != x.dims() {
-        return Err(err(format!(
-            "gate shape {:?} differs from input shape {:?}",
-            z.dims(),
-            x.dims()
-        )));
-    }
-    if weight.dims() != [dv] {
-        return Err(err(format!(
-            "gated norm weight must be [{dv}], got {:?}",
-            weight.dims()
-        )));
-    }
-    Ok(dv)
 }

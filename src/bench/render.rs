@@ -6,7 +6,7 @@ use comfy_table::{CellAlignment, Table};
 use super::peak::Peaks;
 use super::plan::Plan;
 use super::results::{BenchRow, CaseOutcome, TORCH_REFERENCES};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 const HEADER: [&str; 11] = [
     "T",
@@ -125,9 +125,7 @@ pub fn json(
         "load_after": load_after,
         "rows": rows,
     });
-    let text = serde_json::to_string_pretty(&doc)
-        .map_err(|e| Error::Internal(format!("cannot serialise the results: {e}")))?;
-    Ok((text + "\n").into_bytes())
+    crate::json_doc::pretty(&doc, "the results")
 }
 
 #[cfg(test)]

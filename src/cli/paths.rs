@@ -79,14 +79,14 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
     )?;
     let text = match args.format {
         Format::Json => render::json(&report)?,
-        _ => render::table(&report),
+        _ => render::table(&report).into_bytes(),
     };
     match &args.out {
         Some(path) => {
-            crate::output::write_bytes(path, text.as_bytes())?;
+            crate::output::write_bytes(path, &text)?;
             eprintln!("{}", report.summary);
         }
-        None => crate::report::emit::write_stdout(text.as_bytes())?,
+        None => crate::report::emit::write_stdout(&text)?,
     }
     Ok(i32::from(args.fail_on.flags(report.verdict)))
 }

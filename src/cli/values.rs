@@ -60,3 +60,54 @@ impl ValueEnum for DtypeArg {
         Some(PossibleValue::new(dtype_label(self.0)).aliases(dtype_aliases(self.0).iter().copied()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::device::parse_dtype;
+
+    /// (name, label or None for a near miss) from the list hsdiff-capture's tests read too
+    /// (tests/python/test_pure.py), so the two sides cannot drift apart.
+    fn golden_dtype_names() -> Vec<(&'static str, Option<&'static str>)> {
+        include_str!("../../tests/fixtures/dtype_names.txt")
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .map(|l| {
+                let (name, label) = l.split_once(' ').expect("NAME LABEL");
+                (name, (label != "-").then_some(label))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn dtype_names_are_the_golden_list() {
+        let golden = golden_dtype_names();
+        for &(name, label) in &golden {
+            // `ignore_case = false`: clap's own matching of a `--dtype` value.
+            let clap = DtypeArg::from_str(name, false)
+                .ok()
+                .map(|d| dtype_label(d.0));
+            let lib = parse_dtype(name).ok().map(dtype_label);
+            assert_eq!(clap, label, "--dtype {name}");
+            assert_eq!(lib, label, "parse_dtype({name})");
+        }
+        // Every name clap offers is in the list: a new alias fails here until the list has it.
+        let offered: BTreeSet<String> = DtypeArg::value_variants()
+            .iter()
+            .flat_map(|d| {
+                let v = d.to_possible_value().expect("a possible value");
+                v.get_name_and_aliases()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let listed: BTreeSet<String> = golden
+            .iter()
+            .filter(|(_, label)| label.is_some())
+            .map(|(name, _)| (*name).to_owned())
+            .collect();
+        assert_eq!(offered, listed);
+    }
+}

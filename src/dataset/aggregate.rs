@@ -5,7 +5,9 @@
 use crate::compare_pair::PairOutcome;
 use crate::metrics::stats::median;
 use crate::report::Report;
-use crate::report::dataset::{DatasetReport, LayerRow, RowFigures, SampleRow, TrainedFigures};
+use crate::report::dataset::{
+    DatasetReport, LayerRow, LeftOut, RowFigures, SampleRow, TrainedFigures,
+};
 use crate::verdict::Verdict;
 
 /// The worst ×floor and rel L2 of a report, and the row of the worst.
@@ -88,7 +90,24 @@ pub fn sample_row(
         file_b: files.1,
         rows,
         order: r.tensors.iter().map(|t| t.name.clone()).collect(),
+        zero_padding: outcome.zero_padding.as_ref().map(|p| LeftOut {
+            left_out: p.left_out,
+            of: p.of,
+        }),
+        only_a: held_by_one(
+            &outcome.held_by_one.tensors_a,
+            &outcome.held_by_one.states_a,
+        ),
+        only_b: held_by_one(
+            &outcome.held_by_one.tensors_b,
+            &outcome.held_by_one.states_b,
+        ),
     }
+}
+
+/// One side's one-sided tensors: the rows first, then the final states.
+fn held_by_one(tensors: &[String], states: &[String]) -> Vec<String> {
+    tensors.iter().chain(states).cloned().collect()
 }
 
 /// Nearest-rank quantile of sorted `xs` (`q` in (0, 1]).
@@ -129,8 +148,11 @@ pub fn layers(samples: &[SampleRow], metric: &str) -> Vec<LayerRow> {
             let Some(f) = s.rows.get(&name) else {
                 continue;
             };
+            // A row with no ×floor (a floor of 0: the embedding lookup is exact in every
+            // dtype) is 0× when equal; unequal, it is off any scale and sorts as the worst.
             let v = if metric == "x_floor" {
-                f.x_floor.unwrap_or(f64::NAN)
+                f.x_floor
+                    .unwrap_or(if f.rel_l2 == 0.0 { 0.0 } else { f64::NAN })
             } else {
                 f.rel_l2
             };
@@ -182,7 +204,61 @@ pub fn finish(report: &mut DatasetReport) {
         .map(|s| s.verdict)
         .max()
         .unwrap_or(Verdict::Ok);
+    report.sample_notes = sample_notes(&report.samples);
     report.summary = headline(report);
+}
+
+/// What the samples' rows say beyond their figures: the zero padding left out, and the tensors
+/// one side alone held (grouped: a dataset's samples usually share one layout).
+fn sample_notes(samples: &[SampleRow]) -> Vec<String> {
+    let mut notes = Vec::new();
+    let padded: Vec<String> = samples
+        .iter()
+        .filter_map(|s| {
+            s.zero_padding
+                .map(|p| format!("{} {} of {}", s.id, p.left_out, p.of))
+        })
+        .collect();
+    if !padded.is_empty() {
+        notes.push(format!(
+            "zero padding left out in {} sample(s) (positions zero in every hidden state of both \
+             sides, no attention_mask: no forward writes an all-zero hidden state): {}",
+            padded.len(),
+            padded.join(", ")
+        ));
+    }
+    let mut groups: Vec<(&[String], &[String], Vec<&str>)> = Vec::new();
+    for s in samples
+        .iter()
+        .filter(|s| !s.only_a.is_empty() || !s.only_b.is_empty())
+    {
+        match groups
+            .iter_mut()
+            .find(|(a, b, _)| *a == s.only_a.as_slice() && *b == s.only_b.as_slice())
+        {
+            Some((_, _, ids)) => ids.push(&s.id),
+            None => groups.push((&s.only_a, &s.only_b, vec![&s.id])),
+        }
+    }
+    for (a, b, ids) in groups {
+        let Some(what) = crate::compare::one_sided_note("tensor", a, b) else {
+            continue;
+        };
+        let shown: Vec<&str> = ids.iter().take(3).copied().collect();
+        let more = ids.len() - shown.len();
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        notes.push(format!(
+            "in {} of {} samples ({}{more}): {what}",
+            ids.len(),
+            samples.len(),
+            shown.join(", ")
+        ));
+    }
+    notes
 }
 
 fn headline(r: &DatasetReport) -> String {

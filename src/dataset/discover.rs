@@ -238,7 +238,7 @@ pub fn side(
                 continue;
             }
         };
-        let batch = first.pipeline.as_ref().map_or(1, |p| p.batch);
+        let batch = first.samples_held();
         pipeline |= first.pipeline.is_some();
         fingerprinted |= first.fingerprint.is_some();
         let format = match &first.pipeline {

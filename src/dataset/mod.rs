@@ -213,8 +213,6 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
     let mut progress = Progress::new(calibrated.len() + rest.len());
     let mut samples = Vec::with_capacity(mine.len());
     let mut floors = floors::Floors::default();
-    // Samples whose all-zero positions on both sides were left out as padding.
-    let mut padded: Vec<String> = Vec::new();
     for job in &calibrated {
         let (sa, sb) = (&side_a.samples[job.pair.a], &side_b.samples[job.pair.b]);
         let outcome = compare_one(sa, sb, opts, Calibration::Loaded(&mut model));
@@ -225,10 +223,7 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         }
         if job.keep {
             match outcome {
-                Ok(o) => {
-                    padded.extend(padding_of(sa, &o));
-                    samples.push(row_of(job, sa, sb, &o));
-                }
+                Ok(o) => samples.push(row_of(job, sa, sb, &o)),
                 Err(e) => failed.push(failed_of(sa, sb, e)),
             }
         }
@@ -250,14 +245,11 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         if let Some(f) = floors {
             f.apply(&mut row, &outcome.report);
         }
-        Ok((row, padding_of(sa, &outcome)))
+        Ok(row)
     };
     workers::run_all(&rest, workers.count, judge, |i, row| {
         match row {
-            Ok((row, pad)) => {
-                padded.extend(pad);
-                samples.push(row);
-            }
+            Ok(row) => samples.push(row),
             Err(f) => failed.push(f),
         }
         let j = &rest[i];
@@ -288,14 +280,6 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
             ));
         }
     }
-    if !padded.is_empty() {
-        notes.push(format!(
-            "zero padding left out in {} sample(s) (positions zero in every hidden state of both \
-             sides, no attention_mask: no forward writes an all-zero hidden state): {}",
-            padded.len(),
-            padded.join(", ")
-        ));
-    }
     let mut report = DatasetReport {
         schema: DATASET_SCHEMA.to_string(),
         verdict: Verdict::Ok,
@@ -324,6 +308,7 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         shard: opts.shard,
         pairs_total: total,
         notes,
+        sample_notes: Vec::new(),
         command: opts.pair.command.clone(),
     };
     aggregate::finish(&mut report);
@@ -357,14 +342,6 @@ fn row_of(
         (sa.file_label(), sb.file_label()),
         outcome,
     )
-}
-
-/// "ID LEFT_OUT of POSITIONS" when the pair's zero padding was left out.
-fn padding_of(sa: &Sample, outcome: &crate::compare_pair::PairOutcome) -> Option<String> {
-    outcome
-        .zero_padding
-        .as_ref()
-        .map(|p| format!("{} {} of {}", sa.id, p.left_out, p.of))
 }
 
 fn failed_of(sa: &Sample, sb: &Sample, e: Error) -> Failed {

@@ -136,6 +136,9 @@ pub struct FileSource {
     stored: pipelines::stored::StoredCache,
     /// What a drafter pipeline's file was read as ([`pipelines`]), if one wrote it.
     pub pipeline: Option<pipelines::PipelineInfo>,
+    /// An SGLang forward pass batching several requests: how many (each is a sample); 1
+    /// otherwise.
+    pub requests_in_pass: usize,
     /// The map is anonymous memory (an inflated `.gz`): its pages are never released, as
     /// releasing them would zero them.
     inflated: bool,
@@ -146,6 +149,13 @@ fn bad(path: &Path, msg: impl Into<String>) -> Error {
 }
 
 impl FileSource {
+    /// The samples the file holds: a batch's rows, an SGLang pass's requests, else 1.
+    pub fn samples_held(&self) -> usize {
+        self.pipeline
+            .as_ref()
+            .map_or(self.requests_in_pass, |p| p.batch)
+    }
+
     /// Opens and indexes `path`. `dtype_hint` (`--dtype-hint`) is the compute dtype of files that
     /// record none, and lets 16-bit integer arrays be read as bf16 bits.
     pub fn open(path: &Path, dtype_hint: Option<DType>) -> Result<Self> {
@@ -239,6 +249,7 @@ impl FileSource {
             views: BTreeMap::new(),
             stored: Default::default(),
             pipeline: None,
+            requests_in_pass: 1,
             inflated: false,
         }
     }

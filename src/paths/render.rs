@@ -4,7 +4,7 @@
 use comfy_table::Cell;
 
 use super::PathsReport;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::report::cells::{ratio, sci};
 use crate::report::table::grid;
 
@@ -66,9 +66,6 @@ pub fn table(r: &PathsReport) -> String {
     out
 }
 
-pub fn json(r: &PathsReport) -> Result<String> {
-    // serde_json writes non-finite floats as null; anything else it refuses is a bug here.
-    serde_json::to_string_pretty(r)
-        .map(|s| s + "\n")
-        .map_err(|e| Error::Internal(format!("cannot encode the paths report as JSON: {e}")))
+pub fn json(r: &PathsReport) -> Result<Vec<u8>> {
+    crate::json_doc::pretty(r, "the paths report")
 }

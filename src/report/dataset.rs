@@ -99,7 +99,12 @@ pub struct DatasetReport {
     pub shard: Option<Shard>,
     /// Pairs in the whole dataset (all shards).
     pub pairs_total: usize,
+    /// Notes on the run as a whole (files not read).
     pub notes: Vec<String>,
+    /// Notes drawn from the samples' rows (zero padding left out, tensors only one side held),
+    /// remade whenever the samples change, so a merge of shards says what the whole run says.
+    #[serde(default)]
+    pub sample_notes: Vec<String>,
     pub command: Option<String>,
 }
 
@@ -137,6 +142,21 @@ pub struct SampleRow {
     pub rows: BTreeMap<String, RowFigures>,
     /// Row names in forward order (the keys of `rows`).
     pub order: Vec<String>,
+    /// Positions both sides held as all-zero padding (no mask), left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zero_padding: Option<LeftOut>,
+    /// Tensors only A, or only B, held: no row.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub only_a: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub only_b: Vec<String>,
+}
+
+/// `left_out` of `of` stored positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeftOut {
+    pub left_out: usize,
+    pub of: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

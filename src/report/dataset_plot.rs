@@ -516,6 +516,9 @@ mod tests {
             file_b: String::new(),
             order: figures.iter().map(|f| f.0.to_string()).collect(),
             rows,
+            zero_padding: None,
+            only_a: Vec::new(),
+            only_b: Vec::new(),
         }
     }
 
@@ -548,6 +551,7 @@ mod tests {
             shard: None,
             pairs_total: 2,
             notes: vec![],
+            sample_notes: vec![],
             command: None,
         }
     }

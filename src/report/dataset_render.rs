@@ -6,7 +6,7 @@ use comfy_table::Cell;
 use super::dataset::{DatasetReport, SampleRow, Unpaired};
 use super::emit::{Format, ReportOptions};
 use super::table::grid;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 fn x_floor(x: Option<f64>) -> String {
     match x {
@@ -121,7 +121,7 @@ fn lists(r: &DatasetReport) -> Vec<String> {
 
 fn header(r: &DatasetReport) -> String {
     let mut out = format!("{}\n\n", r.summary);
-    for note in &r.notes {
+    for note in r.notes.iter().chain(&r.sample_notes) {
         out.push_str(&format!("note: {note}\n"));
     }
     for (side, spec, formats) in [("A", &r.a, &r.formats_a), ("B", &r.b, &r.formats_b)] {
@@ -223,13 +223,7 @@ pub fn render(r: &DatasetReport, format: Format) -> Result<Vec<u8>> {
     Ok(match format {
         Format::Table => table(r).into_bytes(),
         Format::Markdown => markdown(r).into_bytes(),
-        Format::Json => {
-            let mut bytes = serde_json::to_vec_pretty(r).map_err(|e| {
-                Error::Internal(format!("cannot encode the dataset report as JSON: {e}"))
-            })?;
-            bytes.push(b'\n');
-            bytes
-        }
+        Format::Json => crate::json_doc::pretty(r, "the dataset report")?,
     })
 }
 

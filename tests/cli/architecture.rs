@@ -12,6 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &[
         "error",
         "escape",
+        "json_doc",
         "limits",
         "sysinfo",
         "input",

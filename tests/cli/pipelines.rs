@@ -905,3 +905,52 @@ fn dataset_plot_drawn_and_never_over_an_input() {
     assert_eq!(std::fs::read(&victim).expect("kept"), b"<svg>kept</svg>");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A training dump holds five layers, the eval box's capture all of them: the tensors only the
+/// capture holds get no row, and the dataset report says which, in how many samples — nothing
+/// one side holds is dropped unsaid (the single pair's report says it too).
+#[test]
+fn tensors_held_by_one_side_named() {
+    let model = "qwen3_5_tiny";
+    let cfg = fx(model, "draft_config.json");
+    let (a, b) = (fx(model, "specforge_dflash"), fx(model, "eval"));
+    let (code, r) = json(&a, &b, &["--draft-config", &cfg, "--no-floor"]);
+    assert!(matches!(code, 0 | 1), "{}", r["summary"]);
+    let notes: Vec<&str> = r["sample_notes"]
+        .as_array()
+        .expect("sample_notes")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "in 3 of 3 samples (0, 1, 2): 6 tensors only in B (embed, layers.0, layers.3, layers.7 \
+          and 2 more), not compared: A holds no such tensor"
+        ],
+    );
+    let first = &r["samples"][0];
+    assert_eq!(
+        first["only_b"],
+        serde_json::json!([
+            "embed",
+            "layers.0",
+            "layers.3",
+            "layers.7",
+            "final_norm",
+            "logits"
+        ])
+    );
+    assert!(first.get("only_a").is_none(), "{first}");
+    // One pair of the same files: its report's notes say it as well.
+    let pair = (
+        format!("{a}/rows_0-5000/data_0.ckpt"),
+        format!("{b}/prompt_0.safetensors"),
+    );
+    let (_, one) = json(&pair.0, &pair.1, &["--draft-config", &cfg, "--no-floor"]);
+    let text = one["notes"].to_string();
+    assert!(
+        text.contains("6 tensors only in B (embed, layers.0"),
+        "{text}"
+    );
+}

@@ -82,11 +82,13 @@ fn max_x_floor(r: &Value) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// A report's notes: a pair report's `notes`; a dataset report's run notes and sample notes.
 fn notes(r: &Value) -> String {
-    r["notes"]
-        .as_array()
-        .expect("notes")
-        .iter()
+    let empty = Vec::new();
+    let of = |key: &str| r[key].as_array().unwrap_or(&empty).clone();
+    of("notes")
+        .into_iter()
+        .chain(of("sample_notes"))
         .map(|n| n.as_str().unwrap_or_default().to_string())
         .collect::<Vec<_>>()
         .join("\n")
@@ -337,6 +339,64 @@ fn zero_row_on_one_side_is_flagged() {
     );
 }
 
+/// The zero padding note is drawn from the samples' rows, so two shards merged say what the
+/// whole run says — each shard saw one padded sample only.
+#[test]
+fn zero_padding_note_survives_a_merge() {
+    let model = "qwen3_5_tiny";
+    let batch = fx(model, "specforge_dflash_batch_nomask/batch.ckpt");
+    let cfg = fx(model, "draft_config.json");
+    let (code, mut whole, err) = json(&batch, &batch, &["--draft-config", &cfg, "--no-floor"]);
+    assert_eq!(code, 0, "{}\n{err}", whole["summary"]);
+    let dir = std::env::temp_dir().join(format!("hsdiff-padding-merge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut parts = Vec::new();
+    for i in 0..2 {
+        let out = dir.join(format!("part{i}.json")).display().to_string();
+        let shard = format!("{i}/2");
+        let o = common::hsdiff(
+            &[
+                "compare",
+                &batch,
+                &batch,
+                "--draft-config",
+                &cfg,
+                "--no-floor",
+                "--format",
+                "json",
+                "--out",
+                &out,
+                "--shard",
+                &shard,
+            ],
+            &common::repo_root(),
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", common::stderr_of(&o));
+        let part: Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).expect("part")).expect("JSON");
+        assert!(
+            !notes(&part).contains("batch#0 6 of 16, batch#1 3 of 16"),
+            "shard {i}"
+        );
+        parts.push(out);
+    }
+    let mut args = vec!["merge", "--format", "json"];
+    args.extend(parts.iter().map(String::as_str));
+    let o = common::hsdiff(&args, &common::repo_root());
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr_of(&o));
+    let mut merged: Value = serde_json::from_slice(&o.stdout).expect("merged JSON");
+    assert!(
+        notes(&merged).contains("batch#0 6 of 16, batch#1 3 of 16"),
+        "{}",
+        merged["sample_notes"]
+    );
+    for r in [&mut whole, &mut merged] {
+        r.as_object_mut().expect("object").remove("command");
+    }
+    assert_eq!(merged, whole);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// The dumper before `meta` (`forward_pass_id=…` names, the bare tensor): read alike.
 #[test]
 fn bare_tensor_dumper_read() {
@@ -357,5 +417,62 @@ fn bare_tensor_dumper_read() {
             .contains("bare tensors or {value, meta}"),
         "{}",
         r["formats_a"]
+    );
+}
+
+/// A forward pass batching two requests (prompts 0 and 1, `seq_lens` [10, 13]) is two samples,
+/// each its own positions: paired by token ids with the eval box's captures of those prompts,
+/// every layer within the floor — in both dump formats. Read as one sample, the pair would not
+/// even share token ids.
+#[test]
+fn a_pass_of_several_requests_is_one_sample_each() {
+    let model = "qwen3_5_tiny";
+    let m = model_dir(model);
+    let eval = fx(model, "eval");
+    for dump in ["sglang/tensor_dump_batch", "sglang/dumper_batch"] {
+        let (code, r, err) = json(&fx(model, dump), &eval, &["--model", &m]);
+        assert_eq!(code, 0, "{dump}: {}\n{err}", r["summary"]);
+        let samples = r["samples"].as_array().expect("samples");
+        assert_eq!(samples.len(), 2, "{dump}: {}", r["samples"]);
+        for (k, s) in samples.iter().enumerate() {
+            let id = s["id"].as_str().expect("id");
+            assert!(id.ends_with(&format!("#{k}")), "{dump}: {id}");
+            assert_eq!(s["id_b"], format!("prompt_{k}"), "{dump}");
+            assert_eq!(s["positions"], [10, 13][k], "{dump}");
+            assert_eq!(s["verdict"], "ok", "{dump}");
+            let x = s["worst_x_floor"].as_f64().expect("calibrated");
+            assert!(x < 2.0, "{dump}: sample {k} at {x}× the floor");
+        }
+        assert!(
+            err.contains("of the pass's 2 (seq_lens [10, 13]: positions 0..10)"),
+            "{dump}: {err}"
+        );
+        // Rows equal bit for bit aggregate to 0× the floor — the embedding too, whose floor is 0
+        // (no ×floor of its own): never ∞.
+        for l in r["layers"].as_array().expect("layers") {
+            assert_eq!(l["max"], 0.0, "{dump}: {l}");
+        }
+    }
+}
+
+/// A decode pass (one token per request, `seq_lens` counting the requests' whole lengths) holds
+/// fewer tokens than seq_lens says: its requests cannot be cut apart, and it is refused, naming
+/// the file and why — never read as one sample of two tokens.
+#[test]
+fn a_decode_pass_of_several_requests_refused() {
+    let model = "qwen3_5_tiny";
+    let pass = fx(
+        model,
+        "sglang/tensor_dump_decode/TP0_PP0_Rank0_pid4242/Pass00000.pt",
+    );
+    let eval = fx(model, "eval/prompt_0.safetensors");
+    let o = common::hsdiff(&["compare", &pass, &eval], &common::repo_root());
+    let err = common::stderr_of(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("Pass00000.pt"), "{err}");
+    assert!(
+        err.contains("[10, 13] counts 23 tokens, the pass holds 2: a decode pass"),
+        "{err}"
     );
 }

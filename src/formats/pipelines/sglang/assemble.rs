@@ -19,6 +19,8 @@ pub struct Sample {
     pub tensors: Vec<(String, Tensor)>,
     /// What the reading was, for stderr and the report.
     pub description: String,
+    /// Each request's token count when the forward pass batched several (else one entry).
+    pub requests: Vec<usize>,
 }
 
 /// Checks a hidden state's shape `[T, H]` against the limits and the model at hand.
@@ -94,7 +96,13 @@ fn le_bytes(t: &Tensor) -> candle_core::Result<Option<Vec<u8>>> {
 }
 
 /// The sample as a file source named `path` (the file standing for the forward pass).
-pub fn source(path: &Path, sample: Sample, dtype_hint: Option<DType>) -> Result<FileSource> {
+/// `requests` is the number of requests in the forward pass the sample is one of.
+pub fn source(
+    path: &Path,
+    sample: Sample,
+    dtype_hint: Option<DType>,
+    requests: usize,
+) -> Result<FileSource> {
     let mut bytes = Vec::new();
     let mut entries = Vec::new();
     let mut index = BTreeMap::new();
@@ -139,6 +147,7 @@ pub fn source(path: &Path, sample: Sample, dtype_hint: Option<DType>) -> Result<
     src.names = index;
     src.conventions.push(sample.description);
     src.dtype_hint = dtype_hint;
+    src.requests_in_pass = requests;
     // Anonymous memory: releasing its pages would zero them.
     src.inflated = true;
     Ok(src)

@@ -18,6 +18,7 @@ use candle_core::Tensor;
 
 use super::assemble::{self, Sample, check_hidden, layer_output};
 use super::dump_file;
+use super::requests;
 use super::tags::{self, Tags};
 use super::tp::{self, Join, Shard};
 use crate::capture::names;
@@ -166,20 +167,6 @@ pub fn read(path: &Path, tags: &Tags, opts: &ReadOptions) -> Result<Sample> {
         }
         got.insert(r, (name, tensor));
     }
-    if let Some((name, t)) = got.get(&Role::SeqLens)
-        && t.elem_count() > 1
-    {
-        let lens: Vec<i64> = t
-            .flatten_all()
-            .and_then(|t| t.to_dtype(candle_core::DType::I64))
-            .and_then(|t| t.to_vec1())
-            .map_err(|e| refuse(format!("`{name}`: {e}")))?;
-        return Err(refuse(format!(
-            "the forward pass holds {} requests (`{name}` {lens:?}); hsdiff reads one request per \
-             forward pass (dump each prompt on its own)",
-            lens.len()
-        )));
-    }
     let (tensors, reading) = reconstruct(&got, opts).map_err(&refuse)?;
     if tensors.iter().all(|(n, _)| n == names::INPUT_IDS) {
         let mut seen: Vec<String> = got.values().map(|(n, _)| n.clone()).collect();
@@ -209,9 +196,17 @@ pub fn read(path: &Path, tags: &Tags, opts: &ReadOptions) -> Result<Sample> {
     if !left_out.is_empty() {
         description.push_str(&format!("; {} other tensors not read", left_out.len()));
     }
+    let tokens = tensors
+        .iter()
+        .find(|(n, _)| n != names::INPUT_IDS)
+        .and_then(|(_, t)| t.dims().first().copied())
+        .unwrap_or(0);
+    let seq_lens = got.get(&Role::SeqLens).map(|(n, t)| (n.as_str(), t));
+    let requests = requests::lengths(seq_lens, tokens).map_err(&refuse)?;
     Ok(Sample {
         tensors,
         description,
+        requests,
     })
 }
 
@@ -372,7 +367,10 @@ pub fn open(
     opts: &ReadOptions,
 ) -> Result<crate::formats::FileSource> {
     let sample = read(path, tags, opts)?;
-    assemble::source(path, sample, hint)
+    let n = sample.requests.len();
+    let one = requests::cut(sample, opts.sample.unwrap_or(0))
+        .map_err(|e| Error::file(path, format!("sglang-dumper: {e}")))?;
+    assemble::source(path, one, hint, n)
 }
 
 #[cfg(test)]

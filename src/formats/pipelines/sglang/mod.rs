@@ -16,6 +16,7 @@ mod assemble;
 mod dump_file;
 mod dumper;
 mod pass;
+mod requests;
 pub mod tags;
 mod tp;
 
@@ -36,12 +37,6 @@ pub fn open(path: &Path, hint: Option<DType>, opts: &ReadOptions) -> Result<Opti
     let is_pass = parsed.is_none() && tags::parse_pass(path).is_some();
     if parsed.is_none() && !is_pass {
         return Ok(None);
-    }
-    if let Some(s) = opts.sample.filter(|&s| s > 0) {
-        return Err(Error::file(
-            path,
-            format!("an SGLang dump holds one sample per forward pass, not sample {s}"),
-        ));
     }
     // An SGLang dump names its layers by module path: ids given for this side would name
     // nothing (ids for both sides are for the other side's pipeline dump).

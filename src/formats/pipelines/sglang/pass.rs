@@ -18,6 +18,7 @@ use candle_core::Tensor;
 
 use super::assemble::{self, Sample, check_hidden};
 use super::dump_file;
+use super::requests;
 use crate::capture::names;
 use crate::error::{Error, Result};
 use crate::formats::FileSource;
@@ -73,7 +74,10 @@ pub fn open(
     opts: &ReadOptions,
 ) -> Result<FileSource> {
     let sample = read(path, opts)?;
-    assemble::source(path, sample, hint)
+    let n = sample.requests.len();
+    let one = requests::cut(sample, opts.sample.unwrap_or(0))
+        .map_err(|e| Error::file(path, format!("sglang-tensor-dump: {e}")))?;
+    assemble::source(path, one, hint, n)
 }
 
 fn read(path: &Path, opts: &ReadOptions) -> Result<Sample> {
@@ -124,14 +128,6 @@ fn read(path: &Path, opts: &ReadOptions) -> Result<Sample> {
     {
         return Err(refuse(format!(
             "the pass holds layers 0 to {top}, this model has {l} layers"
-        )));
-    }
-    if let Some((name, t)) = got.get(&Role::SeqLens)
-        && t.elem_count() > 1
-    {
-        return Err(refuse(format!(
-            "the forward pass holds {} requests (`{name}`); hsdiff reads one request per forward pass",
-            t.elem_count()
         )));
     }
     let mut shape: Option<(usize, usize)> = None;
@@ -186,8 +182,11 @@ fn read(path: &Path, opts: &ReadOptions) -> Result<Sample> {
         }
         tensors.push((names::INPUT_IDS.to_string(), t.clone()));
     }
+    let seq_lens = got.get(&Role::SeqLens).map(|(n, t)| (n.as_str(), t));
+    let requests = requests::lengths(seq_lens, shape.map_or(0, |s| s.0)).map_err(&refuse)?;
     Ok(Sample {
         tensors,
+        requests,
         description: format!(
             "sglang-tensor-dump: Pass{{n}}.pt of --debug-tensor-dump-output-folder, one forward pass \
              per sample; layers.N = the residual output of `model.layers.N+1.input_layernorm` \

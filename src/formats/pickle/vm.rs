@@ -1,66 +1,12 @@
-//! A pickle reader for torch.save's `data.pkl` that cannot be made to overflow the stack or eat
-//! the machine: the virtual machine is a loop over an explicit stack, container nesting is
-//! capped ([`Limits::pickle_depth`]), and every object made — including each copy a memo lookup
-//! makes, the way a few hundred bytes can double a list forty times — is counted against
-//! [`Limits::pickle_objects`]. Only data opcodes are understood; nothing is ever executed:
-//! globals and reductions stay descriptions ([`Value::Global`], [`Value::Reduce`]).
+//! The pickle virtual machine: a loop over an explicit stack of data opcodes, charging every
+//! object it makes against the limits.
 
 use std::collections::HashMap;
 
+use super::{Error, Obj, Value};
 use crate::limits::{self, Limits};
 
-/// A pickled value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    None,
-    Bool(bool),
-    Int(i64),
-    Float(f64),
-    Str(String),
-    /// A bytes object (only its length is kept: torch keeps no tensor data in the pickle).
-    Bytes(usize),
-    List(Vec<Obj>),
-    Tuple(Vec<Obj>),
-    Dict(Vec<(Obj, Obj)>),
-    Global {
-        module: String,
-        name: String,
-    },
-    Reduce {
-        callable: Box<Obj>,
-        args: Box<Obj>,
-    },
-    /// `BUILD`: an object and the state set on it.
-    Build {
-        obj: Box<Obj>,
-        state: Box<Obj>,
-    },
-    /// `BINPERSID`: torch's reference to a storage.
-    Persistent(Box<Obj>),
-}
-
-/// A value with the size of its tree, so that copies and nesting are charged in O(1).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Obj {
-    pub value: Value,
-    depth: usize,
-    nodes: usize,
-}
-
-impl Obj {
-    fn leaf(value: Value) -> Self {
-        Obj {
-            value,
-            depth: 1,
-            nodes: 1,
-        }
-    }
-}
-
-/// What is wrong with a pickle, in words.
-pub type Error = String;
-
-struct Vm<'a> {
+pub(super) struct Vm<'a> {
     bytes: &'a [u8],
     pos: usize,
     stack: Vec<Obj>,
@@ -71,25 +17,19 @@ struct Vm<'a> {
     limits: &'a Limits,
 }
 
-/// Parses `bytes` (one pickle, ending in STOP) into its value.
-pub fn parse(bytes: &[u8]) -> Result<Value, Error> {
-    parse_with(bytes, limits::get())
-}
+impl<'a> Vm<'a> {
+    pub(super) fn new(bytes: &'a [u8], limits: &'a Limits) -> Self {
+        Vm {
+            bytes,
+            pos: 0,
+            stack: Vec::new(),
+            marks: Vec::new(),
+            memo: HashMap::new(),
+            made: 0,
+            limits,
+        }
+    }
 
-pub fn parse_with(bytes: &[u8], limits: &Limits) -> Result<Value, Error> {
-    let mut vm = Vm {
-        bytes,
-        pos: 0,
-        stack: Vec::new(),
-        marks: Vec::new(),
-        memo: HashMap::new(),
-        made: 0,
-        limits,
-    };
-    vm.run().map(|o| o.value)
-}
-
-impl Vm<'_> {
     fn take(&mut self, n: usize) -> Result<&[u8], Error> {
         let end = self
             .pos
@@ -302,7 +242,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    fn run(&mut self) -> Result<Obj, Error> {
+    pub(super) fn run(&mut self) -> Result<Obj, Error> {
         loop {
             let at = self.pos;
             let op = self.u8()?;
@@ -500,76 +440,5 @@ impl Vm<'_> {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn small() -> Limits {
-        Limits {
-            pickle_depth: 16,
-            pickle_objects: 10_000,
-            ..Limits::default()
-        }
-    }
-
-    #[test]
-    fn reads_a_dict_of_lists() {
-        // {'a': [1, 2], 'b': (3.5,)} at protocol 2
-        let p = b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01]q\x02(K\x01K\x02eX\x01\x00\x00\x00bq\x03G@\x0c\x00\x00\x00\x00\x00\x00\x85q\x04u.";
-        let v = parse_with(p, &small()).expect("parses");
-        let Value::Dict(items) = v else {
-            panic!("not a dict: {v:?}")
-        };
-        assert_eq!(items.len(), 2);
-        assert_eq!(items[0].0.value, Value::Str("a".into()));
-        assert!(matches!(&items[0].1.value, Value::List(l) if l.len() == 2));
-        assert!(matches!(&items[1].1.value, Value::Tuple(t) if t[0].value == Value::Float(3.5)));
-    }
-
-    #[test]
-    fn deep_nesting_is_refused_not_overflowed() {
-        let mut p = vec![0x80, 2];
-        p.extend(std::iter::repeat_n(b']', 1_000_000));
-        p.extend(std::iter::repeat_n(b'a', 999_999));
-        p.push(b'.');
-        // Enough objects for the million lists: the depth cap must be what stops it.
-        let limits = Limits {
-            pickle_objects: 2_000_000,
-            ..small()
-        };
-        let e = parse_with(&p, &limits).expect_err("too deep");
-        assert!(e.contains("pickle-depth"), "{e}");
-    }
-
-    #[test]
-    fn memo_doubling_is_refused() {
-        // l = [0]; then 60 times: l = [l, l] via BINGET copies.
-        let mut p = vec![0x80, 2, b']', b'K', 0, b'a', b'q', 0];
-        for _ in 0..60 {
-            p.extend([b']', b'(', b'h', 0, b'h', 0, b'e', b'q', 0]);
-        }
-        p.push(b'.');
-        let e = parse_with(&p, &small()).expect_err("doubling");
-        assert!(
-            e.contains("pickle-objects") || e.contains("pickle-depth"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn truncation_and_junk_are_errors() {
-        let p = b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01K\x01u.";
-        for n in 0..p.len() {
-            assert!(
-                parse_with(&p[..n], &small()).is_err(),
-                "prefix of {n} bytes"
-            );
-        }
-        assert!(parse_with(b"\x80\x02\xff.", &small()).is_err());
-        assert!(parse_with(b"\x80\x02h\x07.", &small()).is_err());
-        assert!(parse_with(b"\x80\x02u.", &small()).is_err());
     }
 }

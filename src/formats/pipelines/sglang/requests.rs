@@ -1,0 +1,149 @@
+//! A forward pass of several requests: SGLang batches concurrent prompts into one pass, their
+//! tokens concatenated (`seq_lens` gives each request's length). Each request is a sample of
+//! its own — the positions of one request cut out of every tensor — as a batched file's rows
+//! are. Only prefill passes of whole prompts can be cut: a decode pass (one token per request)
+//! or a prefix-cached extend holds fewer tokens than `seq_lens` counts, and is refused.
+
+use candle_core::{DType, Tensor};
+
+use super::assemble::Sample;
+use crate::limits;
+
+/// Each request's token count, from the pass's `seq_lens` (None: one request, all tokens),
+/// checked against the `tokens` the pass holds.
+pub fn lengths(
+    seq_lens: Option<(&str, &Tensor)>,
+    tokens: usize,
+) -> std::result::Result<Vec<usize>, String> {
+    let Some((name, t)) = seq_lens.filter(|(_, t)| t.elem_count() > 1) else {
+        return Ok(vec![tokens]);
+    };
+    if t.elem_count() > limits::get().tokens {
+        return Err(limits::exceeded(
+            &format!("`{name}`"),
+            t.elem_count(),
+            "tokens",
+            limits::get().tokens,
+        ));
+    }
+    let lens: Vec<i64> = t
+        .flatten_all()
+        .and_then(|t| t.to_dtype(DType::I64))
+        .and_then(|t| t.to_vec1())
+        .map_err(|e| format!("`{name}`: {e}"))?;
+    if let Some(bad) = lens.iter().find(|&&l| l < 1) {
+        return Err(format!(
+            "`{name}` {lens:?} holds the length {bad}: a request has at least one token"
+        ));
+    }
+    let sum = lens
+        .iter()
+        .try_fold(0usize, |s, &l| s.checked_add(l as usize));
+    if sum != Some(tokens) {
+        return Err(format!(
+            "`{name}` {lens:?} counts {} tokens, the pass holds {tokens}: a decode pass or a \
+             prefix-cached extend, whose requests cannot be told apart (hsdiff reads prefill \
+             passes of whole prompts: run SGLang with --disable-radix-cache and compare the \
+             prefill passes)",
+            sum.map_or("more than usize".to_string(), |s| s.to_string())
+        ));
+    }
+    Ok(lens.into_iter().map(|l| l as usize).collect())
+}
+
+/// Request `r` of a pass of requests `lens` long: its positions cut out of every tensor (all
+/// `[tokens, …]`), the description saying which request it is. The pass itself when it holds
+/// one request.
+pub fn cut(sample: Sample, r: usize) -> std::result::Result<Sample, String> {
+    let lens = sample.requests.clone();
+    if r >= lens.len() {
+        return Err(format!(
+            "the forward pass holds {} request(s), not request {r}",
+            lens.len()
+        ));
+    }
+    if lens.len() == 1 {
+        return Ok(sample);
+    }
+    let start: usize = lens[..r].iter().sum();
+    let tensors = sample
+        .tensors
+        .into_iter()
+        .map(|(name, t)| {
+            let cut = t
+                .narrow(0, start, lens[r])
+                .map_err(|e| format!("`{name}`: {e}"))?;
+            Ok((name, cut))
+        })
+        .collect::<std::result::Result<Vec<_>, String>>()?;
+    Ok(Sample {
+        tensors,
+        description: format!(
+            "{}; request {r} of the pass's {} (seq_lens {lens:?}: positions {start}..{})",
+            sample.description,
+            lens.len(),
+            start + lens[r]
+        ),
+        requests: vec![lens[r]],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    fn lens_of(v: &[i64]) -> Tensor {
+        Tensor::new(v, &Device::Cpu).expect("tensor")
+    }
+
+    #[test]
+    fn lengths_checked_against_the_tokens() {
+        let t = lens_of(&[10, 13]);
+        assert_eq!(lengths(Some(("seq_lens", &t)), 23), Ok(vec![10, 13]));
+        assert_eq!(lengths(None, 7), Ok(vec![7]));
+        // One request: the pass's tokens, whatever seq_lens says (a prefix-cached extend of
+        // one prompt is refused by its token ids, which are not the prompt's).
+        assert_eq!(lengths(Some(("seq_lens", &lens_of(&[9]))), 7), Ok(vec![7]));
+        let decode = lengths(Some(("seq_lens", &lens_of(&[11, 14]))), 2).unwrap_err();
+        assert!(
+            decode.contains("counts 25 tokens, the pass holds 2: a decode pass"),
+            "{decode}"
+        );
+        let zero = lengths(Some(("seq_lens", &lens_of(&[3, 0]))), 3).unwrap_err();
+        assert!(zero.contains("holds the length 0"), "{zero}");
+    }
+
+    #[test]
+    fn a_request_cut_from_every_tensor() -> candle_core::Result<()> {
+        let dev = Device::Cpu;
+        let hidden = Tensor::randn(0f32, 1.0, (5, 3), &dev)?;
+        let ids = Tensor::new(&[7i64, 8, 9, 10, 11], &dev)?;
+        let sample = || Sample {
+            tensors: vec![
+                ("layers.0".to_string(), hidden.clone()),
+                ("input_ids".to_string(), ids.clone()),
+            ],
+            description: "pass".to_string(),
+            requests: vec![2, 3],
+        };
+        let second = cut(sample(), 1).expect("cut");
+        assert_eq!(
+            second.tensors[0].1.to_vec2::<f32>()?,
+            hidden.narrow(0, 2, 3)?.to_vec2::<f32>()?
+        );
+        assert_eq!(second.tensors[1].1.to_vec1::<i64>()?, [9, 10, 11]);
+        assert!(
+            second
+                .description
+                .ends_with("request 1 of the pass's 2 (seq_lens [2, 3]: positions 2..5)")
+        );
+        assert!(cut(sample(), 2).is_err());
+        let whole = Sample {
+            requests: vec![5],
+            ..sample()
+        };
+        assert_eq!(cut(whole, 0).expect("whole").description, "pass");
+        Ok(())
+    }
+}

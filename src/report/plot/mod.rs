@@ -1,0 +1,253 @@
+//! `--plot FILE.svg|FILE.png`: the report as a figure.
+//!
+//! Top panel: relative L2 error of every compared tensor in forward order on a log axis — the
+//! A-vs-B line (points coloured by verdict), the measured floor (dashed), each side against the
+//! f64 truth when there is one, the static `ok` / `fail` bands of the dtype as horizontal lines,
+//! the mismatch line max(ok band, k × floor), and the first divergent tensor marked. Bottom panel:
+//! a tensor × token heatmap of the per-token relative error on a log colour scale.
+//!
+//! The figure needs no system fonts or libraries: text is laid out with DejaVu Sans, embedded in
+//! the binary through the `dejavu` crate, and the PNG is the SVG rasterised in memory
+//! (`raster.rs`). Like the other renderers, this computes nothing: everything comes from the report.
+//! The top panel is drawn by `chart.rs`, the bottom one by `heatmap.rs`; this file holds the
+//! figure, its title, fonts and colours, and the helpers the dataset's plot shares.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::{FontStyle, RGBColor, register_font};
+
+use super::{Render, Report};
+use crate::error::{Error, Result};
+use crate::verdict::Verdict;
+
+mod chart;
+mod heatmap;
+
+pub(super) use heatmap::{draw_colour_bar, heat_color};
+
+/// The image formats `--plot` writes, chosen by the file extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlotFormat {
+    Svg,
+    Png,
+}
+
+const WIDTH: u32 = 1400;
+const TOP_HEIGHT: u32 = 640;
+const TITLE_HEIGHT: u32 = 82;
+/// Characters per line of the summary under the title.
+const SUMMARY_LINE: usize = 165;
+
+pub(super) const OK_GREEN: RGBColor = RGBColor(40, 150, 60);
+pub(super) const DRIFT_ORANGE: RGBColor = RGBColor(235, 150, 0);
+pub(super) const FAIL_RED: RGBColor = RGBColor(200, 30, 30);
+pub(super) const ZERO_GREY: RGBColor = RGBColor(225, 225, 225);
+pub(super) const NON_FINITE: RGBColor = RGBColor(255, 0, 200);
+
+/// Checks that `path` names a format `--plot` can write (`.svg` or `.png`, any case) in a
+/// folder that exists; called before the model runs so that a typo costs nothing.
+pub fn check_path(path: &Path) -> Result<PlotFormat> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let format = match ext.as_deref() {
+        Some("svg") => PlotFormat::Svg,
+        Some("png") => PlotFormat::Png,
+        Some(other) => {
+            return Err(Error::file(
+                path,
+                format!("--plot writes .svg or .png files, not .{other}"),
+            ));
+        }
+        None => {
+            return Err(Error::file(
+                path,
+                "--plot needs a file name ending in .svg or .png",
+            ));
+        }
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.is_dir()
+    {
+        return Err(Error::file(
+            path,
+            format!(
+                "cannot write the plot: folder {} does not exist",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(format)
+}
+
+/// The figure in one image format: a renderer like the text ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plot(pub PlotFormat);
+
+impl Render for Plot {
+    fn render(&self, report: &Report) -> Result<Vec<u8>> {
+        // Labels from files are drawn with control characters as visible escapes (they are not
+        // allowed in XML even escaped) and long ones shortened; the SVG writer escapes markup.
+        let report = &super::cells::escaped(
+            report,
+            |s| crate::escape::plain(s, crate::escape::SHORT),
+            |s| crate::escape::plain(s, crate::escape::LONG),
+        );
+        // Drawing and encoding happen in memory: a failure there is a bug, not bad input.
+        let drawn = match self.0 {
+            PlotFormat::Svg => render_svg(report).map(String::into_bytes),
+            PlotFormat::Png => render_png(report),
+        };
+        drawn.map_err(Error::Internal)
+    }
+}
+
+/// Draws the report and writes it to `path` (SVG or PNG by extension).
+pub fn write_plot(report: &Report, path: &Path) -> Result<()> {
+    let bytes = Plot(check_path(path)?).render(report)?;
+    crate::output::write_bytes(path, &bytes)
+}
+
+/// The figure as an SVG document.
+fn render_svg(report: &Report) -> std::result::Result<String, String> {
+    register_fonts()?;
+    let size = (WIDTH, figure_height(report));
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        draw(&root, report).map_err(|e| format!("cannot draw the plot: {e}"))?;
+        root.present()
+            .map_err(|e| format!("cannot draw the plot: {e}"))?;
+    }
+    Ok(svg)
+}
+
+/// The figure as PNG bytes: the SVG figure rasterised, so both formats show the same thing.
+fn render_png(report: &Report) -> std::result::Result<Vec<u8>, String> {
+    super::raster::svg_to_png(&render_svg(report)?)
+}
+
+/// Registers the embedded font under the family names plotters asks for (once per process).
+pub(super) fn register_fonts() -> std::result::Result<(), String> {
+    static DONE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        for family in ["sans-serif", "serif", "monospace"] {
+            register_font(family, FontStyle::Normal, dejavu::sans::regular())
+                .map_err(|_| "the embedded font is unreadable".to_string())?;
+            register_font(family, FontStyle::Bold, dejavu::sans::bold())
+                .map_err(|_| "the embedded font is unreadable".to_string())?;
+        }
+        Ok(())
+    })
+    .clone()
+}
+
+fn figure_height(report: &Report) -> u32 {
+    let rows = heatmap::rows(report).len() as u32;
+    TOP_HEIGHT + (rows * 22 + 130).clamp(260, 900)
+}
+
+pub(super) type DrawResult<DB> =
+    std::result::Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
+fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &Report) -> DrawResult<DB> {
+    root.fill(&WHITE)?;
+    let (top, bottom) = root.split_vertically(TOP_HEIGHT);
+    let (title, top) = top.split_vertically(TITLE_HEIGHT);
+    draw_title(&title, r)?;
+    if r.tensors.is_empty() {
+        top.draw(&Text::new(
+            "nothing was compared",
+            (40, 40),
+            ("sans-serif", 20),
+        ))?;
+        return Ok(());
+    }
+    chart::draw(&top, r)?;
+    heatmap::draw(&bottom, r)?;
+    Ok(())
+}
+
+fn draw_title<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report) -> DrawResult<DB> {
+    let head = format!(
+        "{} vs {}: {}   ({} mode, {}, {} tokens)",
+        r.a.label,
+        r.b.label,
+        r.verdict.as_str(),
+        r.mode,
+        r.thresholds.dtype,
+        r.inputs.tokens
+    );
+    let color = verdict_color(r.verdict);
+    area.draw(&Text::new(
+        head,
+        (16, 8),
+        ("sans-serif", 22)
+            .into_font()
+            .style(FontStyle::Bold)
+            .color(&color),
+    ))?;
+    for (k, line) in wrap(&r.summary, SUMMARY_LINE, 2).into_iter().enumerate() {
+        area.draw(&Text::new(
+            line,
+            (16, 38 + 20 * k as i32),
+            ("sans-serif", 15).into_font().color(&BLACK),
+        ))?;
+    }
+    Ok(())
+}
+
+/// Greedy word wrap to `width` characters, at most `max_lines` lines (the last one cut with …).
+pub(super) fn wrap(s: &str, width: usize, max_lines: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in s.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    if lines.len() > max_lines {
+        lines.truncate(max_lines);
+        if let Some(last) = lines.last_mut() {
+            let cut: String = last.chars().take(width.saturating_sub(1)).collect();
+            *last = format!("{cut}…");
+        }
+    }
+    lines
+}
+
+pub(super) fn verdict_color(v: Verdict) -> RGBColor {
+    match v {
+        Verdict::Ok => OK_GREEN,
+        Verdict::Drift => DRIFT_ORANGE,
+        Verdict::Mismatch => FAIL_RED,
+    }
+}
+
+/// The decade at or below `x` and at or above `y`.
+pub(super) fn decades(lo: f64, hi: f64) -> (f64, f64) {
+    let lo = 10f64.powf(lo.log10().floor());
+    let mut hi = 10f64.powf(hi.log10().ceil());
+    if hi <= lo {
+        hi = lo * 10.0;
+    }
+    (lo, hi)
+}
+
+/// The positive finite values of `xs`.
+pub(super) fn positives(xs: impl IntoIterator<Item = f64>) -> Vec<f64> {
+    xs.into_iter()
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .collect()
+}
