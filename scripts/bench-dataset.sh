@@ -7,8 +7,10 @@
 # needed; `fincore` checks it when present). With --warm, both are timed again from a warm cache
 # (meaningful only when the files fit in memory). Prints bytes, seconds, MB/s, the hsdiff/cat
 # ratio and hsdiff's peak RSS (/usr/bin/time). The data is deleted at the end unless --keep.
+# With --reuse, samples an earlier `--keep` run left in DIR (the same N and T) are timed again
+# instead of written anew (writing is CPU work that must not run in someone's quiet window).
 #
-# usage: scripts/bench-dataset.sh [--n N] [--tokens T] [--dir DIR] [--hsdiff BIN] [--warm] [--keep]
+# usage: scripts/bench-dataset.sh [--n N] [--tokens T] [--dir DIR] [--hsdiff BIN] [--warm] [--keep] [--reuse]
 #   defaults: N=100, T=2048, DIR=a fresh folder under /work (or $TMPDIR), BIN=target/release/hsdiff
 set -euo pipefail
 shopt -s inherit_errexit
@@ -19,6 +21,7 @@ dir=""
 bin=""
 warm=0
 keep=0
+reuse=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --n) n="$2"; shift 2 ;;
@@ -27,6 +30,7 @@ while [[ $# -gt 0 ]]; do
         --hsdiff) bin="$2"; shift 2 ;;
         --warm) warm=1; shift ;;
         --keep) keep=1; shift ;;
+        --reuse) reuse=1; shift ;;
         *) echo "bench-dataset: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -50,19 +54,27 @@ fi
 cleanup() { [[ $keep == 1 ]] || rm -rf "$dir/A" "$dir/B" "$dir/report.json"; [[ $keep == 1 ]] || rmdir "$dir" 2>/dev/null || true; }
 trap cleanup EXIT
 
-# Room for both sides (the bf16 hidden states dominate), with 2 GiB to spare.
-need=$(( 2 * n * tokens * layers * hidden * 2 + (2 << 30) ))
-avail=$(( $(df -Pk "$dir" | awk 'NR==2 {print $4}') * 1024 ))
-if (( need > avail )); then
-    echo "bench-dataset: $n samples need $((need >> 30)) GiB in $dir, $((avail >> 30)) GiB free: use a smaller --n" >&2
-    exit 2
-fi
+written() { # side → how many samples an earlier run left for this N
+    find "$dir/$1/rows_0-$n" -name '*.ckpt' 2>/dev/null | wc -l
+}
+if [[ $reuse == 1 && $(written A) == "$n" && $(written B) == "$n" ]]; then
+    echo "bench-dataset: reusing the $n samples per side in $dir"
+else
+    [[ $reuse == 1 ]] && { echo "bench-dataset: --reuse: $dir holds no $n samples per side from an earlier run" >&2; exit 2; }
+    # Room for both sides (the bf16 hidden states dominate), with 2 GiB to spare.
+    need=$(( 2 * n * tokens * layers * hidden * 2 + (2 << 30) ))
+    avail=$(( $(df -Pk "$dir" | awk 'NR==2 {print $4}') * 1024 ))
+    if (( need > avail )); then
+        echo "bench-dataset: $n samples need $((need >> 30)) GiB in $dir, $((avail >> 30)) GiB free: use a smaller --n" >&2
+        exit 2
+    fi
 
-echo "bench-dataset: writing $n samples per side, [1, $tokens, $layers·$hidden] bf16, in $dir"
-t0=$(date +%s.%N)
-"$py" "$root/scripts/make_bench_dataset.py" "$dir" "$n" --tokens "$tokens" --hidden "$hidden" --layers "$layers"
-t1=$(date +%s.%N)
-echo "bench-dataset: written in $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", b - a}') s"
+    echo "bench-dataset: writing $n samples per side, [1, $tokens, $layers·$hidden] bf16, in $dir"
+    t0=$(date +%s.%N)
+    "$py" "$root/scripts/make_bench_dataset.py" "$dir" "$n" --tokens "$tokens" --hidden "$hidden" --layers "$layers"
+    t1=$(date +%s.%N)
+    echo "bench-dataset: written in $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", b - a}') s"
+fi
 mapfile -t files < <(find "$dir/A" "$dir/B" -name '*.ckpt' | sort)
 bytes=$(du -cb "${files[@]}" | tail -1 | cut -f1)
 

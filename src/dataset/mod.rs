@@ -11,8 +11,10 @@
 mod aggregate;
 mod discover;
 mod floors;
+mod keep_memory;
 mod match_samples;
 pub mod merge;
+mod prefetch;
 mod workers;
 
 pub use discover::is_dataset;
@@ -67,6 +69,7 @@ pub fn parse_shard(arg: &str) -> Result<Shard> {
 
 /// Compares the samples of `a` with those of `b`.
 pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
+    keep_memory::keep_freed_buffers();
     let (side_a, failed_a) = discover::side(a, opts.dtype_hint, &opts.read_a)?;
     let (side_b, failed_b) = discover::side(b, opts.dtype_hint, &opts.read_b)?;
     crate::formats::pipelines::check_ids_used(
@@ -227,7 +230,11 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         progress.tick(&sa.id);
     }
     let floors = opts.calibrate.is_some().then_some(&floors);
-    let judge = |job: &Job| {
+    let judge = |i: usize, job: &Job| {
+        if let Some(next) = rest.get(i + workers.count.max(1)) {
+            let (na, nb) = (&side_a.samples[next.pair.a], &side_b.samples[next.pair.b]);
+            prefetch::read_ahead(vec![na.path.clone(), nb.path.clone()]);
+        }
         let (sa, sb) = (&side_a.samples[job.pair.a], &side_b.samples[job.pair.b]);
         let calibration = match floors {
             Some(_) => Calibration::Skip("floors from the calibration pairs".to_string()),

@@ -101,17 +101,17 @@ fn available_bytes() -> Option<u64> {
     crate::sysinfo::status_field_kib(&info, "MemAvailable").map(|k| k.saturating_mul(1024))
 }
 
-/// Runs `work` on every job with `workers` threads (on this thread when there is one) and hands
-/// each result to `done` on this thread, with the job's index, as it comes in.
+/// Runs `work` on every job (given its index) with `workers` threads (on this thread when there
+/// is one) and hands each result to `done` on this thread, with the job's index, as it comes in.
 pub fn run_all<J: Sync, R: Send>(
     jobs: &[J],
     workers: usize,
-    work: impl Fn(&J) -> R + Sync,
+    work: impl Fn(usize, &J) -> R + Sync,
     mut done: impl FnMut(usize, R),
 ) {
     if workers <= 1 || jobs.len() <= 1 {
         for (i, j) in jobs.iter().enumerate() {
-            done(i, work(j));
+            done(i, work(i, j));
         }
         return;
     }
@@ -125,7 +125,7 @@ pub fn run_all<J: Sync, R: Send>(
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(job) = jobs.get(i) else { break };
-                    if tx.send((i, work(job))).is_err() {
+                    if tx.send((i, work(i, job))).is_err() {
                         break;
                     }
                 }
@@ -151,7 +151,7 @@ mod tests {
             run_all(
                 &jobs,
                 workers,
-                |j| j * j,
+                |_, j| j * j,
                 |i, r| {
                     assert!(got[i].replace(r).is_none(), "job {i} twice");
                 },

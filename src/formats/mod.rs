@@ -10,6 +10,7 @@
 //! and `read` reads them.
 
 mod entry_names;
+pub mod mapped_rows;
 pub mod naming;
 pub mod npy;
 pub mod pickle;

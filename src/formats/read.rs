@@ -282,7 +282,8 @@ impl FileSource {
 }
 
 /// The box `bx` of the C-order array of `T` in `src` (of `stored` shape) as a tensor of `shape`,
-/// copied once, straight into the tensor's own buffer.
+/// copied once, straight into the tensor's own buffer (never zeroed first: every byte of it is
+/// written by the copy).
 fn box_tensor<T: candle_core::WithDType>(
     src: &[u8],
     stored: &[usize],
@@ -290,16 +291,24 @@ fn box_tensor<T: candle_core::WithDType>(
     shape: &[usize],
 ) -> candle_core::Result<Tensor> {
     let n: usize = bx.iter().map(|b| b.1).product();
-    let mut values = vec![T::from_f64(0.0); n];
-    // SAFETY: T is a plain number type (bf16, f16, f32, f64): every byte pattern is one of its
-    // values, so its buffer may be written as bytes; the slice covers exactly that buffer.
+    let len = n * std::mem::size_of::<T>();
+    let mut values: Vec<T> = Vec::with_capacity(n);
+    let spare = &mut values.spare_capacity_mut()[..n];
+    // SAFETY: the first n slots of the spare capacity viewed as their len bytes (MaybeUninit<u8>
+    // has no alignment and may hold anything).
     let bytes = unsafe {
-        std::slice::from_raw_parts_mut(
-            values.as_mut_ptr().cast::<u8>(),
-            std::mem::size_of_val(values.as_slice()),
-        )
+        std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<std::mem::MaybeUninit<u8>>(), len)
     };
-    super::pipelines::view::copy_box(src, stored, bx, std::mem::size_of::<T>(), bytes);
+    let written =
+        super::pipelines::view::copy_box(src, stored, bx, std::mem::size_of::<T>(), bytes);
+    if written != len {
+        return Err(candle_core::Error::Msg(format!(
+            "a box of {len} bytes was given {written}"
+        )));
+    }
+    // SAFETY: all n values were written (checked just above), and T is a plain number type
+    // (bf16, f16, f32, f64): every byte pattern is one of its values.
+    unsafe { values.set_len(n) };
     Tensor::from_vec(values, shape, &Device::Cpu)
 }
 

@@ -1,10 +1,13 @@
 //! Statistics of the difference between two captured tensors, computed in f64 one token row at
-//! a time: no full f64 copy of a large tensor is ever made. Nothing here decides what is "bad";
-//! that is [`crate::verdict`]'s job.
+//! a time, read from the stored values (`kernel`): no f64 copy of a tensor is ever made.
+//! Nothing here decides what is "bad"; that is [`crate::verdict`]'s job.
 
+mod kernel;
 pub mod logits;
 mod rows;
 pub mod stats;
+#[cfg(test)]
+mod tests;
 
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
@@ -147,39 +150,19 @@ pub fn diff_stats(name: &str, a: &Tensor, b: &Tensor) -> Result<DiffStats> {
         token_sq_b: Vec::with_capacity(rows),
     };
     let (mut rows_a, mut rows_b) = (rows::Rows::of(&a)?, rows::Rows::of(&b)?);
+    let mut nf = kernel::NonFinite::default();
     for token in 0..rows {
         let (ra, rb) = (rows_a.row(token)?, rows_b.row(token)?);
-        let mut row = Sums::default();
-        let mut row_one_sided = false;
-        for (channel, (&x, &y)) in ra.iter().zip(rb).enumerate() {
-            count_non_finite(x, &mut s.nan_a, &mut s.inf_a);
-            count_non_finite(y, &mut s.nan_b, &mut s.inf_b);
-            if !(x.is_finite() && y.is_finite()) {
-                row_one_sided |= x.is_finite() != y.is_finite();
-                let at = Some(Location { token, channel });
-                if same_non_finite(x, y) {
-                    s.non_finite_both += 1;
-                    s.non_finite_both_at = s.non_finite_both_at.or(at);
-                } else {
-                    s.non_finite_disagree += 1;
-                    s.non_finite_disagree_at = s.non_finite_disagree_at.or(at);
-                }
-                continue;
-            }
-            let d = (x - y).abs();
-            row.abs += d;
-            row.sq_diff += d * d;
-            row.sq_a += x * x;
-            row.sq_b += y * y;
-            row.dot += x * y;
-            if d > s.max_abs {
-                s.max_abs = d;
-                s.max_abs_at = Location { token, channel };
-            }
+        let row = kernel::row(ra, rb, token, s.max_abs, &mut nf);
+        // The first occurrence of the largest difference in token order: a row's maximum is
+        // taken only when it beats every earlier row's.
+        if let Some((max, channel)) = row.max {
+            s.max_abs = max;
+            s.max_abs_at = Location { token, channel };
         }
         // A token with NaN/Inf on one side only has no meaningful error: mark it NaN rather than
         // let the finite elements make it look fine.
-        s.per_token_rel.push(if row_one_sided {
+        s.per_token_rel.push(if row.one_sided {
             f64::NAN
         } else {
             ratio(row.sq_diff.sqrt(), row.sq_b.sqrt())
@@ -202,6 +185,14 @@ pub fn diff_stats(name: &str, a: &Tensor, b: &Tensor) -> Result<DiffStats> {
         total.sq_b += row.sq_b;
         total.dot += row.dot;
     }
+    s.nan_a = nf.nan_a;
+    s.inf_a = nf.inf_a;
+    s.nan_b = nf.nan_b;
+    s.inf_b = nf.inf_b;
+    s.non_finite_disagree = nf.disagree;
+    s.non_finite_disagree_at = nf.disagree_at;
+    s.non_finite_both = nf.both;
+    s.non_finite_both_at = nf.both_at;
     let finite = s.elements - (s.nan_a + s.inf_a).max(s.nan_b + s.inf_b);
     s.mean_abs = if finite > 0 {
         total.abs / finite as f64
@@ -216,19 +207,6 @@ pub fn diff_stats(name: &str, a: &Tensor, b: &Tensor) -> Result<DiffStats> {
         cosine(total.dot, total.sq_a, total.sq_b)
     };
     Ok(s)
-}
-
-fn count_non_finite(x: f64, nan: &mut usize, inf: &mut usize) {
-    if x.is_nan() {
-        *nan += 1;
-    } else if x.is_infinite() {
-        *inf += 1;
-    }
-}
-
-/// Both NaN, or both infinite with the same sign.
-fn same_non_finite(x: f64, y: f64) -> bool {
-    (x.is_nan() && y.is_nan()) || (x.is_infinite() && x == y)
 }
 
 /// `num / den`, with 0/0 = 0 (two zero tensors are identical) and x/0 = ∞.

@@ -1,10 +1,11 @@
-//! A `[tokens, channels]` tensor's token rows widened to f64 one at a time, into one buffer
-//! reused for every row: read straight from a contiguous CPU tensor's storage (no per-row
-//! tensor, conversion tensor and vector), through candle otherwise. Widening bf16, f16 and f32
-//! to f64 is exact, so both ways give the same values.
+//! A `[tokens, channels]` tensor's token rows as stored, one at a time: borrowed straight from
+//! a contiguous CPU tensor's storage (no copy, no widening: [`super::kernel`] widens inside its
+//! loop), widened through candle into one reused f64 buffer otherwise. Widening bf16, f16 and
+//! f32 to f64 is exact, so both ways give the same values.
 
 use candle_core::{CpuStorage, DType, Storage, Tensor};
 
+use super::kernel::Row;
 use crate::error::Result;
 
 /// Where a tensor's rows come from.
@@ -40,52 +41,37 @@ impl<'a> Rows<'a> {
                 Source::Tensor(t)
             }
         };
-        Ok(Rows {
-            source,
-            cols,
-            buf: vec![0.0; cols],
-        })
+        let buf = match source {
+            Source::Tensor(_) => vec![0.0; cols],
+            Source::Storage { .. } => Vec::new(),
+        };
+        Ok(Rows { source, cols, buf })
     }
 
-    /// Row `token` as f64.
-    pub fn row(&mut self, token: usize) -> Result<&[f64]> {
-        let (cols, out) = (self.cols, &mut self.buf);
+    /// Row `token`, as stored (f64 when read through candle).
+    pub fn row(&mut self, token: usize) -> Result<Row<'_>> {
+        let cols = self.cols;
         match &self.source {
             Source::Storage { storage, start } => {
-                let from = start + token * cols;
-                match &***storage {
-                    // bf16 is the top half of an f32: the shift widens it exactly (and
-                    // vectorises, where half's conversion also quiets signalling NaNs — a NaN
-                    // either way).
-                    Storage::Cpu(CpuStorage::BF16(v)) => widen(&v[from..from + cols], out, |x| {
-                        f64::from(f32::from_bits(u32::from(x.to_bits()) << 16))
-                    }),
-                    Storage::Cpu(CpuStorage::F16(v)) => {
-                        widen(&v[from..from + cols], out, |x| x.to_f64())
-                    }
-                    Storage::Cpu(CpuStorage::F32(v)) => {
-                        widen(&v[from..from + cols], out, f64::from)
-                    }
-                    Storage::Cpu(CpuStorage::F64(v)) => out.copy_from_slice(&v[from..from + cols]),
+                let r = start + token * cols..start + (token + 1) * cols;
+                Ok(match &***storage {
+                    Storage::Cpu(CpuStorage::BF16(v)) => Row::BF16(&v[r]),
+                    Storage::Cpu(CpuStorage::F16(v)) => Row::F16(&v[r]),
+                    Storage::Cpu(CpuStorage::F32(v)) => Row::F32(&v[r]),
+                    Storage::Cpu(CpuStorage::F64(v)) => Row::F64(&v[r]),
                     _ => {
                         return Err(crate::error::Error::Internal(
                             "a compared tensor holds no floating-point values".into(),
                         ));
                     }
-                }
+                })
             }
             Source::Tensor(t) => {
                 let v: Vec<f64> = t.get(token)?.to_dtype(DType::F64)?.to_vec1()?;
-                out.copy_from_slice(&v);
+                self.buf.copy_from_slice(&v);
+                Ok(Row::F64(&self.buf))
             }
         }
-        Ok(&self.buf)
-    }
-}
-
-fn widen<T: Copy>(from: &[T], out: &mut [f64], f: impl Fn(T) -> f64) {
-    for (o, &x) in out.iter_mut().zip(from) {
-        *o = f(x);
     }
 }
 
@@ -93,7 +79,17 @@ fn widen<T: Copy>(from: &[T], out: &mut [f64], f: impl Fn(T) -> f64) {
 mod tests {
     use candle_core::Device;
 
+    use super::super::kernel::Widen;
     use super::*;
+
+    fn widened(r: Row) -> Vec<f64> {
+        match r {
+            Row::BF16(v) => v.iter().map(|x| x.widen()).collect(),
+            Row::F16(v) => v.iter().map(|x| x.widen()).collect(),
+            Row::F32(v) => v.iter().map(|x| x.widen()).collect(),
+            Row::F64(v) => v.to_vec(),
+        }
+    }
 
     /// Storage rows, a narrowed (non-contiguous) tensor's rows and candle's own widening agree.
     #[test]
@@ -106,7 +102,7 @@ mod tests {
                 let mut rows = Rows::of(x)?;
                 for token in 0..5 {
                     let want: Vec<f64> = x.get(token)?.to_dtype(DType::F64)?.to_vec1()?;
-                    assert_eq!(rows.row(token)?, want.as_slice(), "{dtype:?}");
+                    assert_eq!(widened(rows.row(token)?), want, "{dtype:?}");
                 }
             }
         }

@@ -3,6 +3,8 @@
 //! sample of a batch, and the real (unpadded) positions. The view's shape is known when the file
 //! is opened; the cut is made when the tensor is read.
 
+use std::mem::MaybeUninit;
+
 use candle_core::{Device, Tensor};
 
 use crate::error::Result;
@@ -124,10 +126,17 @@ impl View {
 
 /// Copies the box `bx` ((start, length) per axis, inside `shape`) of a C-order array of
 /// `elem`-byte elements held in `src` (exactly `shape`'s bytes) into `out` (exactly the box's
-/// bytes): contiguous runs one after the other, so each byte of the box is read once.
-pub fn copy_box(src: &[u8], shape: &[usize], bx: &[(usize, usize)], elem: usize, out: &mut [u8]) {
+/// bytes, which need not be initialised): contiguous runs one after the other, so each byte of
+/// the box is read once and written once. Returns the bytes written: all of `out`.
+pub fn copy_box(
+    src: &[u8],
+    shape: &[usize],
+    bx: &[(usize, usize)],
+    elem: usize,
+    out: &mut [MaybeUninit<u8>],
+) -> usize {
     if out.is_empty() || shape.is_empty() {
-        return;
+        return 0;
     }
     let rank = shape.len();
     let mut stride = vec![elem; rank];
@@ -141,12 +150,19 @@ pub fn copy_box(src: &[u8], shape: &[usize], bx: &[(usize, usize)], elem: usize,
         .unwrap_or(0);
     let run = bx[k].1 * stride[k];
     let mut idx = vec![0usize; k];
+    let mut written = 0;
     for chunk in out.chunks_exact_mut(run) {
         let off = bx[k].0 * stride[k]
             + (0..k)
                 .map(|i| (bx[i].0 + idx[i]) * stride[i])
                 .sum::<usize>();
-        chunk.copy_from_slice(&src[off..off + run]);
+        let from = &src[off..off + run];
+        // SAFETY: `chunk` holds exactly `run` bytes, `from` too (a checked slice), and the
+        // two cannot overlap (`out` is a unique borrow).
+        unsafe {
+            std::ptr::copy_nonoverlapping(from.as_ptr(), chunk.as_mut_ptr().cast::<u8>(), run);
+        }
+        written += run;
         // The next run: the outer index counts up like an odometer.
         for i in (0..k).rev() {
             idx[i] += 1;
@@ -156,6 +172,7 @@ pub fn copy_box(src: &[u8], shape: &[usize], bx: &[(usize, usize)], elem: usize,
             idx[i] = 0;
         }
     }
+    written
 }
 
 #[cfg(test)]
@@ -260,8 +277,20 @@ mod tests {
             let (bx, _) = v
                 .as_box(&[3, 4, 10])
                 .ok_or_else(|| crate::error::Error::Internal(format!("{ops:?} is a box")))?;
-            let mut got = vec![0u8; bx.iter().map(|b| b.1).product::<usize>() * 4];
-            copy_box(&bytes, &[3, 4, 10], &bx, 4, &mut got);
+            let n = bx.iter().map(|b| b.1).product::<usize>() * 4;
+            let mut got: Vec<u8> = Vec::with_capacity(n);
+            assert_eq!(
+                copy_box(
+                    &bytes,
+                    &[3, 4, 10],
+                    &bx,
+                    4,
+                    &mut got.spare_capacity_mut()[..n]
+                ),
+                n
+            );
+            // SAFETY: copy_box wrote all n bytes (checked above).
+            unsafe { got.set_len(n) };
             let got =
                 Tensor::from_raw_buffer(&got, candle_core::DType::F32, &v.shape, &Device::Cpu)?;
             let want = v.apply(t.clone())?;

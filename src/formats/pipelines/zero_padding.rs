@@ -21,25 +21,18 @@ fn is_hidden(name: &str) -> bool {
 
 /// Per position (of T), whether it is all-zero in every hidden state of `src`. None when the
 /// file has no hidden state, they disagree on T, or the first one has no all-zero position (the
-/// common case costs one tensor).
+/// common case costs one tensor's scan, which stops at each row's first non-zero value).
 fn zero_rows(src: &FileSource) -> Result<Option<Vec<bool>>> {
     let mut zero: Option<Vec<bool>> = None;
     for name in src.names().into_iter().filter(|n| is_hidden(n)) {
-        let Some(t) = src.get(&name)? else { continue };
-        let [1, tokens, _] = t.dims()[..] else {
-            return Ok(None);
+        let here = match zero_rows_of(src, &name)? {
+            Scan::Rows(here) => here,
+            Scan::Absent => continue,
+            Scan::NotAState => return Ok(None),
         };
-        // `ne(0)` is true for NaN: a NaN row is never read as zero.
-        let nonzero: Vec<f32> = t
-            .squeeze(0)?
-            .ne(&t.squeeze(0)?.zeros_like()?)?
-            .to_dtype(DType::F32)?
-            .sum(1)?
-            .to_vec1()?;
-        let here: Vec<bool> = nonzero.iter().map(|&c| c == 0.0).collect();
         zero = Some(match zero {
             None => here,
-            Some(z) if z.len() != tokens => return Ok(None),
+            Some(z) if z.len() != here.len() => return Ok(None),
             Some(z) => z.iter().zip(&here).map(|(a, b)| *a && *b).collect(),
         });
         if zero.as_ref().is_some_and(|z| !z.contains(&true)) {
@@ -47,6 +40,46 @@ fn zero_rows(src: &FileSource) -> Result<Option<Vec<bool>>> {
         }
     }
     Ok(zero)
+}
+
+/// What one hidden state says about zero positions.
+enum Scan {
+    /// Per position, whether it is all zeros there (±0; NaN is not zero).
+    Rows(Vec<bool>),
+    /// No tensor of that name.
+    Absent,
+    /// Not a `[1, T, D]` state.
+    NotAState,
+}
+
+/// Scans the hidden state `name`: from the map when it can be (no copy), else through the
+/// tensor.
+fn zero_rows_of(src: &FileSource, name: &str) -> Result<Scan> {
+    if let Some(rows) = src.mapped_rows(name)? {
+        let elem = rows.dtype.size_in_bytes();
+        // Little-endian: a value is ±0 when every byte is 0 but the top one's sign bit.
+        let is_zero = |v: &[u8]| v[elem - 1] & 0x7f == 0 && v[..elem - 1].iter().all(|&b| b == 0);
+        let here = (0..rows.rows)
+            .map(|t| rows.row(t).chunks_exact(elem).all(is_zero))
+            .collect();
+        // Pages of a file truncated meanwhile read as zeros: never decide from those.
+        crate::mapped::check()?;
+        return Ok(Scan::Rows(here));
+    }
+    let Some(t) = src.get(name)? else {
+        return Ok(Scan::Absent);
+    };
+    let [1, _, _] = t.dims()[..] else {
+        return Ok(Scan::NotAState);
+    };
+    // `ne(0)` is true for NaN: a NaN row is never read as zero.
+    let nonzero: Vec<f32> = t
+        .squeeze(0)?
+        .ne(&t.squeeze(0)?.zeros_like()?)?
+        .to_dtype(DType::F32)?
+        .sum(1)?
+        .to_vec1()?;
+    Ok(Scan::Rows(nonzero.iter().map(|&c| c == 0.0).collect()))
 }
 
 /// The token axis of the tensor `name` seen with `shape`: the last for token ids and the loss
