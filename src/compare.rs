@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::capture::{Captures, dump::Dump, names};
 use crate::config::LayerType;
 use crate::error::Result;
+use crate::metrics::StoredRows;
 
 /// Somewhere captured tensors can be read by name, one at a time.
 pub trait TensorSource {
@@ -15,6 +16,13 @@ pub trait TensorSource {
 
     /// The first `n` token rows of a `[1, T, …]` (or `[T, …]`) capture, all of them when T ≤ n.
     /// Sources that can read a prefix without the rest (memory-mapped files) override this.
+    /// The token rows of `name` where they are stored (a file's map), for statistics summed
+    /// without a copy; None when they cannot be lent (the caller reads [`tensor`](Self::tensor)).
+    /// Lent rows are trusted only after [`crate::mapped::check`].
+    fn stored_rows(&self, _name: &str) -> Result<Option<StoredRows<'_>>> {
+        Ok(None)
+    }
+
     fn tensor_head(&self, name: &str, n: usize) -> Result<Option<Tensor>> {
         match self.tensor(name)? {
             Some(t) => {

@@ -19,6 +19,18 @@ pub struct MappedRows<'a> {
 }
 
 impl<'a> MappedRows<'a> {
+    /// The rows for the statistics ([`crate::metrics::diff_stats_stored`]).
+    pub fn stored(&self) -> crate::metrics::StoredRows<'a> {
+        crate::metrics::StoredRows {
+            bytes: self.bytes,
+            dtype: self.dtype,
+            rows: self.rows,
+            first: self.first,
+            stride: self.stride,
+            row_bytes: self.row_bytes,
+        }
+    }
+
     /// Row `t`'s bytes (little-endian values of `dtype`).
     pub fn row(&self, t: usize) -> &'a [u8] {
         let at = self.first + t * self.stride;

@@ -322,4 +322,7 @@ impl crate::compare::TensorSource for FileSource {
     fn tensor_head(&self, name: &str, n: usize) -> Result<Option<Tensor>> {
         self.get_head(name, n)
     }
+    fn stored_rows(&self, name: &str) -> Result<Option<crate::metrics::StoredRows<'_>>> {
+        Ok(self.mapped_rows(name)?.map(|r| r.stored()))
+    }
 }

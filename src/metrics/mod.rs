@@ -6,6 +6,7 @@ mod kernel;
 pub mod logits;
 mod rows;
 pub mod stats;
+mod stored;
 #[cfg(test)]
 mod tests;
 
@@ -13,6 +14,7 @@ use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+pub use stored::StoredRows;
 
 /// Where the largest absolute difference sits.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -123,37 +125,73 @@ pub fn diff_stats(name: &str, a: &Tensor, b: &Tensor) -> Result<DiffStats> {
     let a = as_rows(name, a)?;
     let b = as_rows(name, b)?;
     let (rows, cols) = a.dims2()?;
-    let mut total = Sums::default();
-    let mut s = DiffStats {
-        elements: rows * cols,
-        mean_abs: 0.0,
-        max_abs: 0.0,
-        max_abs_at: Location {
-            token: 0,
-            channel: 0,
-        },
-        rel_l2: 0.0,
-        cosine: 1.0,
-        cosine_min: 1.0,
-        cosine_min_token: 0,
-        nan_a: 0,
-        inf_a: 0,
-        nan_b: 0,
-        inf_b: 0,
-        non_finite_disagree: 0,
-        non_finite_disagree_at: None,
-        non_finite_both: 0,
-        non_finite_both_at: None,
-        per_token_rel: Vec::with_capacity(rows),
-        norm_b: 0.0,
-        token_sq_diff: Vec::with_capacity(rows),
-        token_sq_b: Vec::with_capacity(rows),
-    };
     let (mut rows_a, mut rows_b) = (rows::Rows::of(&a)?, rows::Rows::of(&b)?);
-    let mut nf = kernel::NonFinite::default();
+    let mut acc = Accumulator::new(rows, cols);
     for token in 0..rows {
-        let (ra, rb) = (rows_a.row(token)?, rows_b.row(token)?);
-        let row = kernel::row(ra, rb, token, s.max_abs, &mut nf);
+        acc.add(token, rows_a.row(token)?, rows_b.row(token)?);
+    }
+    Ok(acc.finish())
+}
+
+/// [`diff_stats`] of two captures read where they are stored — the same operations in the same
+/// order, so the same bits; None when a row cannot be viewed in place or the two differ in shape
+/// (the caller then reads the tensors, and [`diff_stats`] says what differs).
+pub fn diff_stats_stored(a: &StoredRows, b: &StoredRows) -> Option<DiffStats> {
+    let (rows, cols) = (a.rows, a.cols());
+    if b.rows != rows || b.cols() != cols || rows * cols == 0 || !a.viewable() || !b.viewable() {
+        return None;
+    }
+    let mut acc = Accumulator::new(rows, cols);
+    for token in 0..rows {
+        acc.add(token, a.row(token)?, b.row(token)?);
+    }
+    Some(acc.finish())
+}
+
+/// The statistics being summed, token row by token row.
+struct Accumulator {
+    s: DiffStats,
+    total: Sums,
+    nf: kernel::NonFinite,
+}
+
+impl Accumulator {
+    fn new(rows: usize, cols: usize) -> Self {
+        Accumulator {
+            s: DiffStats {
+                elements: rows * cols,
+                mean_abs: 0.0,
+                max_abs: 0.0,
+                max_abs_at: Location {
+                    token: 0,
+                    channel: 0,
+                },
+                rel_l2: 0.0,
+                cosine: 1.0,
+                cosine_min: 1.0,
+                cosine_min_token: 0,
+                nan_a: 0,
+                inf_a: 0,
+                nan_b: 0,
+                inf_b: 0,
+                non_finite_disagree: 0,
+                non_finite_disagree_at: None,
+                non_finite_both: 0,
+                non_finite_both_at: None,
+                per_token_rel: Vec::with_capacity(rows),
+                norm_b: 0.0,
+                token_sq_diff: Vec::with_capacity(rows),
+                token_sq_b: Vec::with_capacity(rows),
+            },
+            total: Sums::default(),
+            nf: kernel::NonFinite::default(),
+        }
+    }
+
+    /// Token row `token` of both sides (rows in token order).
+    fn add(&mut self, token: usize, ra: kernel::Row, rb: kernel::Row) {
+        let s = &mut self.s;
+        let row = kernel::row(ra, rb, token, s.max_abs, &mut self.nf);
         // The first occurrence of the largest difference in token order: a row's maximum is
         // taken only when it beats every earlier row's.
         if let Some((max, channel)) = row.max {
@@ -179,34 +217,38 @@ pub fn diff_stats(name: &str, a: &Tensor, b: &Tensor) -> Result<DiffStats> {
         }
         s.token_sq_diff.push(row.sq_diff);
         s.token_sq_b.push(row.sq_b);
-        total.abs += row.abs;
-        total.sq_diff += row.sq_diff;
-        total.sq_a += row.sq_a;
-        total.sq_b += row.sq_b;
-        total.dot += row.dot;
+        self.total.abs += row.abs;
+        self.total.sq_diff += row.sq_diff;
+        self.total.sq_a += row.sq_a;
+        self.total.sq_b += row.sq_b;
+        self.total.dot += row.dot;
     }
-    s.nan_a = nf.nan_a;
-    s.inf_a = nf.inf_a;
-    s.nan_b = nf.nan_b;
-    s.inf_b = nf.inf_b;
-    s.non_finite_disagree = nf.disagree;
-    s.non_finite_disagree_at = nf.disagree_at;
-    s.non_finite_both = nf.both;
-    s.non_finite_both_at = nf.both_at;
-    let finite = s.elements - (s.nan_a + s.inf_a).max(s.nan_b + s.inf_b);
-    s.mean_abs = if finite > 0 {
-        total.abs / finite as f64
-    } else {
-        0.0
-    };
-    s.norm_b = total.sq_b.sqrt();
-    s.rel_l2 = ratio(total.sq_diff.sqrt(), s.norm_b);
-    s.cosine = if total.sq_diff == 0.0 {
-        1.0
-    } else {
-        cosine(total.dot, total.sq_a, total.sq_b)
-    };
-    Ok(s)
+
+    fn finish(mut self) -> DiffStats {
+        let s = &mut self.s;
+        s.nan_a = self.nf.nan_a;
+        s.inf_a = self.nf.inf_a;
+        s.nan_b = self.nf.nan_b;
+        s.inf_b = self.nf.inf_b;
+        s.non_finite_disagree = self.nf.disagree;
+        s.non_finite_disagree_at = self.nf.disagree_at;
+        s.non_finite_both = self.nf.both;
+        s.non_finite_both_at = self.nf.both_at;
+        let finite = s.elements - (s.nan_a + s.inf_a).max(s.nan_b + s.inf_b);
+        s.mean_abs = if finite > 0 {
+            self.total.abs / finite as f64
+        } else {
+            0.0
+        };
+        s.norm_b = self.total.sq_b.sqrt();
+        s.rel_l2 = ratio(self.total.sq_diff.sqrt(), s.norm_b);
+        s.cosine = if self.total.sq_diff == 0.0 {
+            1.0
+        } else {
+            cosine(self.total.dot, self.total.sq_a, self.total.sq_b)
+        };
+        self.s
+    }
 }
 
 /// `num / den`, with 0/0 = 0 (two zero tensors are identical) and x/0 = ∞.

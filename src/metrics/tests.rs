@@ -357,3 +357,135 @@ fn every_instruction_set_gives_the_same_bits() {
         }
     }
 }
+
+/// The stored bytes of `t` (`[1, T, C]`, any float dtype) laid out as a concatenation of `k`
+/// layers along the channels (the SpecForge layout `[1, T, k·C]`), `t` being layer `layer`;
+/// the other layers hold fresh random values. `pad` bytes come first (to misalign on purpose).
+fn concatenated(
+    rng: &mut SplitMix,
+    t: &Tensor,
+    k: usize,
+    layer: usize,
+    pad: usize,
+) -> (Vec<u8>, usize, usize) {
+    let (_, tokens, cols) = t.dims3().expect("[1, T, C]");
+    let elem = t.dtype().size_in_bytes();
+    let mut parts = Vec::with_capacity(k);
+    for l in 0..k {
+        parts.push(if l == layer {
+            t.clone()
+        } else {
+            let noise: Vec<f32> = (0..tokens * cols).map(|_| rng.normal() as f32).collect();
+            tensor(&noise, tokens, cols, t.dtype())
+        });
+    }
+    let whole = Tensor::cat(&parts, 2).expect("cat");
+    let mut bytes = vec![0u8; pad];
+    macro_rules! put {
+        ($ty:ty) => {
+            for v in whole
+                .flatten_all()
+                .and_then(|x| x.to_vec1::<$ty>())
+                .expect("values")
+            {
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+        };
+    }
+    match t.dtype() {
+        DType::BF16 => put!(half::bf16),
+        DType::F16 => put!(half::f16),
+        DType::F32 => put!(f32),
+        _ => put!(f64),
+    }
+    (bytes, pad + layer * cols * elem, k * cols * elem)
+}
+
+/// Bytes in an 8-aligned buffer, as a file's map is page-aligned.
+struct Aligned {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Aligned {
+    fn of(bytes: &[u8]) -> Self {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        for (w, c) in words.iter_mut().zip(bytes.chunks(8)) {
+            let mut b = [0u8; 8];
+            b[..c.len()].copy_from_slice(c);
+            *w = u64::from_ne_bytes(b);
+        }
+        Aligned {
+            words,
+            len: bytes.len(),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the first `len` bytes of the words' buffer, read as bytes.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
+    }
+}
+
+fn stored(
+    bytes: &[u8],
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    first: usize,
+    stride: usize,
+) -> StoredRows<'_> {
+    StoredRows {
+        bytes,
+        dtype,
+        rows,
+        first,
+        stride,
+        row_bytes: cols * dtype.size_in_bytes(),
+    }
+}
+
+/// Statistics summed from the stored bytes of a layer cut from a concatenation are the tensor
+/// path's, bit for bit, field for field — NaN/±Inf planted, mixed dtypes, odd widths; a row not
+/// aligned for its type is no view (None), never misread.
+#[test]
+fn stored_rows_give_the_tensor_paths_bits() {
+    let mut rng = SplitMix::new(0x5eed_0701);
+    let dtypes = [
+        (DType::BF16, DType::BF16),
+        (DType::F32, DType::BF16),
+        (DType::F16, DType::F64),
+    ];
+    for (tokens, cols) in [(5, 2 * CHUNK + 3), (3, 7), (9, CHUNK)] {
+        for (da, db) in dtypes {
+            for planted in [0, 9] {
+                let (mut a, mut b) = pair(&mut rng, tokens, cols, true);
+                plant(&mut rng, &mut a, &mut b, planted);
+                let (ta, tb) = (tensor(&a, tokens, cols, da), tensor(&b, tokens, cols, db));
+                let ctx = format!("[{tokens}, {cols}] {da:?}/{db:?} planted {planted}");
+                let (bytes_a, first_a, stride_a) = concatenated(&mut rng, &ta, 5, 2, 0);
+                let (bytes_b, first_b, stride_b) = concatenated(&mut rng, &tb, 3, 0, 8);
+                let (buf_a, buf_b) = (Aligned::of(&bytes_a), Aligned::of(&bytes_b));
+                let sa = stored(buf_a.bytes(), da, tokens, cols, first_a, stride_a);
+                let sb = stored(buf_b.bytes(), db, tokens, cols, first_b, stride_b);
+                let got = diff_stats_stored(&sa, &sb).expect(&ctx);
+                let want = diff_stats("x", &ta, &tb).expect("stats");
+                assert_eq!(format!("{got:?}"), format!("{want:?}"), "{ctx}");
+                // One byte off: no view of a 2-, 4- or 8-byte type.
+                let shifted = stored(buf_b.bytes(), db, tokens, cols, first_b + 1, stride_b);
+                assert!(
+                    diff_stats_stored(&sa, &shifted).is_none(),
+                    "{ctx}: misaligned"
+                );
+            }
+        }
+    }
+    // Different shapes are no pair: the tensor path names the difference.
+    let t = tensor(&[1.0; 12], 3, 4, DType::F32);
+    let (bytes, first, stride) = concatenated(&mut rng, &t, 1, 0, 0);
+    let buf = Aligned::of(&bytes);
+    let rows = |rows, cols| stored(buf.bytes(), DType::F32, rows, cols, first, stride);
+    assert!(diff_stats_stored(&rows(3, 4), &rows(3, 4)).is_some());
+    assert!(diff_stats_stored(&rows(3, 4), &rows(2, 4)).is_none());
+    assert!(diff_stats_stored(&rows(3, 4), &rows(3, 2)).is_none());
+}
