@@ -61,6 +61,36 @@ pub struct DiffStats {
 }
 
 impl DiffStats {
+    /// The statistics of a `rows × cols` pair before any row is summed: no difference, the
+    /// cosines 1 (what identical rows give), nothing non-finite.
+    fn before_any_row(rows: usize, cols: usize) -> Self {
+        DiffStats {
+            elements: rows * cols,
+            mean_abs: 0.0,
+            max_abs: 0.0,
+            max_abs_at: Location {
+                token: 0,
+                channel: 0,
+            },
+            rel_l2: 0.0,
+            cosine: 1.0,
+            cosine_min: 1.0,
+            cosine_min_token: 0,
+            nan_a: 0,
+            inf_a: 0,
+            nan_b: 0,
+            inf_b: 0,
+            non_finite_disagree: 0,
+            non_finite_disagree_at: None,
+            non_finite_both: 0,
+            non_finite_both_at: None,
+            per_token_rel: Vec::with_capacity(rows),
+            norm_b: 0.0,
+            token_sq_diff: Vec::with_capacity(rows),
+            token_sq_b: Vec::with_capacity(rows),
+        }
+    }
+
     /// rel L2 over the tokens not in `skip` (sorted or not); the whole tensor's when `skip` is
     /// empty.
     pub fn rel_l2_without(&self, skip: &[usize]) -> f64 {
@@ -158,31 +188,7 @@ struct Accumulator {
 impl Accumulator {
     fn new(rows: usize, cols: usize) -> Self {
         Accumulator {
-            s: DiffStats {
-                elements: rows * cols,
-                mean_abs: 0.0,
-                max_abs: 0.0,
-                max_abs_at: Location {
-                    token: 0,
-                    channel: 0,
-                },
-                rel_l2: 0.0,
-                cosine: 1.0,
-                cosine_min: 1.0,
-                cosine_min_token: 0,
-                nan_a: 0,
-                inf_a: 0,
-                nan_b: 0,
-                inf_b: 0,
-                non_finite_disagree: 0,
-                non_finite_disagree_at: None,
-                non_finite_both: 0,
-                non_finite_both_at: None,
-                per_token_rel: Vec::with_capacity(rows),
-                norm_b: 0.0,
-                token_sq_diff: Vec::with_capacity(rows),
-                token_sq_b: Vec::with_capacity(rows),
-            },
+            s: DiffStats::before_any_row(rows, cols),
             total: Sums::default(),
             nf: kernel::NonFinite::default(),
         }

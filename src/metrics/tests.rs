@@ -28,31 +28,7 @@ fn reference(a: &Tensor, b: &Tensor) -> DiffStats {
     };
     let (ra, rb) = (rows(a), rows(b));
     let (tokens, cols) = (ra.len(), ra[0].len());
-    let mut s = DiffStats {
-        elements: tokens * cols,
-        mean_abs: 0.0,
-        max_abs: 0.0,
-        max_abs_at: Location {
-            token: 0,
-            channel: 0,
-        },
-        rel_l2: 0.0,
-        cosine: 1.0,
-        cosine_min: 1.0,
-        cosine_min_token: 0,
-        nan_a: 0,
-        inf_a: 0,
-        nan_b: 0,
-        inf_b: 0,
-        non_finite_disagree: 0,
-        non_finite_disagree_at: None,
-        non_finite_both: 0,
-        non_finite_both_at: None,
-        per_token_rel: vec![],
-        norm_b: 0.0,
-        token_sq_diff: vec![],
-        token_sq_b: vec![],
-    };
+    let mut s = DiffStats::before_any_row(tokens, cols);
     let (mut abs, mut sq_diff, mut sq_a, mut sq_b, mut dot) = (0.0, 0.0, 0.0, 0.0, 0.0);
     for token in 0..tokens {
         let (mut r_sq_diff, mut r_sq_a, mut r_sq_b, mut r_dot) = (0.0, 0.0, 0.0, 0.0);
