@@ -375,23 +375,6 @@ fn inconsistent_shapes_refused() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn sample<'a>(r: &'a Value, id: &str) -> &'a Value {
-    r["samples"]
-        .as_array()
-        .expect("samples")
-        .iter()
-        .find(|s| s["id"] == id)
-        .unwrap_or_else(|| panic!("no sample {id}: {}", r["samples"]))
-}
-
-fn ids_of(v: &Value) -> Vec<String> {
-    v.as_array()
-        .expect("list")
-        .iter()
-        .map(|u| u["id"].as_str().expect("id").to_string())
-        .collect()
-}
-
 /// The SpecForge DFlash training dump against the eval box's captures (named differently:
 /// paired by token ids): the planted bug is named with its sample and layer, the others are
 /// ok, the unpaired are listed, and the exit code is 1.
@@ -416,13 +399,13 @@ fn planted_bug_named_with_sample_and_layer() {
         assert_eq!(r["schema"], "hsdiff.dataset/v1");
         assert_eq!(r["verdict"], "mismatch");
         assert_eq!(r["metric"], "x_floor");
-        let bad = sample(&r, "1");
+        let bad = common::dataset_sample(&r, "1");
         assert_eq!(bad["verdict"], "mismatch", "{model}");
         assert_eq!(bad["first_divergent"], planted, "{model}");
         assert_eq!(bad["paired_by"], "token ids");
         assert_eq!(bad["id_b"], "prompt_1");
         for id in ["0", "2"] {
-            let s = sample(&r, id);
+            let s = common::dataset_sample(&r, id);
             assert_eq!(s["verdict"], "ok", "{model} {id}: {s}");
             assert!(s["worst_x_floor"].as_f64().expect("x") < 2.0);
             // loss_mask marks the second half: its figures are there beside all positions'.
@@ -433,8 +416,8 @@ fn planted_bug_named_with_sample_and_layer() {
                 s["positions"].as_u64().expect("n") - s["positions"].as_u64().expect("n") / 2
             );
         }
-        assert_eq!(ids_of(&r["unpaired_a"]), ["3"]);
-        assert_eq!(ids_of(&r["unpaired_b"]), ["prompt_3"]);
+        assert_eq!(common::sample_ids(&r["unpaired_a"]), ["3"]);
+        assert_eq!(common::sample_ids(&r["unpaired_b"]), ["prompt_3"]);
         let layer = r["layers"]
             .as_array()
             .expect("layers")
@@ -474,7 +457,7 @@ fn cross_format_pairing() {
         // Both from the same bf16 forward: the layers both hold agree exactly.
         assert_eq!(s["worst_rel_l2"].as_f64(), Some(0.0), "{s}");
     }
-    assert_eq!(sample(&r, "0")["id_b"], "conv-7f3a");
+    assert_eq!(common::dataset_sample(&r, "0")["id_b"], "conv-7f3a");
     let names: Vec<&str> = r["layers"]
         .as_array()
         .expect("layers")
@@ -482,7 +465,7 @@ fn cross_format_pairing() {
         .map(|l| l["name"].as_str().expect("name"))
         .collect();
     assert_eq!(names, ["layers.1", "layers.3", "layers.4"]);
-    assert_eq!(ids_of(&r["unpaired_a"]), ["3"]);
+    assert_eq!(common::sample_ids(&r["unpaired_a"]), ["3"]);
 
     let (code, r) = json(
         &fx(model, "specforge_dflash"),
@@ -503,7 +486,7 @@ fn cross_format_pairing() {
         assert_eq!(s["paired_by"], "id");
     }
     let left_out = &r["token_mismatches"];
-    assert_eq!(ids_of(left_out), ["3"]);
+    assert_eq!(common::sample_ids(left_out), ["3"]);
     assert!(
         r["summary"]
             .as_str()
@@ -583,10 +566,10 @@ fn calibrate_from_some_samples() {
             .starts_with("floors measured on 1 pairs")
     );
     assert_eq!(r["metric"], "x_floor");
-    let bad = sample(&r, "1");
+    let bad = common::dataset_sample(&r, "1");
     assert_eq!(bad["verdict"], "mismatch");
     assert_eq!(bad["first_divergent"], "layers.4");
-    assert_eq!(sample(&r, "2")["verdict"], "ok");
+    assert_eq!(common::dataset_sample(&r, "2")["verdict"], "ok");
 }
 
 /// Three shards run as separate processes, merged: the same report as the whole run — with

@@ -94,23 +94,6 @@ fn notes(r: &Value) -> String {
         .join("\n")
 }
 
-fn sample<'a>(r: &'a Value, id: &str) -> &'a Value {
-    r["samples"]
-        .as_array()
-        .expect("samples")
-        .iter()
-        .find(|s| s["id"] == id)
-        .unwrap_or_else(|| panic!("no sample {id}: {}", r["samples"]))
-}
-
-fn ids_of(v: &Value) -> Vec<String> {
-    v.as_array()
-        .expect("list")
-        .iter()
-        .map(|u| u["id"].as_str().expect("id").to_string())
-        .collect()
-}
-
 /// One forward pass of the dumper against the eval box's hsdiff capture of the same prompt,
 /// calibrated: the dumped layers, each rebuilt as hidden_states + residual, within the floor
 /// (reading `output.0` alone, or an index off by one, would be far outside it), and the
@@ -249,19 +232,19 @@ fn specforge_training_dump_vs_sglang_eval_dump() {
             );
             assert_eq!(code, 1, "{model} {how}: {}\n{err}", r["summary"]);
             assert_eq!(r["schema"], "hsdiff.dataset/v1");
-            let bad = sample(&r, "1");
+            let bad = common::dataset_sample(&r, "1");
             assert_eq!(bad["verdict"], "mismatch", "{model} {how}: {bad}");
             assert_eq!(bad["first_divergent"], planted(model), "{model} {how}");
             assert_eq!(bad["paired_by"], "token ids");
             assert_eq!(bad["id_b"], "step=1");
-            let s = sample(&r, "0");
+            let s = common::dataset_sample(&r, "0");
             assert_eq!(s["verdict"], "ok", "{model} {how}: {s}");
             assert!(s["worst_x_floor"].as_f64().expect("x") < 2.0, "{s}");
             if how == "outputs" {
-                let s = sample(&r, "2");
+                let s = common::dataset_sample(&r, "2");
                 assert_eq!(s["verdict"], "ok", "{model} {how}: {s}");
             }
-            assert!(ids_of(&r["unpaired_a"]).contains(&"3".to_string()));
+            assert!(common::sample_ids(&r["unpaired_a"]).contains(&"3".to_string()));
             let layer = r["layers"]
                 .as_array()
                 .expect("layers")
@@ -325,12 +308,12 @@ fn zero_row_on_one_side_is_flagged() {
         ],
     );
     assert_eq!(code, 1, "{}\n{err}", r["summary"]);
-    let bad = sample(&r, "batch#2");
+    let bad = common::dataset_sample(&r, "batch#2");
     assert_eq!(bad["verdict"], "mismatch", "{bad}");
     assert_eq!(bad["first_divergent"], "layers.1");
     assert_eq!(bad["positions"], 16, "the zeroed position is compared");
     for id in ["batch#0", "batch#1"] {
-        assert_eq!(sample(&r, id)["verdict"], "ok", "{id}");
+        assert_eq!(common::dataset_sample(&r, id)["verdict"], "ok", "{id}");
     }
     assert!(
         notes(&r).contains("batch#0 6 of 16, batch#1 3 of 16"),
@@ -408,7 +391,7 @@ fn bare_tensor_dumper_read() {
         &["--model", &model_dir(model)],
     );
     assert_eq!(code, 0, "{}\n{err}", r["summary"]);
-    assert_eq!(ids_of(&r["samples"]), ["forward_pass_id=1"]);
+    assert_eq!(common::sample_ids(&r["samples"]), ["forward_pass_id=1"]);
     assert_eq!(r["layers"][0]["name"], "layers.1", "{}", r["layers"]);
     assert!(
         r["formats_a"][0]

@@ -314,3 +314,22 @@ pub fn row_names(r: &serde_json::Value) -> Vec<String> {
         .map(|t| t["name"].as_str().expect("name").to_string())
         .collect()
 }
+
+/// A dataset report's entry for sample `id` (a test fails naming the samples when there is none).
+pub fn dataset_sample<'a>(r: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    r["samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .find(|s| s["id"] == id)
+        .unwrap_or_else(|| panic!("no sample {id}: {}", r["samples"]))
+}
+
+/// The `id`s of a dataset report's list (unpaired samples, token mismatches).
+pub fn sample_ids(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .expect("list")
+        .iter()
+        .map(|u| u["id"].as_str().expect("id").to_string())
+        .collect()
+}
