@@ -18,13 +18,13 @@ use std::path::Path;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::RGBColor;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use plotters::style::{FontStyle, RGBColor};
 
 use super::dataset::{DatasetReport, RowFigures};
 use super::plot::{
     DrawResult, FAIL_RED, NON_FINITE, PlotFormat, ZERO_GREY, check_path, decades, draw_colour_bar,
-    heat_color, positives, register_fonts, verdict_color, wrap,
+    draw_heading, heat_color, positives, register_fonts, verdict_color,
 };
 use crate::error::{Error, Result};
 use crate::escape::{LONG, SHORT, plain};
@@ -33,8 +33,6 @@ use crate::verdict::Verdict;
 const WIDTH: u32 = 1400;
 const TITLE_HEIGHT: u32 = 82;
 const DIST_HEIGHT: u32 = 560;
-/// Characters per line of the headline under the title.
-const SUMMARY_LINE: usize = 165;
 /// Points drawn per layer at most (flagged samples first, then an even spread of the rest).
 pub const MAX_POINTS: usize = 400;
 /// Rows of the sample × layer map at most (more samples: bins of consecutive samples).
@@ -154,22 +152,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, fig: &Figure) -> Draw
     root.fill(&WHITE)?;
     let (title, rest) = root.split_vertically(TITLE_HEIGHT);
     let (dist, map) = rest.split_vertically(DIST_HEIGHT);
-    let color = verdict_color(fig.verdict);
-    title.draw(&Text::new(
-        fig.title.clone(),
-        (16, 8),
-        ("sans-serif", 22)
-            .into_font()
-            .style(FontStyle::Bold)
-            .color(&color),
-    ))?;
-    for (k, line) in wrap(&fig.summary, SUMMARY_LINE, 2).into_iter().enumerate() {
-        title.draw(&Text::new(
-            line,
-            (16, 38 + 20 * k as i32),
-            ("sans-serif", 15).into_font().color(&BLACK),
-        ))?;
-    }
+    draw_heading(&title, fig.title.clone(), &fig.summary, fig.verdict)?;
     if fig.layers.is_empty() || fig.samples.is_empty() {
         dist.draw(&Text::new(
             "nothing was compared",

@@ -182,7 +182,18 @@ fn draw_title<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report) -> 
         r.thresholds.dtype,
         r.inputs.tokens
     );
-    let color = verdict_color(r.verdict);
+    draw_heading(area, head, &r.summary, r.verdict)
+}
+
+/// A figure's heading: its first line in the verdict's colour, then the summary wrapped on at
+/// most two lines (the pair report's figure and the dataset report's).
+pub(super) fn draw_heading<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    head: String,
+    summary: &str,
+    verdict: Verdict,
+) -> DrawResult<DB> {
+    let color = verdict_color(verdict);
     area.draw(&Text::new(
         head,
         (16, 8),
@@ -191,7 +202,7 @@ fn draw_title<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report) -> 
             .style(FontStyle::Bold)
             .color(&color),
     ))?;
-    for (k, line) in wrap(&r.summary, SUMMARY_LINE, 2).into_iter().enumerate() {
+    for (k, line) in wrap(summary, SUMMARY_LINE, 2).into_iter().enumerate() {
         area.draw(&Text::new(
             line,
             (16, 38 + 20 * k as i32),
