@@ -194,7 +194,7 @@ impl Bench {
                 CaseOutcome::measured(m.clone(), seq, torch_ms, rel),
             ));
         }
-        for name in &p.backends {
+        for name in p.backends.iter().map(|k| k.name()) {
             if p.skips.skips(name, seq, dtype) {
                 rows.push(row(name, CaseOutcome::skipped_by_option()));
                 continue;
