@@ -1,6 +1,7 @@
 //! Captured hidden states of one run, and the dump files that carry them between machines.
 
 pub mod dump;
+pub mod key;
 pub mod names;
 
 use candle_core::Tensor;
