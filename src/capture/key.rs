@@ -270,7 +270,10 @@ fn index(s: &str) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
+    use crate::safetensors_file::SafetensorsFile;
 
     /// Every key of a 3-layer model, in forward order.
     fn every_key() -> Vec<Key> {
@@ -401,6 +404,69 @@ mod tests {
         // The final states follow every layer and precede the final norm.
         assert!(Key::State(0, StateKind::Recurrent) > Key::Layer(usize::MAX));
         assert!(Key::State(usize::MAX, StateKind::Recurrent) < Key::FinalNorm);
+    }
+
+    /// tests/fixtures/tensor_names.txt without its comments.
+    fn golden_names() -> Vec<&'static str> {
+        include_str!("../../tests/fixtures/tensor_names.txt")
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect()
+    }
+
+    #[test]
+    fn the_golden_list_round_trips_in_forward_order_and_has_every_kind() {
+        let names = golden_names();
+        let keys: Vec<Key> = names
+            .iter()
+            .map(|n| n.parse().unwrap_or_else(|e| panic!("{e}")))
+            .collect();
+        for (key, name) in keys.iter().zip(&names) {
+            assert_eq!(key.to_string(), *name);
+        }
+        let mut sorted = keys.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted, keys, "not in forward order, or a name twice");
+        // Every kind of key, with every op, state and router field, at layer 0 or outside the
+        // layers.
+        for key in every_key()
+            .into_iter()
+            .filter(|k| k.layer().is_none_or(|i| i == 0))
+        {
+            assert!(keys.contains(&key), "{key} is not in the list");
+        }
+    }
+
+    #[test]
+    fn the_golden_files_names_are_keys() {
+        // Written by scripts/make_golden.py (transformers' hooks), independently of this module.
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden");
+        let mut seen = 0;
+        for dir in ["states", "decode"] {
+            for model in std::fs::read_dir(root.join(dir)).unwrap() {
+                let model = model.unwrap().path();
+                if !model.is_dir() {
+                    continue;
+                }
+                for file in std::fs::read_dir(&model).unwrap() {
+                    let file = file.unwrap().path();
+                    if file.extension().is_some_and(|e| e == "safetensors") {
+                        for name in SafetensorsFile::open(&file).unwrap().names() {
+                            let key: Key = name
+                                .parse()
+                                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+                            assert_eq!(key.to_string(), name);
+                            seen += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            seen > 100,
+            "only {seen} names in golden/states and golden/decode"
+        );
     }
 
     #[test]
