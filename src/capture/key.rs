@@ -177,6 +177,14 @@ impl Key {
         }
     }
 
+    /// The decoder layer this is the output of (`layers.{i}`); None for any other key.
+    pub fn layer_output(self) -> Option<usize> {
+        match self {
+            Key::Layer(i) => Some(i),
+            _ => None,
+        }
+    }
+
     /// Position in forward order: (group, layer, place in the layer, field).
     fn rank(self) -> (u8, usize, u8, u8) {
         match self {
@@ -220,6 +228,13 @@ impl fmt::Display for Key {
             Key::DecodeLogits => f.write_str(DECODE_LOGITS),
             Key::DecodeLayer(i) => write!(f, "{DECODE_LAYERS}{i}"),
         }
+    }
+}
+
+/// A key's name, for messages and files.
+impl From<Key> for String {
+    fn from(key: Key) -> String {
+        key.to_string()
     }
 }
 
