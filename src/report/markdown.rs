@@ -59,10 +59,10 @@ impl Render for Markdown {
         out.push_str(&format!("| {} |\n", header.join(" | ")));
         out.push_str(&format!("|{}\n", "---|".repeat(TENSOR_COLUMNS.len())));
         for t in &r.tensors {
-            let verdict = if t.verdict == Verdict::Ok {
+            let verdict = if t.judgement.verdict == Verdict::Ok {
                 "ok".to_string()
             } else {
-                format!("**{}**", t.verdict.as_str())
+                format!("**{}**", t.judgement.verdict.as_str())
             };
             let cells = tensor_cells(t);
             out.push_str(&format!("| {} | {verdict} |\n", cells.join(" | ")));

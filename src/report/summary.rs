@@ -31,9 +31,10 @@ pub struct Subject<'a> {
 /// The one sentence that leads every report.
 pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> String {
     let Some(worst) = rows.iter().max_by(|x, y| {
-        x.verdict
-            .cmp(&y.verdict)
-            .then(x.rel_l2.total_cmp(&y.rel_l2))
+        x.judgement
+            .verdict
+            .cmp(&y.judgement.verdict)
+            .then(x.stats.rel_l2.total_cmp(&y.stats.rel_l2))
     }) else {
         return format!("nothing to compare between {} and {}", s.a, s.b);
     };
@@ -45,11 +46,11 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
     if let Some(layers) = s.one_sided {
         return one_sided(s, layers, rows);
     }
-    let Some(first) = rows.iter().find(|r| r.verdict != Verdict::Ok) else {
+    let Some(first) = rows.iter().find(|r| r.judgement.verdict != Verdict::Ok) else {
         // Equal everywhere is the strongest answer there is, whatever the floor.
         if rows
             .iter()
-            .all(|r| r.max_abs == 0.0 && r.nan_a + r.inf_a + r.nan_b + r.inf_b == 0)
+            .all(|r| r.stats.max_abs == 0.0 && r.non_finite() == (0, 0))
         {
             let n = rows.len();
             let tensors = if n == 1 { "tensor" } else { "tensors" };
@@ -64,13 +65,13 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
                 "{}; nothing exceeds what {dtype} rounding can produce at its depth (max rel L2 \
                  {:.2e} at {}){flips}",
                 uncalibrated(s),
-                worst.rel_l2,
+                worst.stats.rel_l2,
                 worst.name
             );
         }
         let max_ratio = rows
             .iter()
-            .filter_map(|r| r.ratio_to_floor)
+            .filter_map(|r| r.judgement.ratio_to_floor)
             .fold(0.0_f64, f64::max);
         let last = rows
             .iter()
@@ -83,7 +84,7 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
         return format!(
             "benign: {a} and {b} differ by at most {max_ratio:.1}× the {dtype} rounding floor{set_aside} \
              (max rel L2 {:.2e} at {}){who}{flips}",
-            worst.rel_l2, worst.name
+            worst.stats.rel_l2, worst.name
         );
     };
     let mut out = format!(
@@ -96,8 +97,8 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
     if let Some(w) = s.routing {
         out.push_str(&format!(" ({w})"));
     }
-    if first.verdict != s.overall
-        && let Some(worse) = rows.iter().find(|r| r.verdict == s.overall)
+    if first.judgement.verdict != s.overall
+        && let Some(worse) = rows.iter().find(|r| r.judgement.verdict == s.overall)
     {
         out.push_str(&format!(
             "; {} from {}, {}",
@@ -125,11 +126,11 @@ fn one_sided(s: &Subject, (la, lb): (&str, &str), rows: &[TensorRow]) -> String 
         "{a} and {b} hold different layers ({a}: {la}; {b}: {lb}), so each was judged against the \
          f64 truth"
     );
-    match rows.iter().find(|r| r.verdict != Verdict::Ok) {
+    match rows.iter().find(|r| r.judgement.verdict != Verdict::Ok) {
         None => {
             let max_ratio = rows
                 .iter()
-                .filter_map(|r| r.ratio_to_floor)
+                .filter_map(|r| r.judgement.ratio_to_floor)
                 .fold(0.0_f64, f64::max);
             format!(
                 "benign: {what}: every row within {max_ratio:.1}× the {dtype} rounding floor of it"
@@ -137,7 +138,11 @@ fn one_sided(s: &Subject, (la, lb): (&str, &str), rows: &[TensorRow]) -> String 
         }
         Some(first) => {
             // The side with a distance of its own at that row is the one measured there.
-            let side = if first.a_vs_truth.is_some() { a } else { b };
+            let side = if first.judgement.a_vs_truth.is_some() {
+                a
+            } else {
+                b
+            };
             format!(
                 "{}: {what}: {side} parts from the truth at {}, {}",
                 s.overall.as_str(),
@@ -203,42 +208,42 @@ fn how(r: &TensorRow, dtype: &str) -> String {
         l.map(|l| format!("token {}, channel {}", l.token, l.channel))
             .unwrap_or_default()
     };
-    if r.non_finite_disagree > 0 {
+    if r.stats.non_finite_disagree > 0 {
         return format!(
             "{} element(s) finite on one side only or of different sign (first at {}; NaN/Inf: \
              {} on A, {} on B)",
-            r.non_finite_disagree,
-            at(&r.non_finite_disagree_at),
-            r.nan_a + r.inf_a,
-            r.nan_b + r.inf_b
+            r.stats.non_finite_disagree,
+            at(&r.stats.non_finite_disagree_at),
+            r.stats.nan_a + r.stats.inf_a,
+            r.stats.nan_b + r.stats.inf_b
         );
     }
-    if r.non_finite_both > 0 {
-        let what = if r.nan_a > 0 { "NaN" } else { "Inf" };
+    if r.stats.non_finite_both > 0 {
+        let what = if r.stats.nan_a > 0 { "NaN" } else { "Inf" };
         return format!(
             "both {what} at {} element(s) (first at {})",
-            r.non_finite_both,
-            at(&r.non_finite_both_at)
+            r.stats.non_finite_both,
+            at(&r.stats.non_finite_both_at)
         );
     }
-    match (r.ratio_to_floor, r.floor) {
+    match (r.judgement.ratio_to_floor, r.judgement.floor) {
         (Some(ratio), Some(_)) => format!(
             "rel L2 {:.2e} = {ratio:.1}× the {dtype} floor",
-            r.rel_l2_judged.unwrap_or(r.rel_l2)
+            r.judgement.rel_l2_judged.unwrap_or(r.stats.rel_l2)
         ),
-        _ => match r.expected_floor.filter(|e| *e > 0.0) {
+        _ => match r.judgement.expected_floor.filter(|e| *e > 0.0) {
             Some(e) => format!(
                 "rel L2 {:.2e} = {:.0}× the {dtype} floor expected at depth {} without a model \
                  ({e:.1e}, from hsdiff's measurements)",
-                r.rel_l2,
-                r.rel_l2 / e,
-                r.depth
+                r.stats.rel_l2,
+                r.stats.rel_l2 / e,
+                r.judgement.depth
             ),
             None => format!(
                 "rel L2 {:.2e}, beyond what {dtype} rounding can produce at depth {} ({:.2e})",
-                r.rel_l2,
-                r.depth,
-                r.band.unwrap_or(f64::NAN)
+                r.stats.rel_l2,
+                r.judgement.depth,
+                r.judgement.band.unwrap_or(f64::NAN)
             ),
         },
     }
@@ -267,8 +272,7 @@ fn op_path(r: &TensorRow) -> String {
 /// floors everywhere).
 pub fn who_is_right(a: &str, b: &str, r: &TensorRow, rows: &[TensorRow]) -> Option<String> {
     // Distances over the finite elements of a row with NaN/Inf would read as agreement.
-    let non_finite = |r: &TensorRow| (r.nan_a + r.inf_a, r.nan_b + r.inf_b);
-    if let (na, nb) = non_finite(r)
+    if let (na, nb) = r.non_finite()
         && na + nb > 0
     {
         return Some(format!(
@@ -276,11 +280,16 @@ pub fn who_is_right(a: &str, b: &str, r: &TensorRow, rows: &[TensorRow]) -> Opti
             r.name
         ));
     }
-    let (da, db) = (r.a_vs_truth?, r.b_vs_truth?);
+    let (da, db) = (r.judgement.a_vs_truth?, r.judgement.b_vs_truth?);
     let within = rows
         .iter()
-        .filter(|r| non_finite(r) == (0, 0))
-        .filter_map(|r| Some(r.a_vs_truth?.max(r.b_vs_truth?) / r.floor.filter(|f| *f > 0.0)?))
+        .filter(|r| r.non_finite() == (0, 0))
+        .filter_map(|r| {
+            Some(
+                r.judgement.a_vs_truth?.max(r.judgement.b_vs_truth?)
+                    / r.judgement.floor.filter(|f| *f > 0.0)?,
+            )
+        })
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
         .filter(|x| *x <= K_DRIFT)
         .map(|x| format!("; both within {x:.1}× the floor of the truth everywhere"))
@@ -288,7 +297,7 @@ pub fn who_is_right(a: &str, b: &str, r: &TensorRow, rows: &[TensorRow]) -> Opti
     let at = &r.name;
     // A side within f64 rounding of the truth *is* the truth for this purpose.
     let exact = |d: f64| d < EXACT;
-    let off = |d: f64| match r.floor.filter(|f| *f > 0.0) {
+    let off = |d: f64| match r.judgement.floor.filter(|f| *f > 0.0) {
         Some(f) => format!("{d:.2e} ({:.1}× the floor)", d / f),
         None => format!("{d:.2e}"),
     };

@@ -44,9 +44,9 @@ impl Render for TerminalTable {
         }
         let mut grid = grid(TENSOR_COLUMNS.to_vec());
         for t in &r.tensors {
-            let verdict = Cell::new(t.verdict.as_str());
+            let verdict = Cell::new(t.judgement.verdict.as_str());
             let verdict = if self.color {
-                verdict.fg(color(t.verdict))
+                verdict.fg(color(t.judgement.verdict))
             } else {
                 verdict
             };
