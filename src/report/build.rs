@@ -330,17 +330,13 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         logits.as_ref(),
     );
     if let Some(al) = &c.alignment {
-        summary = if al.applied {
-            format!("{summary} (compared with --shift {})", al.offset)
+        if al.applied {
+            summary.end_with(&format!(" (compared with --shift {})", al.offset));
         } else {
             // A detected shift explains the rows below it: the headline leads with it, right
             // after the verdict word.
-            let shift = crate::alignment::describe(al);
-            match summary.split_once(": ") {
-                Some((word, rest)) => format!("{word}: {shift}; {rest}"),
-                None => format!("{shift}; {summary}"),
-            }
-        };
+            summary.lead_with(crate::alignment::describe(al));
+        }
     }
 
     if let Some(cal) = &c.calibration {
@@ -358,20 +354,16 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
     ));
     let env_diff = crate::envdiff::env_diff(&c.a_side.fingerprint, &c.b_side.fingerprint);
     // Live runs differ by design in their backend; elsewhere a mattering difference leads.
-    let summary = match crate::envdiff::summary_clause(&env_diff) {
-        Some(clause) if !matches!(c.mode.as_str(), "propagate" | "isolate") => {
-            format!("{summary}; {clause}")
-        }
-        _ => summary,
-    };
-    let summary = match crate::envdiff::same_implementations(
+    if !matches!(c.mode.as_str(), "propagate" | "isolate") {
+        summary
+            .clauses
+            .extend(crate::envdiff::summary_clause(&env_diff));
+    }
+    summary.clauses.extend(crate::envdiff::same_implementations(
         &env_diff,
         &c.a_side.fingerprint,
         &c.b_side.fingerprint,
-    ) {
-        Some(clause) => format!("{summary}; {clause}"),
-        None => summary,
-    };
+    ));
 
     let mut sha = Sha256::new();
     for id in &c.input.input_ids {

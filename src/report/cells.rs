@@ -117,7 +117,9 @@ pub fn escaped(
             *s = short(s);
         }
     };
-    r.summary = long(&r.summary);
+    for clause in &mut r.summary.clauses {
+        *clause = long(clause);
+    }
     for n in &mut r.notes {
         *n = long(n);
     }

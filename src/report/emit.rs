@@ -118,7 +118,7 @@ pub fn write_stdout(bytes: &[u8]) -> Result<()> {
 /// verdict makes (0 or 1).
 pub fn emit(report: &Report, options: &ReportOptions) -> Result<i32> {
     let bytes = options.renderer().render(report)?;
-    options.write(&bytes, &[&report.summary])?;
+    options.write(&bytes, &[&report.summary.to_string()])?;
     if let Some(path) = &options.plot {
         plot::write_plot(report, path)?;
         eprintln!("hsdiff: plot written to {}", path.display());

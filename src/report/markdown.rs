@@ -6,7 +6,7 @@ use super::sentences::{
     amplification, env_empty_note, env_shown, router_agreement, token_ids_note,
 };
 use super::summary::{logits_line, routing_line};
-use super::{Render, Report, Side};
+use super::{Lead, Render, Report, Side};
 use crate::error::Result;
 use crate::escape::{LONG, SHORT, markdown_block, markdown_code, markdown_text};
 use crate::verdict::Verdict;
@@ -31,13 +31,13 @@ impl Render for Markdown {
         // cell or close the `<details>` block (labels are code spans, below).
         let r = &escaped(raw, |s| markdown_text(s, SHORT), |s| markdown_text(s, LONG));
         let mut out = String::new();
-        // The summary leads with the verdict word already; bold it rather than repeat it.
+        // The summary leads with the verdict word (drift, mismatch) or a word for ok (benign,
+        // uncalibrated): the verdict is bolded rather than repeated, a word for ok kept.
         let word = r.verdict.as_str();
-        let rest = r
-            .summary
-            .strip_prefix(word)
-            .and_then(|s| s.strip_prefix(": "))
-            .unwrap_or(&r.summary);
+        let rest = match r.summary.lead {
+            Some(Lead::Flagged(v)) if v == r.verdict => r.summary.rest(),
+            _ => r.summary.to_string(),
+        };
         out.push_str(&format!("**{word}** — {rest}\n\n"));
         for note in &r.notes {
             out.push_str(&format!("- {note}\n"));

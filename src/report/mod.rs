@@ -29,6 +29,7 @@ use crate::verdict::{Thresholds, Verdict};
 
 pub use build::{Calibrated, ComparedInput, Comparison, Floor, OneSided, build_report};
 pub use row::{Judgement, TensorRow};
+pub use summary::{Lead, Summary};
 
 pub const SCHEMA: &str = "hsdiff.report/v1";
 
@@ -37,7 +38,7 @@ pub const SCHEMA: &str = "hsdiff.report/v1";
 pub struct Report {
     pub schema: String,
     pub verdict: Verdict,
-    pub summary: String,
+    pub summary: Summary,
     /// `propagate`, `isolate` or `files`.
     pub mode: String,
     pub a: Side,

@@ -40,8 +40,8 @@ use hsdiff::report::markdown::Markdown;
 use hsdiff::report::plot::{Plot, PlotFormat, check_path, write_plot};
 use hsdiff::report::table::TerminalTable;
 use hsdiff::report::{
-    Inputs, Judgement, Render, Report, RouterRow, RoutingFlip, SCHEMA, Side, TensorRow,
-    ThresholdInfo, TokenIds,
+    Inputs, Judgement, Lead, Render, Report, RouterRow, RoutingFlip, SCHEMA, Side, Summary,
+    TensorRow, ThresholdInfo, TokenIds,
 };
 use hsdiff::session::Session;
 use hsdiff::verdict::{K_DRIFT, K_MISMATCH, Thresholds, Verdict};
@@ -286,7 +286,7 @@ fn fused_vs_reference_bf16_is_ok_on_the_builtin_model() {
         flagged(&r)
     );
     assert_eq!(r.first_divergent, None);
-    assert!(r.summary.starts_with("benign"), "{}", r.summary);
+    assert_eq!(r.summary.lead, Some(Lead::Benign), "{}", r.summary);
     // The floor is measured for every tensor, and it is not zero past the embedding.
     assert!(r.tensors.iter().all(|t| t.judgement.floor.is_some()));
     assert!(row(&r, "layers.0").judgement.floor.is_some_and(|f| f > 0.0));
@@ -370,8 +370,17 @@ fn injected_noise_is_a_mismatch_at_its_layer_in_propagate_mode() {
         r.first_divergent.as_deref(),
         Some(format!("layers.{k}").as_str())
     );
-    assert!(r.summary.starts_with("mismatch"), "{}", r.summary);
-    assert!(r.summary.contains(&format!("layers.{k}")), "{}", r.summary);
+    assert_eq!(
+        r.summary.lead,
+        Some(Lead::Flagged(Verdict::Mismatch)),
+        "{}",
+        r.summary
+    );
+    assert!(
+        r.summary.to_string().contains(&format!("layers.{k}")),
+        "{}",
+        r.summary
+    );
     for t in r.tensors.iter().filter(|t| t.layer.is_some_and(|l| l < k)) {
         assert_eq!(
             t.judgement.verdict,
@@ -468,7 +477,11 @@ fn with_op_rows_the_first_divergent_is_the_gated_norm_of_the_faulty_layer() {
         let t = row(&r, &format!("layers.{k}.{op}"));
         assert_eq!(t.judgement.verdict, Verdict::Ok, "{}", t.name);
     }
-    assert!(r.summary.contains("gated norm"), "{}", r.summary);
+    assert!(
+        r.summary.to_string().contains("gated norm"),
+        "{}",
+        r.summary
+    );
     save_plot(&r, "injected_ops.png");
 }
 
@@ -497,7 +510,7 @@ fn a_nan_is_a_mismatch_at_its_layer_with_counts() {
     assert_eq!(hit.judgement.verdict, Verdict::Mismatch);
     assert!(hit.stats.nan_a > 0, "{hit:?}");
     assert_eq!(hit.stats.nan_b, 0);
-    assert!(r.summary.contains("NaN"), "{}", r.summary);
+    assert!(r.summary.to_string().contains("NaN"), "{}", r.summary);
     for t in r.tensors.iter().filter(|t| t.layer.is_some_and(|l| l < k)) {
         assert_eq!(
             t.judgement.verdict,
@@ -744,7 +757,12 @@ fn synthetic_report() -> Report {
     Report {
         schema: SCHEMA.into(),
         verdict: Verdict::Mismatch,
-        summary: "mismatch: fused and reference part at layers.2.gated_norm_out (in the gated norm of layer 2), rel L2 9.00e-2 = 9× the bf16 floor".into(),
+        summary: Summary {
+            lead: Some(Lead::Flagged(Verdict::Mismatch)),
+            clauses: vec![
+                "fused and reference part at layers.2.gated_norm_out (in the gated norm of layer 2), rel L2 9.00e-2 = 9× the bf16 floor".into(),
+            ],
+        },
         mode: "propagate".into(),
         a: synthetic_side("fused", "fused/cpu"),
         b: synthetic_side("reference", "reference/cpu-candle"),

@@ -182,7 +182,7 @@ fn draw_title<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report) -> 
         r.thresholds.dtype,
         r.inputs.tokens
     );
-    draw_heading(area, head, &r.summary, r.verdict)
+    draw_heading(area, head, &r.summary.to_string(), r.verdict)
 }
 
 /// A figure's heading: its first line in the verdict's colour, then the summary wrapped on at
