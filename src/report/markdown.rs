@@ -6,9 +6,10 @@ use super::sentences::{
     amplification, env_empty_note, env_shown, router_agreement, token_ids_note,
 };
 use super::summary::{logits_line, routing_line};
-use super::{Lead, Render, Report, Side};
+use super::{Lead, Report, Side};
 use crate::error::Result;
 use crate::escape::{LONG, SHORT, markdown_block, markdown_code, markdown_text};
+use crate::render::Render;
 use crate::verdict::Verdict;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -25,7 +26,7 @@ fn header_cell(s: &str) -> String {
     s.replace('|', "\\|")
 }
 
-impl Render for Markdown {
+impl Render<Report> for Markdown {
     fn render(&self, raw: &Report) -> Result<Vec<u8>> {
         // Text from files is escaped once here: nothing in it can open a tag, leave a table
         // cell or close the `<details>` block (labels are code spans, below).

@@ -8,7 +8,6 @@ pub mod dataset_plot;
 pub mod dataset_render;
 pub mod emit;
 mod fp8_notes;
-pub mod json;
 pub mod markdown;
 pub mod plot;
 mod raster;
@@ -22,7 +21,6 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::alignment::Alignment;
 pub use crate::envdiff::EnvDiff;
-use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 use crate::metrics::logits::LogitStats;
 use crate::verdict::{Thresholds, Verdict};
@@ -32,6 +30,10 @@ pub use row::{Judgement, TensorRow};
 pub use summary::{Lead, Summary};
 
 pub const SCHEMA: &str = "hsdiff.report/v1";
+
+impl crate::render::JsonDocument for Report {
+    const WHAT: &'static str = "the report";
+}
 
 /// Written as JSON (`hsdiff.report/v1`), never read back: nothing in hsdiff reads a report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -156,10 +158,4 @@ pub struct RouterRow {
     /// expert and the best one left out), when B recorded it: a small margin means the flip is
     /// rounding deciding a near-tie.
     pub flip_margins: Vec<Option<f64>>,
-}
-
-/// A way to render a report (terminal table, markdown, JSON, plot), in the manner of hyperfine's
-/// exporters: the bytes of a whole document, or the error that kept it from being made.
-pub trait Render {
-    fn render(&self, report: &Report) -> Result<Vec<u8>>;
 }

@@ -34,14 +34,14 @@ use hsdiff::live::{self, LiveRun, Mode};
 use hsdiff::metrics::logits::LogitStats;
 use hsdiff::metrics::{DiffStats, Location};
 use hsdiff::model::Model;
-use hsdiff::report::emit::{EnvList, FailOn, Format, ReportOptions, emit};
-use hsdiff::report::json::Json;
+use hsdiff::render::{Format, Json, Render};
+use hsdiff::report::emit::{EnvList, FailOn, ReportOptions, emit};
 use hsdiff::report::markdown::Markdown;
 use hsdiff::report::plot::{Plot, PlotFormat, check_path, write_plot};
 use hsdiff::report::table::TerminalTable;
 use hsdiff::report::{
-    Inputs, Judgement, Lead, Render, Report, RouterRow, RoutingFlip, SCHEMA, Side, Summary,
-    TensorRow, ThresholdInfo, TokenIds,
+    Inputs, Judgement, Lead, Report, RouterRow, RoutingFlip, SCHEMA, Side, Summary, TensorRow,
+    ThresholdInfo, TokenIds,
 };
 use hsdiff::session::Session;
 use hsdiff::verdict::{K_DRIFT, K_MISMATCH, Thresholds, Verdict};
@@ -160,7 +160,7 @@ fn report_args(out: &Path, fail_on: FailOn) -> ReportOptions {
 }
 
 /// A text renderer's output as a string.
-fn text(renderer: &dyn Render, r: &Report) -> String {
+fn text(renderer: &dyn Render<Report>, r: &Report) -> String {
     String::from_utf8(renderer.render(r).expect("renders")).expect("UTF-8")
 }
 
