@@ -42,9 +42,11 @@ pub struct CaseGroup<'a> {
 
 impl Bench {
     pub fn prepare(plan: Plan) -> Result<Self> {
-        let exe = std::env::current_exe().map_err(|e| Error::Process {
-            program: "hsdiff".into(),
-            msg: format!("cannot find its own executable for the bench cases: {e}"),
+        let exe = std::env::current_exe().map_err(|e| {
+            Error::process(
+                "hsdiff",
+                format!("cannot find its own executable for the bench cases: {e}"),
+            )
         })?;
         // Always a folder of its own, made here: the files of the run never replace (nor, when
         // removed, delete) a file that was in --work-dir before.
@@ -192,7 +194,7 @@ impl Bench {
                 CaseOutcome::measured(m.clone(), seq, torch_ms, rel),
             ));
         }
-        for name in &p.backends {
+        for name in p.backends.iter().map(|k| k.name()) {
             if p.skips.skips(name, seq, dtype) {
                 rows.push(row(name, CaseOutcome::skipped_by_option()));
                 continue;
@@ -262,7 +264,7 @@ fn fresh_folder(base: &Path) -> Result<PathBuf> {
             base,
             format!(
                 "cannot create the work folder: {}",
-                crate::input::io_words(&e)
+                crate::error::io_words(&e)
             ),
         )
     })?;
@@ -281,7 +283,7 @@ fn fresh_folder(base: &Path) -> Result<PathBuf> {
                     base,
                     format!(
                         "cannot create the work folder in it: {}",
-                        crate::input::io_words(&e)
+                        crate::error::io_words(&e)
                     ),
                 ));
             }

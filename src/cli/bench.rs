@@ -14,7 +14,6 @@ use crate::bench::gemm::{GemmBench, shapes_named};
 use crate::bench::plan::{Plan, PlanRequest};
 use crate::bench::results::{BenchRow, exit_code};
 use crate::bench::runner::Bench;
-use crate::device::parse_dtype;
 use crate::error::Result;
 use crate::output::{reserve_all, write_bytes};
 
@@ -77,11 +76,7 @@ fn run_gemm(args: &GemmArgs) -> Result<i32> {
         seq: args.seq,
         shapes: shapes_named(&args.shapes)?,
         columns: args.columns,
-        dtypes: args
-            .dtypes
-            .iter()
-            .map(|d| parse_dtype(d))
-            .collect::<Result<_>>()?,
+        dtypes: args.dtypes.iter().map(|d| d.0).collect(),
         repeats: args.repeats,
         warmup: 1,
         seed: 20240917,
@@ -101,7 +96,7 @@ fn run_gemm(args: &GemmArgs) -> Result<i32> {
 fn plan(c: &CommonArgs, default_repeats: usize, inputs: &[&Path]) -> Result<Plan> {
     let plan = Plan::new(PlanRequest {
         backends: c.backends.clone(),
-        dtypes: c.dtypes.clone(),
+        dtypes: c.dtypes.iter().map(|d| d.0).collect(),
         repeats: c.repeats,
         default_repeats,
         warmup: c.warmup,

@@ -67,7 +67,7 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
             .iter()
             .map(|s| format!("{}: {}", s.path, s.reason))
             .collect();
-        return Err(Error::Prompt(format!(
+        return Err(Error::prompt(format!(
             "no path can run on this input ({})",
             why.join("; ")
         )));

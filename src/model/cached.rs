@@ -85,7 +85,7 @@ fn check_call(
     opts: &RunOptions,
     cache: &ModelCache,
 ) -> Result<(usize, usize)> {
-    let input = |msg: String| Err(Error::Prompt(msg));
+    let input = |msg: String| Err(Error::prompt(msg));
     let Some(first) = ids.first() else {
         return input("a cached call needs at least one sequence".into());
     };

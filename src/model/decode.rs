@@ -27,7 +27,7 @@ impl DecodePlan {
         // Checked: both numbers come from the command line.
         let needs = self.from.checked_add(self.steps);
         if self.steps == 0 || needs.is_none_or(|n| n > tokens) {
-            return Err(Error::Prompt(format!(
+            return Err(Error::prompt(format!(
                 "--decode-from {} --decode-steps {} needs at least {} tokens and one step; the input has {tokens}",
                 self.from,
                 self.steps,

@@ -183,13 +183,13 @@ impl Model {
     /// Checks token ids against the vocabulary.
     pub fn check_tokens(&self, ids: &[u32]) -> Result<()> {
         if ids.is_empty() {
-            return Err(Error::Prompt(
+            return Err(Error::prompt(
                 "no tokens to run (empty prompt?)".to_string(),
             ));
         }
         let v = self.config.vocab_size;
         if let Some((pos, id)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= v) {
-            return Err(Error::Prompt(format!(
+            return Err(Error::prompt(format!(
                 "token id {id} at position {pos} is out of range for vocab_size {v}"
             )));
         }

@@ -103,7 +103,7 @@ pub fn write_stdout(bytes: &[u8]) -> Result<()> {
     let mut out = std::io::stdout().lock();
     out.write_all(bytes)
         .and_then(|()| out.flush())
-        .map_err(|e| crate::error::Error::file("stdout", crate::input::io_words(&e)))
+        .map_err(|e| crate::error::Error::write("stdout", "cannot write", e))
 }
 
 /// Renders `report` as `options` ask, draws the plot if asked, and returns the exit code its

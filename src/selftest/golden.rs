@@ -30,7 +30,7 @@ pub(super) fn check(device: &Device, golden: &Path, list: &mut Checklist) -> Res
         ));
     }
     let mut prompts: Vec<String> = std::fs::read_dir(&dir)
-        .map_err(|e| Error::file(&dir, format!("cannot list: {e}")))?
+        .map_err(|e| Error::io(&dir, e))?
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             e.file_name()

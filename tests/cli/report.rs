@@ -574,7 +574,7 @@ fn plot_writes_svg_and_png_and_refuses_bad_paths() {
         dir.path().join("missing/dir/r.svg"),
     ] {
         match write_plot(&r, &bad) {
-            Err(e @ Error::File { .. }) => {
+            Err(e @ Error::Output(_)) => {
                 let msg = e.to_string();
                 assert!(!msg.contains('\n'), "one line: {msg}");
                 assert!(msg.contains(&*bad.to_string_lossy()), "{msg}");

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
 from hsdiff_capture import CaptureError, capture, cli, fingerprint, outputs, recorder, recording
 

@@ -59,13 +59,13 @@ pub fn check_path(path: &Path) -> Result<PlotFormat> {
         Some("svg") => PlotFormat::Svg,
         Some("png") => PlotFormat::Png,
         Some(other) => {
-            return Err(Error::file(
+            return Err(Error::output(
                 path,
                 format!("--plot writes .svg or .png files, not .{other}"),
             ));
         }
         None => {
-            return Err(Error::file(
+            return Err(Error::output(
                 path,
                 "--plot needs a file name ending in .svg or .png",
             ));
@@ -74,7 +74,7 @@ pub fn check_path(path: &Path) -> Result<PlotFormat> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
         && !dir.is_dir()
     {
-        return Err(Error::file(
+        return Err(Error::output(
             path,
             format!(
                 "cannot write the plot: folder {} does not exist",

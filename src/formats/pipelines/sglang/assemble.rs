@@ -137,11 +137,9 @@ pub fn source(
     }
     // A map cannot be empty; one spare byte keeps every range inside it.
     bytes.push(0);
-    let mut anon = MmapMut::map_anon(bytes.len()).map_err(|e| Error::file(path, e.to_string()))?;
+    let mut anon = MmapMut::map_anon(bytes.len()).map_err(|e| Error::io(path, e))?;
     anon.copy_from_slice(&bytes);
-    let map = anon
-        .make_read_only()
-        .map_err(|e| Error::file(path, e.to_string()))?;
+    let map = anon.make_read_only().map_err(|e| Error::io(path, e))?;
     let mut src = FileSource::empty(path, FileFormat::Torch, FileMap::anonymous(map));
     src.entries = entries;
     src.names = index;

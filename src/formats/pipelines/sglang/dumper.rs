@@ -80,11 +80,10 @@ fn role(name: &str) -> Option<Role> {
 
 /// The dumper files in `dir` of the forward pass `step`.
 fn pass_files(dir: &Path, step_key: &str, step: &str) -> Result<Vec<(Tags, PathBuf)>> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| Error::file(dir, crate::input::io_words(&e)))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     let mut out = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| Error::file(dir, crate::input::io_words(&e)))?;
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
         let path = entry.path();
         if let Some(t) = tags::parse(&path)
             && t.get(step_key) == Some(step)
