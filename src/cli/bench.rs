@@ -12,10 +12,13 @@ use crate::bench::delta_rule::CoreGeometry;
 use crate::bench::forward::ForwardBench;
 use crate::bench::gemm::{GemmBench, shapes_named};
 use crate::bench::plan::{Plan, PlanRequest};
+use crate::bench::render::renderer;
 use crate::bench::results::{BenchRow, exit_code};
 use crate::bench::runner::Bench;
 use crate::error::Result;
 use crate::output::{reserve_all, write_bytes};
+use crate::render::{Format, Json, Render};
+use crate::report::emit::write_stdout;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -119,9 +122,15 @@ fn plan(c: &CommonArgs, default_repeats: usize, inputs: &[&Path]) -> Result<Plan
 }
 
 fn finish(bench: Bench, rows: &[BenchRow], kind: &str, c: &CommonArgs) -> Result<i32> {
-    print!("{}", bench.summary(rows, c.markdown));
+    let results = bench.results(rows, kind);
+    let text = if c.markdown {
+        Format::Markdown
+    } else {
+        Format::Table
+    };
+    write_stdout(&renderer(text).render(&results)?)?;
     if let Some(path) = &c.json {
-        write_bytes(path, &bench.json(rows, kind)?)?;
+        write_bytes(path, &Json.render(&results)?)?;
     }
     bench.close();
     Ok(exit_code(rows))

@@ -19,8 +19,9 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::{FontStyle, RGBColor, register_font};
 
-use super::{Render, Report};
+use super::Report;
 use crate::error::{Error, Result};
+use crate::render::Render;
 use crate::verdict::Verdict;
 
 mod chart;
@@ -88,7 +89,7 @@ pub fn check_path(path: &Path) -> Result<PlotFormat> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plot(pub PlotFormat);
 
-impl Render for Plot {
+impl Render<Report> for Plot {
     fn render(&self, report: &Report) -> Result<Vec<u8>> {
         // Labels from files are drawn with control characters as visible escapes (they are not
         // allowed in XML even escaped) and long ones shortened; the SVG writer escapes markup.
@@ -182,7 +183,7 @@ fn draw_title<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report) -> 
         r.thresholds.dtype,
         r.inputs.tokens
     );
-    draw_heading(area, head, &r.summary, r.verdict)
+    draw_heading(area, head, &r.summary.to_string(), r.verdict)
 }
 
 /// A figure's heading: its first line in the verdict's colour, then the summary wrapped on at
