@@ -7,7 +7,7 @@ use std::path::Path;
 use crate::backends::BackendKind;
 use crate::capture::dump;
 use crate::error::Result;
-use crate::model::{DecodePlan, RunOptions};
+use crate::model::{DecodePlan, Recorder, RunOptions};
 use crate::progress::Progress;
 use crate::session::Session;
 
@@ -39,27 +39,24 @@ pub fn dump(session: &Session, run: &DumpRun, out: &Path) -> Result<String> {
         dtype: session.dtype,
         device: session.device.clone(),
         backend: backend.as_ref(),
-        capture_ops: run.ops,
-        feed: None,
-        // The prompt's final states; with a decode path, its states take the names instead.
-        capture_state: plan.is_none(),
     };
+    let mut recorder = Recorder::new(&session.ids)
+        .with_ops(run.ops)
+        // The prompt's final states; with a decode path, its states take the names instead.
+        .with_states(plan.is_none());
     let progress = Progress::new(
         run.backend.name(),
         session.model.config.num_hidden_layers as u64,
     );
-    let mut caps = session.model.run(&session.ids, &opts, &progress)?;
+    session
+        .model
+        .observe(&session.ids, &opts, &mut recorder, &progress, None)?;
+    let mut caps = recorder.into_captures();
     if let Some(plan) = plan {
         // Op captures (--ops) belong to the prefill rows; the decode path records none.
-        let decode_opts = RunOptions {
-            capture_ops: false,
-            capture_state: false,
-            ..opts
-        };
-        let decoded =
-            session
-                .model
-                .run_decode(&session.ids, plan, &decode_opts, &Progress::hidden())?;
+        let decoded = session
+            .model
+            .run_decode(&session.ids, plan, &opts, &Progress::hidden())?;
         for (key, t) in decoded.iter() {
             caps.insert(key, t.clone());
         }

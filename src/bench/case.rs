@@ -201,9 +201,6 @@ fn run_forward(
         dtype,
         device: Device::Cpu,
         backend,
-        capture_ops: false,
-        feed: None,
-        capture_state: false,
     };
     let caps = model.run(ids, &opts, &Progress::hidden())?;
     Ok(caps.get(Key::Logits).cloned())

@@ -9,7 +9,7 @@ use crate::capture::Captures;
 use crate::device::dtype_label;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
-use crate::model::RunOptions;
+use crate::model::{Recorder, RunOptions};
 use crate::progress::Progress;
 use crate::report::{Calibrated, Floor};
 use crate::session::ModelInput;
@@ -138,14 +138,16 @@ fn forward(
         dtype: run.dtype,
         device: input.device.clone(),
         backend,
-        capture_ops,
-        feed,
-        // The `state.layers.{i}.*` rows of the report.
-        capture_state: true,
     };
+    let mut recorder = Recorder::new(input.ids)
+        .with_ops(capture_ops)
+        // The `state.layers.{i}.*` rows of the report.
+        .with_states(true)
+        .fed_by(feed);
     input
         .model
-        .run_through(input.ids, &opts, &progress, run.through)
+        .observe(input.ids, &opts, &mut recorder, &progress, run.through)?;
+    Ok(recorder.into_captures())
 }
 
 impl<'a> Executed<'a> {

@@ -36,7 +36,7 @@ impl Model {
     ) -> Result<Captures> {
         let cfg = &self.config;
         let device = &opts.device;
-        let (b, t) = check_call(self, ids, layout, opts, cache)?;
+        let (b, t) = check_call(self, ids, layout, cache)?;
         self.check_dtype(opts.dtype)?;
         let w = self.view(opts.dtype, device);
         let dtype = w.dtype();
@@ -70,7 +70,9 @@ impl Model {
             x = out;
             progress.layer_done(i as u64 + 1);
         }
-        self.head(&w, &x, &mut caps)?;
+        let (normed, logits) = self.head(&w, &x)?;
+        caps.insert(Key::FinalNorm, normed);
+        caps.insert(Key::Logits, logits);
         cache.seen += t;
         progress.finish();
         Ok(caps)
@@ -82,7 +84,6 @@ fn check_call(
     model: &Model,
     ids: &[Vec<u32>],
     layout: &TokenLayout,
-    opts: &RunOptions,
     cache: &ModelCache,
 ) -> Result<(usize, usize)> {
     let input = |msg: String| Err(Error::prompt(msg));
@@ -95,13 +96,6 @@ fn check_call(
     }
     for row in ids {
         model.check_tokens(row)?;
-    }
-    if opts.feed.is_some() || opts.capture_ops || opts.capture_state {
-        return input(
-            "cached runs support neither isolate mode nor op or state captures (their states \
-             are in the cache)"
-                .into(),
-        );
     }
     if cache.layers.len() != model.config.num_hidden_layers {
         return input(format!(

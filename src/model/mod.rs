@@ -14,6 +14,7 @@ mod layer;
 mod linear;
 mod mlp;
 mod norm;
+mod observer;
 mod rope;
 mod source;
 mod weight_cache;
@@ -24,7 +25,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 
 use crate::backends::{GdnState, LinearAttentionBackend};
-use crate::capture::{Captures, Key, RouterField, StateKind};
+use crate::capture::{Captures, Key, Op, RouterField, StateKind};
 use crate::checkpoint::{Checkpoint, KeyLayout};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
@@ -39,6 +40,7 @@ pub use decode::{DecodePlan, push_states};
 pub use gdn::GdnCaptures;
 pub use layer::DecoderLayer;
 pub use linear::{Linear, product_flops};
+pub use observer::{Observer, Recorder};
 pub use source::WeightSource;
 pub use weight_cache::WeightCache;
 pub use weights::Weights;
@@ -72,15 +74,6 @@ pub struct RunOptions<'a> {
     pub dtype: DType,
     pub device: Device,
     pub backend: &'a dyn LinearAttentionBackend,
-    /// Capture intermediate values inside linear-attention layers.
-    pub capture_ops: bool,
-    /// Isolate mode: feed each layer the input recorded in these captures (from another run)
-    /// instead of this run's own residual stream.
-    pub feed: Option<&'a Captures>,
-    /// Record each linear-attention layer's state after the last token
-    /// (`state.layers.{i}.conv` / `.recurrent`). Full prefill ([`Model::run`]) only: a cached
-    /// run's states are in its [`ModelCache`].
-    pub capture_state: bool,
 }
 
 /// The built-in model's tokenizer, compiled in once: `builtin` loads it, the fingerprint digests it.
@@ -197,21 +190,26 @@ impl Model {
     }
 
     /// Runs the prefill forward pass over `ids` (batch 1), capturing `embed`, every
-    /// `layers.{i}`, `final_norm` and `logits` (and per-op values and final states when asked).
+    /// `layers.{i}`, the router choices, `final_norm` and `logits`.
     pub fn run(&self, ids: &[u32], opts: &RunOptions, progress: &Progress) -> Result<Captures> {
-        self.run_through(ids, opts, progress, None)
+        let mut recorder = Recorder::new(ids);
+        self.observe(ids, opts, &mut recorder, progress, None)?;
+        Ok(recorder.into_captures())
     }
 
-    /// [`Model::run`] that stops after decoder layer `last_layer` when one is given and it is
-    /// not the last: no `final_norm` or `logits` then. A calibration run for a few early layers
-    /// of a deep model (`compare --layers 1,3`) costs those layers only.
-    pub fn run_through(
+    /// The prefill forward pass over `ids` (batch 1), handing `observer` what it wants (ops and
+    /// final states computed only then) and running each layer on the input it feeds. Stops
+    /// after decoder layer `last_layer` when one is given and it is not the last: no
+    /// `final_norm` or `logits` then. A calibration run for a few early layers of a deep model
+    /// (`compare --layers 1,3`) costs those layers only.
+    pub fn observe(
         &self,
         ids: &[u32],
         opts: &RunOptions,
+        observer: &mut dyn Observer,
         progress: &Progress,
         last_layer: Option<usize>,
-    ) -> Result<Captures> {
+    ) -> Result<()> {
         self.check_tokens(ids)?;
         self.check_dtype(opts.dtype)?;
         let cfg = &self.config;
@@ -220,62 +218,64 @@ impl Model {
         let dtype = w.dtype();
         let t = ids.len();
         progress.begin(t);
-        let mut caps = Captures::new(ids.to_vec());
 
         let mut x = self.embed(&w, ids, 1)?;
-        caps.insert(Key::Embed, x.clone());
+        hand(observer, Key::Embed, &x);
 
         let rope = rope::Rope::new(cfg.rope_theta, cfg.rotary_dim(), t, dtype, device)?;
         for i in 0..cfg.num_hidden_layers {
-            if let Some(feed) = opts.feed {
-                x = fed_input(feed, i)?.to_dtype(dtype)?.to_device(device)?;
+            if let Some(fed) = observer.feed(i)? {
+                x = fed.to_dtype(dtype)?.to_device(device)?;
             }
+            let ops = Op::ALL.iter().any(|&op| observer.wants(Key::Op(i, op)));
+            let states = StateKind::ALL
+                .iter()
+                .any(|&kind| observer.wants(Key::State(i, kind)));
             let layer = DecoderLayer::new(cfg, i, &w.pp("layers").pp(i))?;
-            let (out, layer_caps) = layer.forward(
-                &x,
-                &rope,
-                opts.backend,
-                opts.capture_ops,
-                opts.capture_state,
-            )?;
+            let (out, layer_caps) = layer.forward(&x, &rope, opts.backend, ops, states)?;
             // A GPU runs ahead of the host: a fault surfaces here, and the progress line's
             // per-layer timing stays true.
             crate::device::check_device(device, &format!("during layer {i}"))?;
             if let Some(gdn) = layer_caps.gdn {
                 for (op, t) in gdn.named() {
-                    caps.insert(Key::Op(i, op), t);
+                    hand(observer, Key::Op(i, op), &t);
                 }
             }
             if let Some(choice) = layer_caps.router {
-                caps.insert(
-                    Key::Router(i, RouterField::TopkIds),
-                    router_tensor(&choice.experts, device)?,
-                );
-                let t = choice.margins.len();
-                caps.insert(
-                    Key::Router(i, RouterField::Margin),
-                    Tensor::from_vec(choice.margins, (1, t), device)?,
-                );
+                let topk = Key::Router(i, RouterField::TopkIds);
+                if observer.wants(topk) {
+                    observer.record(topk, router_tensor(&choice.experts, device)?);
+                }
+                let margin = Key::Router(i, RouterField::Margin);
+                if observer.wants(margin) {
+                    let t = choice.margins.len();
+                    observer.record(margin, Tensor::from_vec(choice.margins, (1, t), device)?);
+                }
             }
-            caps.insert(Key::Layer(i), out.clone());
+            hand(observer, Key::Layer(i), &out);
             if let Some(state) = &layer_caps.state {
-                push_state(&mut caps, i, state);
+                hand(observer, Key::State(i, StateKind::Conv), &state.conv);
+                hand(
+                    observer,
+                    Key::State(i, StateKind::Recurrent),
+                    &state.recurrent,
+                );
             }
             x = out;
             progress.layer_done(i as u64 + 1);
             if last_layer.is_some_and(|last| i == last && last + 1 < cfg.num_hidden_layers) {
                 progress.finish();
-                return Ok(caps);
+                return Ok(());
             }
         }
-        if let Some(feed) = opts.feed {
-            x = fed_input(feed, cfg.num_hidden_layers)?
-                .to_dtype(dtype)?
-                .to_device(device)?;
+        if let Some(fed) = observer.feed(cfg.num_hidden_layers)? {
+            x = fed.to_dtype(dtype)?.to_device(device)?;
         }
-        self.head(&w, &x, &mut caps)?;
+        let (normed, logits) = self.head(&w, &x)?;
+        hand(observer, Key::FinalNorm, &normed);
+        hand(observer, Key::Logits, &logits);
         progress.finish();
-        Ok(caps)
+        Ok(())
     }
 
     /// The embedding rows of `ids` (`B` sequences of equal length, concatenated) as
@@ -291,24 +291,29 @@ impl Model {
     }
 
     /// The final norm and the lm_head (the embedding when tied) over the last layer's output
-    /// `x`, capturing `final_norm` and `logits`.
-    fn head(&self, w: &Weights, x: &Tensor, caps: &mut Captures) -> Result<()> {
+    /// `x`: (`final_norm`, `logits`).
+    fn head(&self, w: &Weights, x: &Tensor) -> Result<(Tensor, Tensor)> {
         let cfg = &self.config;
         let norm = norm::RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, &w.pp("norm"))?;
         let normed = norm.forward(x)?;
-        caps.insert(Key::FinalNorm, normed.clone());
         let (head, head_name) = if self.tied_embeddings() {
             (w.clone(), "embed_tokens.weight")
         } else {
             (w.root(""), "lm_head.weight")
         };
         let logits = blocked_logits(&normed, &head, head_name, &self.vocab_shape())?;
-        caps.insert(Key::Logits, logits);
-        Ok(())
+        Ok((normed, logits))
     }
 
     fn vocab_shape(&self) -> [usize; 2] {
         [self.config.vocab_size, self.config.hidden_size]
+    }
+}
+
+/// Hands `key`'s tensor to `observer` when it wants it.
+fn hand(observer: &mut dyn Observer, key: Key, t: &Tensor) {
+    if observer.wants(key) {
+        observer.record(key, t.clone());
     }
 }
 
@@ -353,19 +358,6 @@ fn check_model_dir(dir: &Path) -> Result<()> {
         "no such model folder"
     };
     Err(Error::file(dir, msg))
-}
-
-/// The input of layer `i` in a fed (isolate-mode) run: the embedding for layer 0, else the
-/// output of layer i − 1.
-fn fed_input(feed: &Captures, i: usize) -> Result<Tensor> {
-    let key = if i == 0 {
-        Key::Embed
-    } else {
-        Key::Layer(i - 1)
-    };
-    feed.get(key)
-        .cloned()
-        .ok_or_else(|| Error::Compare(format!("isolate mode: the feeding run has no `{key}`")))
 }
 
 fn router_tensor(choice: &[Vec<u32>], device: &Device) -> Result<Tensor> {

@@ -49,9 +49,6 @@ impl Runner<'_> {
             dtype: pass.dtype,
             device: self.device.clone(),
             backend: pass.backend,
-            capture_ops: false,
-            feed: None,
-            capture_state: false,
         }
     }
 

@@ -112,9 +112,6 @@ fn run(
         dtype,
         device: device.clone(),
         backend: b.as_ref(),
-        capture_ops: false,
-        feed: None,
-        capture_state: false,
     };
     let caps = model.run(ids, &opts, &Progress::hidden())?;
     let (mut worst, mut which) = (0.0f64, String::new());

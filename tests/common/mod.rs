@@ -13,7 +13,7 @@ use candle_core::{DType, Device, Tensor};
 use hsdiff::backends::LinearAttentionBackend;
 use hsdiff::capture::dump::Dump;
 use hsdiff::capture::{Captures, Key};
-use hsdiff::model::{Model, RunOptions};
+use hsdiff::model::{Model, Recorder, RunOptions};
 use hsdiff::progress::Progress;
 use safetensors::SafeTensors;
 use safetensors::tensor::TensorView;
@@ -196,13 +196,12 @@ pub fn run_model(
         dtype,
         device: Device::Cpu,
         backend,
-        capture_ops,
-        feed: None,
-        capture_state: false,
     };
+    let mut recorder = Recorder::new(ids).with_ops(capture_ops);
     model
-        .run(ids, &opts, &Progress::hidden())
-        .unwrap_or_else(|e| panic!("run ({}, {dtype:?}): {e}", backend.name()))
+        .observe(ids, &opts, &mut recorder, &Progress::hidden(), None)
+        .unwrap_or_else(|e| panic!("run ({}, {dtype:?}): {e}", backend.name()));
+    recorder.into_captures()
 }
 
 pub fn load_model(dir: &Path) -> Model {

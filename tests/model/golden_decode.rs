@@ -64,9 +64,6 @@ fn decode(
         dtype,
         device: Device::Cpu,
         backend: b,
-        capture_ops: false,
-        feed: None,
-        capture_state: false,
     };
     model
         .run_decode(ids, plan, &opts, &Progress::hidden())

@@ -1,0 +1,208 @@
+//! What a forward pass hands out and what it is fed, decided by an [`Observer`] the forward
+//! calls as it goes (as llama.cpp's eval callback): the model computes a layer's ops or final
+//! states only for an observer that wants them, and runs a layer on a substituted input where
+//! the observer feeds one (isolate mode).
+
+use candle_core::Tensor;
+
+use crate::capture::{Captures, Key};
+use crate::error::{Error, Result};
+
+pub trait Observer {
+    /// Whether the forward is to hand `key`'s tensor to [`record`](Self::record). The hidden
+    /// states are computed anyway; a layer's ops and final states cost work of their own and are
+    /// computed only when the observer wants one of them.
+    fn wants(&self, key: Key) -> bool;
+
+    /// `key`'s tensor, as the forward computed it (only keys the observer wants).
+    fn record(&mut self, key: Key, t: Tensor);
+
+    /// The input decoder layer `layer` is to run on instead of the pass's own residual stream
+    /// (`layer` = the number of layers: the final norm's input); None keeps the pass's own.
+    fn feed(&self, layer: usize) -> Result<Option<Tensor>>;
+}
+
+/// The observer of a run whose captures are kept: every hidden state and router choice, the
+/// ops and final states when asked, fed another run's layer outputs in isolate mode.
+pub struct Recorder<'a> {
+    ops: bool,
+    states: bool,
+    feed: Option<&'a Captures>,
+    caps: Captures,
+}
+
+impl<'a> Recorder<'a> {
+    /// Records the hidden states and router choices of a run over `ids`.
+    pub fn new(ids: &[u32]) -> Self {
+        Recorder {
+            ops: false,
+            states: false,
+            feed: None,
+            caps: Captures::new(ids.to_vec()),
+        }
+    }
+
+    /// Also the values inside linear-attention layers (`layers.{i}.{op}`).
+    pub fn with_ops(self, ops: bool) -> Self {
+        Recorder { ops, ..self }
+    }
+
+    /// Also each linear-attention layer's state after the last token (`state.layers.{i}.*`).
+    /// Full prefill only: a cached run's states are in its cache.
+    pub fn with_states(self, states: bool) -> Self {
+        Recorder { states, ..self }
+    }
+
+    /// Isolate mode: each layer runs on the input recorded in `feed` (another run's captures)
+    /// instead of this run's own residual stream.
+    pub fn fed_by(self, feed: Option<&'a Captures>) -> Self {
+        Recorder { feed, ..self }
+    }
+
+    pub fn into_captures(self) -> Captures {
+        self.caps
+    }
+}
+
+impl Observer for Recorder<'_> {
+    fn wants(&self, key: Key) -> bool {
+        match key {
+            Key::Op(..) => self.ops,
+            Key::State(..) => self.states,
+            _ => true,
+        }
+    }
+
+    fn record(&mut self, key: Key, t: Tensor) {
+        self.caps.insert(key, t);
+    }
+
+    /// The embedding for layer 0, else the output of layer − 1, from the feeding run.
+    fn feed(&self, layer: usize) -> Result<Option<Tensor>> {
+        let Some(feed) = self.feed else {
+            return Ok(None);
+        };
+        let key = match layer {
+            0 => Key::Embed,
+            i => Key::Layer(i - 1),
+        };
+        feed.get(key)
+            .cloned()
+            .map(Some)
+            .ok_or_else(|| Error::Compare(format!("isolate mode: the feeding run has no `{key}`")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device};
+
+    use super::*;
+    use crate::backends::Reference;
+    use crate::capture::Op;
+    use crate::config::LayerType;
+    use crate::model::{Model, RunOptions};
+    use crate::progress::Progress;
+    use crate::testdata::SplitMix;
+
+    /// Wants only what `keys` holds, and says which it was asked about.
+    struct Only {
+        keys: Vec<Key>,
+        got: Vec<Key>,
+    }
+
+    impl Observer for Only {
+        fn wants(&self, key: Key) -> bool {
+            self.keys.contains(&key)
+        }
+        fn record(&mut self, key: Key, _t: Tensor) {
+            self.got.push(key);
+        }
+        fn feed(&self, _layer: usize) -> Result<Option<Tensor>> {
+            Ok(None)
+        }
+    }
+
+    fn setup() -> (Model, Vec<u32>) {
+        // The built-in model's files (golden/qwen3_5_tiny), read from the repository.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/qwen3_5_tiny");
+        let model = Model::load(&dir).expect("golden model");
+        let mut rng = SplitMix::new(0x0b5e);
+        let v = model.config.vocab_size as u64;
+        let ids = (0..9).map(|_| (rng.next_u64() % v) as u32).collect();
+        (model, ids)
+    }
+
+    fn opts() -> RunOptions<'static> {
+        RunOptions {
+            dtype: DType::F32,
+            device: Device::Cpu,
+            backend: &Reference,
+        }
+    }
+
+    fn linear_layer(model: &Model) -> usize {
+        let types = &model.config.layer_types;
+        types
+            .iter()
+            .position(|t| *t == LayerType::LinearAttention)
+            .expect("a linear-attention layer")
+    }
+
+    #[test]
+    fn the_observer_gets_exactly_what_it_wants() {
+        let (model, ids) = setup();
+        let i = linear_layer(&model);
+        let keys = vec![
+            Key::Logits,
+            Key::State(i, crate::capture::StateKind::Recurrent),
+            Key::Layer(i),
+            Key::Op(i, Op::CoreOut),
+        ];
+        let mut only = Only {
+            keys: keys.clone(),
+            got: Vec::new(),
+        };
+        model
+            .observe(&ids, &opts(), &mut only, &Progress::hidden(), None)
+            .expect("run");
+        only.got.sort();
+        let mut want = keys;
+        want.sort();
+        assert_eq!(only.got, want);
+    }
+
+    #[test]
+    fn a_run_fed_its_own_layer_outputs_is_the_same_run() {
+        let (model, ids) = setup();
+        let own = model.run(&ids, &opts(), &Progress::hidden()).expect("run");
+        let mut fed = Recorder::new(&ids).fed_by(Some(&own));
+        model
+            .observe(&ids, &opts(), &mut fed, &Progress::hidden(), None)
+            .expect("fed run");
+        let fed = fed.into_captures();
+        assert!(own.keys().eq(fed.keys()));
+        for (key, t) in own.iter() {
+            let (a, b) = (
+                t.flatten_all().and_then(|t| t.to_vec1::<f32>()),
+                fed.get(key)
+                    .expect("same keys")
+                    .flatten_all()
+                    .and_then(|t| t.to_vec1::<f32>()),
+            );
+            assert_eq!(a.expect("f32"), b.expect("f32"), "{key}");
+        }
+        // A feed lacking a layer's input is refused, naming it.
+        let short = Captures::new(ids.clone());
+        let err = model
+            .observe(
+                &ids,
+                &opts(),
+                &mut Recorder::new(&ids).fed_by(Some(&short)),
+                &Progress::hidden(),
+                None,
+            )
+            .expect_err("no embed to feed");
+        assert!(err.to_string().contains("has no `embed`"), "{err}");
+    }
+}
