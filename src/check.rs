@@ -11,8 +11,8 @@ use candle_core::{DType, Device};
 
 use crate::backends::BackendKind;
 use crate::builtin;
+use crate::capture::Key;
 use crate::capture::dump::Dump;
-use crate::capture::names;
 use crate::compare::{TensorSource, plan_rows};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
@@ -153,7 +153,10 @@ pub fn check_golden(
         check_layer_list(layers, model.config.num_hidden_layers, "the model")?;
     }
     let golden_dtype = golden.states_dtype()?;
-    let capture_ops = golden.names().iter().any(|n| names::parse_op(n).is_some());
+    let capture_ops = golden
+        .names()
+        .iter()
+        .any(|n| matches!(Key::of(n), Some(Key::Op(..))));
     for &backend in &run.backends {
         let spec = Spec {
             a: SideSpec::Golden {
@@ -220,10 +223,10 @@ pub fn shared_states(golden: &Dump, ours: &[String]) -> Result<Vec<String>> {
         .iter()
         .filter(|n| {
             !ours.contains(n)
-                && (n.as_str() == names::EMBED
-                    || n.as_str() == names::FINAL_NORM
-                    || n.as_str() == names::LOGITS
-                    || names::parse_layer(n).is_some())
+                && matches!(
+                    Key::of(n),
+                    Some(Key::Embed | Key::FinalNorm | Key::Logits | Key::Layer(_))
+                )
         })
         .collect();
     if let Some(first) = missing.first() {

@@ -7,7 +7,7 @@ use candle_core::{DType, Tensor};
 use super::cache::ModelCache;
 use super::cached::TokenLayout;
 use super::{Model, RunOptions};
-use crate::capture::{Captures, names};
+use crate::capture::{Captures, Key};
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 
@@ -61,25 +61,25 @@ impl Model {
             };
             let caps =
                 self.run_cached(&[call], &TokenLayout::default(), opts, &mut cache, progress)?;
-            let last = |name: &str| -> Result<Tensor> {
+            let last = |key: Key| -> Result<Tensor> {
                 let t = caps
-                    .get(name)
-                    .ok_or_else(|| Error::Compare(format!("cached run captured no `{name}`")))?;
+                    .get(key)
+                    .ok_or_else(|| Error::Compare(format!("cached run captured no `{key}`")))?;
                 let n = t.dim(1)?;
                 Ok(t.narrow(1, n - 1, 1)?)
             };
-            logits.push(last(names::LOGITS)?);
+            logits.push(last(Key::Logits)?);
             for (i, h) in hidden.iter_mut().enumerate() {
-                h.push(last(&names::layer(i))?);
+                h.push(last(Key::Layer(i))?);
             }
             if let Some(dtype) = plan.state_dtype {
                 cache.store_recurrent_as(dtype)?;
             }
         }
         let mut out = Captures::new(ids[..plan.from + plan.steps].to_vec());
-        out.push(names::DECODE_LOGITS, Tensor::cat(&logits, 1)?);
+        out.insert(Key::DecodeLogits, Tensor::cat(&logits, 1)?);
         for (i, h) in hidden.iter().enumerate() {
-            out.push(names::decode_layer(i), Tensor::cat(h, 1)?);
+            out.insert(Key::DecodeLayer(i), Tensor::cat(h, 1)?);
         }
         push_states(&mut out, &cache);
         Ok(out)

@@ -15,7 +15,7 @@ use candle_core::{DType, Device};
 use serde::Serialize;
 
 use crate::backends::{LinearAttentionBackend, Reference};
-use crate::capture::Captures;
+use crate::capture::{Captures, Key};
 use crate::device::dtype_label;
 use crate::error::{Error, Result};
 use crate::metrics::{DiffStats, diff_stats};
@@ -215,14 +215,15 @@ fn compare_rows(
     th: crate::verdict::Thresholds,
 ) -> Result<Vec<PathRow>> {
     let mut rows = Vec::new();
-    for (name, a) in got.iter() {
+    for (key, a) in got.iter() {
+        let name = key.to_string();
         let get = |c: &Captures| {
-            c.get(name)
+            c.get(key)
                 .cloned()
                 .ok_or_else(|| Error::Compare(format!("the full prefill has no `{name}`")))
         };
-        let stats = diff_stats(name, a, &get(want)?)?;
-        let floor_rel = diff_stats(name, &get(floor)?, &get(truth)?)?.rel_l2;
+        let stats = diff_stats(&name, a, &get(want)?)?;
+        let floor_rel = diff_stats(&name, &get(floor)?, &get(truth)?)?.rel_l2;
         let verdict = classify(
             Judged {
                 rel_l2: stats.rel_l2,
@@ -235,7 +236,7 @@ fn compare_rows(
             th,
         );
         rows.push(PathRow {
-            name: name.to_string(),
+            name,
             floor: Some(floor_rel),
             ratio_to_floor: ratio_to_floor(stats.rel_l2, Some(floor_rel)),
             verdict,
@@ -299,7 +300,7 @@ fn judge(
         worst_ratio_to_floor: worst.and_then(|r| r.ratio_to_floor),
         logits_rel_l2: rows
             .iter()
-            .find(|r| r.name == crate::capture::names::LOGITS)
+            .find(|r| Key::of(&r.name) == Some(Key::Logits))
             .map(|r| r.stats.rel_l2),
         state_recurrent_rel_l2: max_of(".recurrent"),
         state_conv_rel_l2: max_of(".conv"),

@@ -10,7 +10,7 @@ use super::{
     Alignment, Inputs, Judgement, Report, RouterRow, SCHEMA, Side, TensorRow, ThresholdInfo,
     TokenIds,
 };
-use crate::capture::names;
+use crate::capture::{Key, RouterField};
 use crate::compare::{Kind, PlannedRow, TensorSource, conv_window_note};
 use crate::device::dtype_label;
 use crate::error::{Error, Result};
@@ -270,7 +270,10 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
 
     // The logits line belongs to the logits row: not reported when that row was left out.
     let logits = match tie_margin {
-        Some(margin) => match (c.a.tensor(names::LOGITS)?, c.b.tensor(names::LOGITS)?) {
+        Some(margin) => match (
+            c.a.tensor(&Key::Logits.to_string())?,
+            c.b.tensor(&Key::Logits.to_string())?,
+        ) {
             (Some(a), Some(b)) => Some(logit_stats(&a, &b, margin)?),
             _ => None,
         },
@@ -442,7 +445,7 @@ fn check_router_pair(name: &str, a: &[Vec<i64>], b: &[Vec<i64>], tokens: usize) 
 fn router_rows(c: &Comparison) -> Result<Vec<RouterRow>> {
     let mut rows = Vec::new();
     for layer in router_layers(c.a) {
-        let name = names::router_topk(layer);
+        let name = Key::Router(layer, RouterField::TopkIds).to_string();
         let (Some(a), Some(b)) = (c.a.tensor(&name)?, c.b.tensor(&name)?) else {
             continue;
         };
@@ -461,7 +464,10 @@ fn router_rows(c: &Comparison) -> Result<Vec<RouterRow>> {
             })
             .map(|(t, _)| t)
             .collect();
-        let margins: Option<Vec<f64>> = match c.b.tensor(&names::router_margin(layer))? {
+        let margins: Option<Vec<f64>> = match c
+            .b
+            .tensor(&Key::Router(layer, RouterField::Margin).to_string())?
+        {
             Some(m) => Some(m.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?),
             None => None,
         };

@@ -338,13 +338,13 @@ fn op_path(r: &TensorRow) -> String {
     if r.kind != Kind::Op {
         return String::new();
     }
-    use crate::capture::names::{ops, parse_op};
-    let what = match parse_op(&r.name).map(|(_, op)| op) {
-        Some(ops::CONV_OUT | ops::Q | ops::K | ops::V) => "conv path",
-        Some(ops::BETA | ops::G) => "gates",
-        Some(ops::CORE_OUT) => "gated delta rule",
-        Some(ops::GATED_NORM_OUT) => "gated norm",
-        Some(ops::OUT_PROJ) => "output projection",
+    use crate::capture::{Key, Op};
+    let what = match Key::of(&r.name) {
+        Some(Key::Op(_, Op::ConvOut | Op::Q | Op::K | Op::V)) => "conv path",
+        Some(Key::Op(_, Op::Beta | Op::G)) => "gates",
+        Some(Key::Op(_, Op::CoreOut)) => "gated delta rule",
+        Some(Key::Op(_, Op::GatedNormOut)) => "gated norm",
+        Some(Key::Op(_, Op::OutProj)) => "output projection",
         _ => "layer",
     };
     format!(" (in the {what} of layer {})", r.layer.unwrap_or(0))

@@ -24,7 +24,7 @@ use hsdiff::backends::{
     backend_by_name,
 };
 use hsdiff::capture::dump::Dump;
-use hsdiff::capture::names;
+use hsdiff::capture::{Key, Op};
 use hsdiff::compare::Kind;
 use hsdiff::config::LayerType;
 use hsdiff::error::{Error, Result};
@@ -470,7 +470,7 @@ fn with_op_rows_the_first_divergent_is_the_gated_norm_of_the_faulty_layer() {
     let inject = Injector::new(TARGET_CALL, NOISE);
     let r = live_report(&s, &inject, &Reference, false, true);
     assert!(r.tensors.iter().any(|t| t.kind == Kind::Op));
-    let first = names::op(k, names::ops::GATED_NORM_OUT);
+    let first = Key::Op(k, Op::GatedNormOut).to_string();
     assert_eq!(r.first_divergent.as_deref(), Some(first.as_str()));
     // Everything computed before it in that layer agrees.
     for op in ["beta", "g", "conv_out", "q", "k", "v", "core_out"] {

@@ -8,7 +8,7 @@ use std::path::Path;
 use candle_core::{DType, Tensor};
 use memmap2::MmapMut;
 
-use crate::capture::names;
+use crate::capture::Key;
 use crate::error::{Error, Result};
 use crate::formats::{Entry, FileFormat, FileSource, Loc};
 use crate::limits;
@@ -107,7 +107,7 @@ pub fn source(
     let mut entries = Vec::new();
     let mut index = BTreeMap::new();
     for (name, t) in &sample.tensors {
-        let t = if name == names::INPUT_IDS {
+        let t = if Key::of(name) == Some(Key::InputIds) {
             t.to_dtype(DType::I64)?
         } else {
             t.clone()
