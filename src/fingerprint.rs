@@ -109,6 +109,10 @@ pub struct Fingerprint {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
+impl crate::render::JsonDocument for Fingerprint {
+    const WHAT: &'static str = "the fingerprint";
+}
+
 pub const DUMP_FORMAT: &str = "hsdiff.dump/v1";
 
 /// Prefix of [`weights_digest`] values: names the method, so that a later method can never be

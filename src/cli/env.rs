@@ -8,8 +8,10 @@ use serde_json::Value;
 
 use crate::device::DeviceName;
 use crate::environment::{build_features, env_fingerprint};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::fingerprint::Fingerprint;
+use crate::render::{Json, Render};
+use crate::report::emit::write_stdout;
 
 #[derive(Args, Debug)]
 pub struct EnvArgs {
@@ -29,9 +31,7 @@ pub struct EnvArgs {
 pub fn run(args: &EnvArgs) -> Result<i32> {
     let fp = env_fingerprint(args.device, args.model.as_deref())?;
     if args.json {
-        let text = serde_json::to_string_pretty(&fp)
-            .map_err(|e| Error::Internal(format!("cannot encode the fingerprint: {e}")))?;
-        println!("{text}");
+        write_stdout(&Json.render(&fp)?)?;
     } else {
         print!("{}", human(&fp));
     }

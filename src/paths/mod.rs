@@ -18,7 +18,7 @@ use crate::backends::{LinearAttentionBackend, Reference};
 use crate::capture::{Captures, Key};
 use crate::device::dtype_label;
 use crate::error::{Error, Result};
-use crate::metrics::diff_stats;
+use crate::metrics::{DiffStats, diff_stats};
 use crate::model::Model;
 use crate::verdict::{Judged, K_DRIFT, Verdict, classify, ratio_to_floor, thresholds};
 
@@ -26,20 +26,47 @@ pub use plan::{Cut, PathKind, PathPlan, Skipped, plan_paths};
 pub use run::{Observed, Pass, Runner};
 pub use signature::{RULES, Signature};
 
-/// One compared tensor of a path: the usual report fields.
-#[derive(Debug, Clone, Serialize)]
+/// One compared tensor of a path: its statistics against the full prefill and their verdict.
+#[derive(Debug, Clone)]
 pub struct PathRow {
     pub name: String,
-    pub rel_l2: f64,
-    pub cosine: f64,
-    pub mean_abs: f64,
-    pub max_abs: f64,
+    /// Per compared position (hidden states) or per head (states) in `per_token_rel`.
+    pub stats: DiffStats,
     /// The reference backend's own error against the f64 truth at the floor dtype, same tensor.
     pub floor: Option<f64>,
     pub ratio_to_floor: Option<f64>,
     pub verdict: Verdict,
-    /// Per compared position (hidden states) or per head (states).
-    pub per_token_rel: Vec<f64>,
+}
+
+/// A path row as `hsdiff paths --format json` writes it: these keys in this order.
+#[derive(Serialize)]
+struct PathRowJson<'a> {
+    name: &'a str,
+    rel_l2: f64,
+    cosine: f64,
+    mean_abs: f64,
+    max_abs: f64,
+    floor: Option<f64>,
+    ratio_to_floor: Option<f64>,
+    verdict: Verdict,
+    per_token_rel: &'a [f64],
+}
+
+impl Serialize for PathRow {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        PathRowJson {
+            name: &self.name,
+            rel_l2: self.stats.rel_l2,
+            cosine: self.stats.cosine,
+            mean_abs: self.stats.mean_abs,
+            max_abs: self.stats.max_abs,
+            floor: self.floor,
+            ratio_to_floor: self.ratio_to_floor,
+            verdict: self.verdict,
+            per_token_rel: &self.stats.per_token_rel,
+        }
+        .serialize(s)
+    }
 }
 
 /// One path's outcome.
@@ -197,26 +224,23 @@ fn compare_rows(
         };
         let stats = diff_stats(&name, a, &get(want)?)?;
         let floor_rel = diff_stats(&name, &get(floor)?, &get(truth)?)?.rel_l2;
+        let verdict = classify(
+            Judged {
+                rel_l2: stats.rel_l2,
+                floor: Some(floor_rel),
+                non_finite: stats.non_finite_disagree + stats.non_finite_both > 0,
+                // With a floor, depth and the expected floor play no part in the verdict.
+                depth: 0,
+                dtype: a.dtype(),
+            },
+            th,
+        );
         rows.push(PathRow {
             name,
-            rel_l2: stats.rel_l2,
-            cosine: stats.cosine,
-            mean_abs: stats.mean_abs,
-            max_abs: stats.max_abs,
             floor: Some(floor_rel),
             ratio_to_floor: ratio_to_floor(stats.rel_l2, Some(floor_rel)),
-            verdict: classify(
-                Judged {
-                    rel_l2: stats.rel_l2,
-                    floor: Some(floor_rel),
-                    non_finite: stats.non_finite_disagree + stats.non_finite_both > 0,
-                    // With a floor, depth and the expected floor play no part in the verdict.
-                    depth: 0,
-                    dtype: a.dtype(),
-                },
-                th,
-            ),
-            per_token_rel: stats.per_token_rel,
+            verdict,
+            stats,
         });
     }
     Ok(rows)
@@ -242,7 +266,8 @@ fn judge(
         .find(|&j| {
             rows.iter().any(|r| {
                 let bound = th.ok.max(K_DRIFT * r.floor.unwrap_or(0.0));
-                r.per_token_rel
+                r.stats
+                    .per_token_rel
                     .get(j)
                     .is_some_and(|&e| e.is_nan() || e > bound)
             })
@@ -251,12 +276,14 @@ fn judge(
     let worst_of = |rows: &[PathRow]| rows.iter().map(|r| r.verdict).max().unwrap_or(Verdict::Ok);
     let verdict = worst_of(&rows);
     let state_verdict = worst_of(&state_rows);
-    let worst = rows.iter().max_by(|a, b| a.rel_l2.total_cmp(&b.rel_l2));
+    let worst = rows
+        .iter()
+        .max_by(|a, b| a.stats.rel_l2.total_cmp(&b.stats.rel_l2));
     let max_of = |suffix: &str| {
         state_rows
             .iter()
             .filter(|r| r.name.ends_with(suffix))
-            .map(|r| r.rel_l2)
+            .map(|r| r.stats.rel_l2)
             .reduce(f64::max)
     };
     Ok(PathResult {
@@ -269,12 +296,12 @@ fn judge(
         departs_at: departs_at.filter(|_| verdict != Verdict::Ok),
         positions: got.positions.clone(),
         worst: worst.map(|r| r.name.clone()),
-        worst_rel_l2: worst.map_or(0.0, |r| r.rel_l2),
+        worst_rel_l2: worst.map_or(0.0, |r| r.stats.rel_l2),
         worst_ratio_to_floor: worst.and_then(|r| r.ratio_to_floor),
         logits_rel_l2: rows
             .iter()
             .find(|r| Key::of(&r.name) == Some(Key::Logits))
-            .map(|r| r.rel_l2),
+            .map(|r| r.stats.rel_l2),
         state_recurrent_rel_l2: max_of(".recurrent"),
         state_conv_rel_l2: max_of(".conv"),
         signature: None,

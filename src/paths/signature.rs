@@ -192,7 +192,7 @@ fn logits_grow(r: &PathResult) -> bool {
     else {
         return false;
     };
-    let e = &row.per_token_rel;
+    let e = &row.stats.per_token_rel;
     if e.len() < 5 {
         return false;
     }

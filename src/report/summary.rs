@@ -484,3 +484,57 @@ pub fn routing_line(flips: &[super::RoutingFlip], max_shown: usize) -> Option<St
         shown.join(", ")
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flagged() -> Summary {
+        Summary::new(
+            Some(Lead::Flagged(Verdict::Drift)),
+            "a and b part at layers.3, rel L2 2.00e-2 = 3.1× the bf16 floor".to_string(),
+        )
+    }
+
+    /// The sentence is the lead word, then the clauses joined by "; "; JSON writes that string.
+    #[test]
+    fn a_summary_is_written_as_one_sentence_led_by_its_word() {
+        let mut s = flagged();
+        s.clauses
+            .push("b is 2.0× closer to the f64 truth than a at layers.3".into());
+        let sentence = "drift: a and b part at layers.3, rel L2 2.00e-2 = 3.1× the bf16 floor; \
+                        b is 2.0× closer to the f64 truth than a at layers.3";
+        assert_eq!(s.to_string(), sentence);
+        assert_eq!(
+            s.rest(),
+            sentence.strip_prefix("drift: ").expect("the word")
+        );
+        assert_eq!(
+            serde_json::to_value(&s).expect("JSON"),
+            serde_json::Value::String(sentence.into())
+        );
+        let none = Summary::new(None, "nothing to compare between a: x and b".into());
+        assert_eq!(none.to_string(), "nothing to compare between a: x and b");
+    }
+
+    /// A detected shift comes right after the lead word; an applied one ends the sentence.
+    #[test]
+    fn a_shift_leads_the_clauses_or_ends_the_last() {
+        let mut s = flagged();
+        s.lead_with("B's layer i matches A's layer i + 1".into());
+        assert!(
+            s.to_string()
+                .starts_with("drift: B's layer i matches A's layer i + 1; a and b part at"),
+            "{s}"
+        );
+        let mut s = flagged();
+        s.end_with(" (compared with --shift 1)");
+        assert!(
+            s.to_string().ends_with("floor (compared with --shift 1)"),
+            "{s}"
+        );
+        assert_eq!(Lead::Benign.word(), "benign");
+        assert_eq!(Lead::Uncalibrated.word(), "uncalibrated");
+        assert_eq!(Lead::Flagged(Verdict::Mismatch).word(), "mismatch");
+    }
+}
