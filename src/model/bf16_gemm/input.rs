@@ -1,6 +1,10 @@
 //! The input `x` of a product laid out for the microkernels: bf16 pairs, or widened and blocked.
 
 use std::borrow::Cow;
+use std::marker::PhantomData;
+use std::sync::Mutex;
+
+use bytemuck::Pod;
 
 use half::bf16;
 use half::slice::HalfFloatSliceExt;
@@ -33,15 +37,26 @@ pub(super) fn as_pairs(x: &[bf16], k: usize) -> Cow<'_, [u32]> {
 /// a slab, block after block of `mr` rows, each holding, for each of the slab's pairs in turn, the
 /// pair's two elements of the block's rows (rows past `m` and an odd `k`'s last high half are
 /// zero). A task's reads for one reduction block are then one sequential stream.
-pub(super) struct Blocked<E> {
-    data: Vec<E>,
+///
+/// The buffer is the one the last product left ([`SPARE`]) when it is large enough.
+pub(super) struct Blocked<E: Pod> {
+    /// The values as words, so that one spare buffer serves f32 and f64 inputs.
+    words: Vec<u64>,
+    len: usize,
     pub(super) mr: usize,
     pub(super) kc: usize,
     pub(super) pairs: usize,
     blocks: usize,
+    _values: PhantomData<E>,
 }
 
-impl<E: Copy + Default + Send> Blocked<E> {
+/// The buffer of the last blocked input, kept for the next product. A forward pass blocks one
+/// input per product (up to 71 MB: f64 at the 27B MLP's width), and a fresh buffer of that size
+/// is fresh pages that the kernel faults in and clears on every call; one buffer at a time, as a
+/// forward pass runs one product at a time (a second one running meanwhile allocates its own).
+static SPARE: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+impl<E: Pod + Default + Send> Blocked<E> {
     pub(super) fn new<T: Sync>(
         x: &[T],
         k: usize,
@@ -52,32 +67,48 @@ impl<E: Copy + Default + Send> Blocked<E> {
         let pairs = k.div_ceil(2);
         let m = x.len() / k.max(1);
         let blocks = m.div_ceil(mr);
-        let mut data = vec![E::default(); blocks * mr * 2 * pairs];
+        let len = blocks * mr * 2 * pairs;
+        let need = (len * size_of::<E>()).div_ceil(size_of::<u64>());
+        let mut words = match SPARE.try_lock() {
+            Ok(mut spare) if spare.len() >= need => std::mem::take(&mut *spare),
+            _ => Vec::new(),
+        };
+        if words.len() < need {
+            words = vec![0; need];
+        }
+        let data: &mut [E] = &mut bytemuck::cast_slice_mut(&mut words[..need])[..len];
         data.par_chunks_mut((blocks * mr * 2 * kc).max(1))
             .enumerate()
             .for_each(|(q, slab)| {
                 let (p0, width) = (q * kc, kc.min(pairs - q * kc));
                 for (b, block) in slab.chunks_exact_mut(width * mr * 2).enumerate() {
                     let rows = mr.min(m - b * mr);
-                    // Written in order (the block's rows read side by side).
+                    // Written in order (the block's rows read side by side); every element,
+                    // padding included, since the buffer may hold an earlier product's input.
                     for (p, out) in block.chunks_exact_mut(mr * 2).enumerate() {
                         let l = 2 * (p0 + p);
-                        for (r, out) in out.chunks_exact_mut(2).take(rows).enumerate() {
+                        let (values, padding) = out.split_at_mut(2 * rows);
+                        for (r, out) in values.chunks_exact_mut(2).enumerate() {
                             let row = &x[(b * mr + r) * k..][..k];
                             out[0] = widen(&row[l]);
-                            if l + 1 < k {
-                                out[1] = widen(&row[l + 1]);
-                            }
+                            out[1] = if l + 1 < k {
+                                widen(&row[l + 1])
+                            } else {
+                                E::default()
+                            };
                         }
+                        padding.fill(E::default());
                     }
                 }
             });
         Blocked {
-            data,
+            words,
+            len,
             mr,
             kc,
             pairs,
             blocks,
+            _values: PhantomData,
         }
     }
 
@@ -85,6 +116,18 @@ impl<E: Copy + Default + Send> Blocked<E> {
     pub(super) fn slivers(&self, p0: usize, first: usize, count: usize) -> &[E] {
         let sliver = self.kc.min(self.pairs - p0) * self.mr * 2;
         let slab = p0 * self.mr * 2 * self.blocks;
-        &self.data[slab + first * sliver..][..count * sliver]
+        let need = (self.len * size_of::<E>()).div_ceil(size_of::<u64>());
+        let data: &[E] = &bytemuck::cast_slice(&self.words[..need])[..self.len];
+        &data[slab + first * sliver..][..count * sliver]
+    }
+}
+
+impl<E: Pod> Drop for Blocked<E> {
+    fn drop(&mut self) {
+        if let Ok(mut spare) = SPARE.try_lock()
+            && spare.len() < self.words.len()
+        {
+            *spare = std::mem::take(&mut self.words);
+        }
     }
 }

@@ -67,7 +67,7 @@ impl Kernel {
         .collect()
     }
 
-    /// The kernel [`matmul`](super::matmul) uses: of the machine kernels this CPU has, the one that ran a
+    /// The kernel [`matmul_many`](super::matmul_many) uses: of the machine kernels this CPU has, the one that ran a
     /// small product fastest (timed once per process, a few milliseconds); the portable one
     /// where there is none.
     pub fn chosen() -> Kernel {
@@ -111,7 +111,7 @@ impl Kernel {
     }
 }
 
-/// A machine microkernel of the f32 / f64 products ([`matmul_wide`](super::matmul_wide)) and of the FMA kernels of
+/// A machine microkernel of the f32 / f64 products ([`matmul_wide_many`](super::matmul_wide_many)) and of the FMA kernels of
 /// the bf16 product. Both give the same bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WideKernel {
@@ -154,7 +154,7 @@ impl WideKernel {
             .collect()
     }
 
-    /// The kernel [`matmul_wide`](super::matmul_wide) uses: the widest this CPU has, `None` where it has neither.
+    /// The kernel [`matmul_wide_many`](super::matmul_wide_many) uses: the widest this CPU has, `None` where it has neither.
     pub fn chosen() -> Option<WideKernel> {
         WideKernel::available().first().copied()
     }

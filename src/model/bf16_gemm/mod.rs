@@ -16,7 +16,7 @@
 //! which one runs — the fastest on this CPU, timed once per process ([`Kernel::chosen`]) —
 //! changes only the speed.
 //!
-//! The f32 and f64 products on bf16 weights ([`matmul_wide`]) run on the same FMA kernels with
+//! The f32 and f64 products on bf16 weights ([`matmul_wide_many`]) run on the same FMA kernels with
 //! gradual underflow, on AVX-512F or AVX2 + FMA ([`WideKernel`]), again with the same bits on
 //! either.
 //!
@@ -69,15 +69,28 @@ const KC_PAIRS: usize = 64;
 /// accumulators (`MC × NR`, 129 KiB in f32) stay in L2.
 const MC: usize = 86 * MR;
 
-/// `x · wᵀ` for `x` `[m, k]` row-major, rounded to bf16: `[m, n]` row-major.
-pub fn matmul(x: &[bf16], m: usize, w: &PackedBf16) -> Vec<bf16> {
-    matmul_with(Kernel::chosen(), x, m, w)
+/// `x · wᵀ` for `x` `[m, k]` row-major and each weight `w` of `ws` (all of `k` columns), rounded
+/// to bf16: `[m, n]` row-major each. `x` is laid out for the kernels once, and the products'
+/// tasks share one pass of the workers; each output element is computed as if its product ran
+/// alone.
+pub fn matmul_many(x: &[bf16], m: usize, ws: &[&PackedBf16]) -> Vec<Vec<bf16>> {
+    matmul_many_with(Kernel::chosen(), x, m, ws)
 }
 
-/// [`matmul`] on `kernel`, which must run here ([`Kernel::runs_here`]; else the portable one
-/// runs).
+/// The one product `x · wᵀ` of [`matmul_many`] on `kernel`, which must run here
+/// ([`Kernel::runs_here`]; else the portable one runs).
 pub fn matmul_with(kernel: Kernel, x: &[bf16], m: usize, w: &PackedBf16) -> Vec<bf16> {
-    assert_eq!(x.len(), m * w.k, "input of {m} × {}", w.k);
+    one(matmul_many_with(kernel, x, m, &[w]))
+}
+
+/// [`matmul_many`] on `kernel`, which must run here (else the portable one runs).
+pub fn matmul_many_with(
+    kernel: Kernel,
+    x: &[bf16],
+    m: usize,
+    ws: &[&PackedBf16],
+) -> Vec<Vec<bf16>> {
+    let k = same_k(x, m, ws);
     let kernel = if kernel.runs_here() {
         kernel
     } else {
@@ -86,8 +99,13 @@ pub fn matmul_with(kernel: Kernel, x: &[bf16], m: usize, w: &PackedBf16) -> Vec<
     match kernel.fma() {
         Some(wide) => {
             let mr = f32::shape(wide).0;
-            let a = Blocked::new(x, w.k, mr, f32::KC, |v| v.to_f32());
-            let task = |planes: &mut Planes<f32>, panel, first_row, rows, c: &mut [f32]| {
+            let a = Blocked::new(x, k, mr, f32::KC, |v| v.to_f32());
+            let task = |planes: &mut Planes<f32>,
+                        w: &PackedBf16,
+                        panel,
+                        first_row,
+                        rows,
+                        c: &mut [f32]| {
                 #[cfg(target_arch = "x86_64")]
                 let _flushing = mxcsr::FlushDenormals::new();
                 wide_task::<f32, false>(wide, &a, w.panel(panel), first_row, rows, planes, c);
@@ -95,20 +113,34 @@ pub fn matmul_with(kernel: Kernel, x: &[bf16], m: usize, w: &PackedBf16) -> Vec<
             tiled(
                 m,
                 rows_per_task::<f32>(),
-                w,
+                ws,
                 Planes::default,
                 task,
                 bf16::from_f32,
             )
         }
         None => {
-            let a = as_pairs(x, w.k);
-            let task = |_: &mut (), panel, first_row, rows, c: &mut [f32]| {
+            let a = as_pairs(x, k);
+            let task = |_: &mut (), w: &PackedBf16, panel, first_row, rows, c: &mut [f32]| {
                 pairs_task(kernel, &a, w.panel(panel), w.pairs, first_row, rows, c)
             };
-            tiled(m, MC, w, || (), task, bf16::from_f32)
+            tiled(m, MC, ws, || (), task, bf16::from_f32)
         }
     }
+}
+
+/// The reduction length `k` that `x` (`m` rows) and every weight of `ws` share.
+fn same_k<T>(x: &[T], m: usize, ws: &[&PackedBf16]) -> usize {
+    let k = ws.first().map_or(x.len() / m.max(1), |w| w.k);
+    for w in ws {
+        assert_eq!(x.len(), m * w.k, "input of {m} × {}", w.k);
+    }
+    k
+}
+
+/// The one product of a list of one.
+fn one<T>(products: Vec<Vec<T>>) -> Vec<T> {
+    products.into_iter().next().unwrap_or_default()
 }
 
 /// Rows of `x` per task of a product on the FMA kernels with `E` accumulators: few enough that
@@ -120,41 +152,47 @@ fn rows_per_task<E: WideFloat>() -> usize {
     ((384 << 10) / bytes_per_row / MR * MR).min(MC)
 }
 
-/// Whether this CPU runs [`matmul_wide`]: it has AVX-512F or AVX2 + FMA.
+/// Whether this CPU runs [`matmul_wide_many`]: it has AVX-512F or AVX2 + FMA.
 pub fn has_wide() -> bool {
     WideKernel::chosen().is_some()
 }
 
-/// `x · wᵀ` for f32 or f64 `x` `[m, k]` row-major and the bf16 weight `w` (its values exact in
-/// either type), in `x`'s type, with gradual underflow (no flushing): per output element, the
-/// reduction in blocks of `E::KC` pairs in order; within a block, from zero, for each pair the odd
-/// product fused into the block's sum, then the even one (one FMA each); each block's sum then
-/// added to the running sum (one rounding). The two-level sum keeps the rounding error of long
-/// reductions (k = 17408 in a 27B MLP) at about that of a blocked GEMM such as candle's, where
-/// one running sum had 2.5× the f32 error. Only where [`has_wide`] (else `None`): the portable
-/// alternative is candle's matmul.
-pub fn matmul_wide<E: WideFloat>(x: &[E], m: usize, w: &PackedBf16) -> Option<Vec<E>> {
-    matmul_wide_with(WideKernel::chosen()?, x, m, w)
+/// `x · wᵀ` for f32 or f64 `x` `[m, k]` row-major and each bf16 weight `w` of `ws` (its values
+/// exact in either type; all of `k` columns), in `x`'s type, with gradual underflow (no
+/// flushing): per output element, the reduction in blocks of `E::KC` pairs in order; within a
+/// block, from zero, for each pair the odd product fused into the block's sum, then the even one
+/// (one FMA each); each block's sum then added to the running sum (one rounding). The two-level
+/// sum keeps the rounding error of long reductions (k = 17408 in a 27B MLP) at about that of a
+/// blocked GEMM such as candle's, where one running sum had 2.5× the f32 error. `x` is blocked
+/// once for all of `ws` and their tasks share one pass of the workers (q/k/v/z/b/a, gate/up);
+/// each output element is computed as if its product ran alone. Only where [`has_wide`] (else
+/// `None`): the portable alternative is candle's matmul.
+pub fn matmul_wide_many<E: WideFloat>(
+    x: &[E],
+    m: usize,
+    ws: &[&PackedBf16],
+) -> Option<Vec<Vec<E>>> {
+    matmul_wide_many_with(WideKernel::chosen()?, x, m, ws)
 }
 
-/// [`matmul_wide`] on `kernel`; `None` where this CPU cannot run it.
-pub fn matmul_wide_with<E: WideFloat>(
+/// [`matmul_wide_many`] on `kernel`; `None` where this CPU cannot run it.
+pub fn matmul_wide_many_with<E: WideFloat>(
     kernel: WideKernel,
     x: &[E],
     m: usize,
-    w: &PackedBf16,
-) -> Option<Vec<E>> {
-    assert_eq!(x.len(), m * w.k, "input of {m} × {}", w.k);
+    ws: &[&PackedBf16],
+) -> Option<Vec<Vec<E>>> {
+    let k = same_k(x, m, ws);
     if !kernel.runs_here() {
         return None;
     }
-    let a = Blocked::new(x, w.k, E::shape(kernel).0, E::KC, |&v| v);
+    let a = Blocked::new(x, k, E::shape(kernel).0, E::KC, |&v| v);
     Some(tiled(
         m,
         rows_per_task::<E>(),
-        w,
+        ws,
         Planes::default,
-        |planes, panel, first_row, rows, c| {
+        |planes, w, panel, first_row, rows, c| {
             wide_task::<E, true>(kernel, &a, w.panel(panel), first_row, rows, planes, c)
         },
         |v| v,

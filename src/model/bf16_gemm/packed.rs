@@ -5,7 +5,7 @@ use rayon::prelude::*;
 
 use super::NR;
 
-/// A `[N, K]` bf16 weight packed for [`matmul`](super::matmul): panels of `NR` output columns; within a panel,
+/// A `[N, K]` bf16 weight packed for [`matmul_many`](super::matmul_many): panels of `NR` output columns; within a panel,
 /// for each reduction pair `p`, `NR` words holding `(w[n, 2p], w[n, 2p + 1])` (low, high half).
 /// Columns past `N` and the odd `K`'s last high half are zero.
 pub struct PackedBf16 {

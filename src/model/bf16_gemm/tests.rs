@@ -4,6 +4,26 @@ use super::*;
 
 use crate::testdata::SplitMix;
 
+/// One bf16 product on the chosen kernel.
+fn matmul(x: &[bf16], m: usize, w: &PackedBf16) -> Vec<bf16> {
+    matmul_with(Kernel::chosen(), x, m, w)
+}
+
+/// One wide product on the chosen kernel (`None` where there is none).
+fn matmul_wide<E: WideFloat>(x: &[E], m: usize, w: &PackedBf16) -> Option<Vec<E>> {
+    matmul_wide_with(WideKernel::chosen()?, x, m, w)
+}
+
+/// One wide product on `kernel`.
+fn matmul_wide_with<E: WideFloat>(
+    kernel: WideKernel,
+    x: &[E],
+    m: usize,
+    w: &PackedBf16,
+) -> Option<Vec<E>> {
+    matmul_wide_many_with(kernel, x, m, &[w]).map(one)
+}
+
 fn random(rng: &mut SplitMix, len: usize, scale: f64) -> Vec<bf16> {
     (0..len)
         .map(|_| bf16::from_f64(rng.normal() * scale))
@@ -191,6 +211,54 @@ fn the_f32_and_f64_products_follow_their_definition_bit_for_bit() {
             if scale < 1e-30 && k > 1 {
                 let denormal = got32.iter().filter(|v| v.is_subnormal()).count();
                 assert!(denormal > 0, "{m}×{n}×{k}: no denormal result to check");
+            }
+        }
+    }
+}
+
+#[test]
+fn products_sharing_an_input_equal_each_product_alone_bit_for_bit() {
+    let mut rng = SplitMix::new(0x51_a4_ed);
+    // Widths as a GDN layer's q/k/v/z/b/a have them (one wide, one panel and less, remainders),
+    // and none at all; rows across several chunks, K across several reduction blocks.
+    let widths = [130, 48, 1, 0, 65, 200];
+    for (m, k) in [(MC + 37, 300), (7, 129), (1, 64)] {
+        let ws: Vec<PackedBf16> = widths
+            .iter()
+            .map(|&n| PackedBf16::pack(&random(&mut rng, n * k, 0.05), n, k))
+            .collect();
+        let ws: Vec<&PackedBf16> = ws.iter().collect();
+        let x = random(&mut rng, m * k, 1.0);
+        let bits = |v: &[bf16]| v.iter().map(|b| b.to_bits()).collect::<Vec<_>>();
+        for kernel in Kernel::available() {
+            let many = matmul_many_with(kernel, &x, m, &ws);
+            assert_eq!(many.len(), ws.len());
+            for (y, w) in many.iter().zip(&ws) {
+                let alone = matmul_with(kernel, &x, m, w);
+                assert_eq!(
+                    bits(y),
+                    bits(&alone),
+                    "bf16 {m}×{}×{k} ({})",
+                    w.n,
+                    kernel.name()
+                );
+            }
+        }
+        let x64: Vec<f64> = (0..m * k).map(|_| rng.normal()).collect();
+        let x32: Vec<f32> = x64.iter().map(|&v| v as f32).collect();
+        for kernel in WideKernel::available() {
+            let many32 = matmul_wide_many_with(kernel, &x32, m, &ws).expect("runs here");
+            let many64 = matmul_wide_many_with(kernel, &x64, m, &ws).expect("runs here");
+            for ((y32, y64), w) in many32.iter().zip(&many64).zip(&ws) {
+                let at = format!("{m}×{}×{k} ({})", w.n, kernel.name());
+                let alone32 = matmul_wide_with(kernel, &x32, m, w).expect("runs here");
+                let alone64 = matmul_wide_with(kernel, &x64, m, w).expect("runs here");
+                let b32 = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let b64 = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(b32(y32), b32(&alone32), "f32 {at}");
+                assert_eq!(b64(y64), b64(&alone64), "f64 {at}");
+                assert_eq!(y64.len(), m * w.n, "{at}");
+                assert!(y64.iter().all(|v| v.is_finite()), "{at}");
             }
         }
     }

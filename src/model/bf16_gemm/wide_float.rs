@@ -4,8 +4,8 @@ use super::{KC_PAIRS, MR, NR, WideKernel};
 #[cfg(target_arch = "x86_64")]
 use super::{avx2_fma, avx512_f64, avx512_fma};
 
-/// An accumulator type of [`matmul_wide`](super::matmul_wide) (f32 or f64) and its microkernels.
-pub trait WideFloat: Copy + Default + Send + Sync + 'static {
+/// An accumulator type of [`matmul_wide_many`](super::matmul_wide_many) (f32 or f64) and its microkernels.
+pub trait WideFloat: bytemuck::Pod + Default + Send + Sync + 'static {
     /// Reduction pairs per block: the block's two planes (`2 · KC · NR` values) stay in L1.
     const KC: usize;
     /// The weight's bf16 bits as this type (exact).
