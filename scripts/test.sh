@@ -38,8 +38,10 @@ fi
 rm -rf python/build
 "$venv/bin/pip" install --quiet --no-deps --no-build-isolation --force-reinstall ./python
 
-# The package clean under ruff and mypy (configured in python/pyproject.toml; pinned above).
+# The package clean under ruff and mypy (configured in python/pyproject.toml; pinned above), and
+# its tests under the same ruff rules.
 "$venv/bin/ruff" check python/hsdiff_capture
+"$venv/bin/ruff" check --config python/pyproject.toml tests/python
 (cd python && "$venv/bin/mypy")
 
 # pytest exits 5 when it collects no test: that is a failure here, never a pass.

@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::capture::names;
+use crate::capture::Key;
 use crate::compare::TensorSource;
 use crate::error::Result;
 // The rel L2 here skips element pairs that are not finite on both sides: alignment asks which
@@ -54,16 +54,17 @@ pub struct OffsetScore {
 
 /// `embed` → −1, `layers.{i}` → i.
 pub fn layer_index(name: &str) -> Option<i64> {
-    if name == names::EMBED {
-        return Some(-1);
+    match Key::of(name)? {
+        Key::Embed => Some(-1),
+        Key::Layer(i) => Some(i as i64),
+        _ => None,
     }
-    names::parse_layer(name).map(|i| i as i64)
 }
 
 fn layer_name(i: i64) -> Option<String> {
     match i {
-        -1 => Some(names::EMBED.to_string()),
-        i if i >= 0 => Some(names::layer(i as usize)),
+        -1 => Some(Key::Embed.to_string()),
+        i if i >= 0 => Some(Key::Layer(i as usize).to_string()),
         _ => None,
     }
 }
@@ -249,11 +250,16 @@ pub fn index_reading(
     reference: &dyn TensorSource,
 ) -> Result<Option<IndexReading>> {
     let (mut out, mut inp) = (Vec::new(), Vec::new());
-    for i in src.names().iter().filter_map(|n| names::parse_layer(n)) {
-        let Some(t) = src.tensor_head(&names::layer(i), SAMPLE_TOKENS)? else {
+    for i in src
+        .names()
+        .iter()
+        .filter_map(|n| Key::of(n)?.layer_output())
+    {
+        let name = Key::Layer(i).to_string();
+        let Some(t) = src.tensor_head(&name, SAMPLE_TOKENS)? else {
             continue;
         };
-        let as_output = reference.tensor_head(&names::layer(i), SAMPLE_TOKENS)?;
+        let as_output = reference.tensor_head(&name, SAMPLE_TOKENS)?;
         let as_input = match layer_name(i as i64 - 1) {
             Some(n) => reference.tensor_head(&n, SAMPLE_TOKENS)?,
             None => None,
@@ -291,16 +297,16 @@ pub fn last_entry_reading(
     let Some(last) = truth
         .names()
         .iter()
-        .filter_map(|n| names::parse_layer(n))
+        .filter_map(|n| Key::of(n)?.layer_output())
         .max()
     else {
         return Ok(None);
     };
-    let name = names::layer(last);
+    let name = Key::Layer(last).to_string();
     let (Some(t), Some(raw), Some(normed)) = (
         src.tensor_head(&name, SAMPLE_TOKENS)?,
         truth.tensor_head(&name, SAMPLE_TOKENS)?,
-        truth.tensor_head(names::FINAL_NORM, SAMPLE_TOKENS)?,
+        truth.tensor_head(&Key::FinalNorm.to_string(), SAMPLE_TOKENS)?,
     ) else {
         return Ok(None);
     };
@@ -327,7 +333,7 @@ mod tests {
                 .and_then(|t| t.affine(1.0, f64::from(*v) * 10.0))
                 .and_then(|t| t.reshape((1, 2, 4)))
                 .expect("tensor");
-            c.push(*n, t);
+            c.insert(n.parse().expect("a key"), t);
         }
         c
     }

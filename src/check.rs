@@ -2,8 +2,8 @@
 //! does not depend on the command line: each check as a job (the golden file against a live
 //! run of a backend on its ids and dtype, [`check_golden`]), the built-in golden set, which of a
 //! golden file's states are compared, the golden side of the report, the notes on a model that
-//! differs from the one the file was made from, and the rendering of a set of checks (schema
-//! `hsdiff.check/v1`). The golden files themselves are read by [`Dump`].
+//! differs from the one the file was made from, and the rendering of a set of checks (`set.rs`,
+//! schema `hsdiff.check/v1`). The golden files themselves are read by [`Dump`].
 
 use std::path::{Path, PathBuf};
 
@@ -11,17 +11,19 @@ use candle_core::{DType, Device};
 
 use crate::backends::BackendKind;
 use crate::builtin;
+use crate::capture::Key;
 use crate::capture::dump::Dump;
-use crate::capture::names;
 use crate::compare::{TensorSource, plan_rows};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::job::{Calibration, Job, Live, Parts, Role, SideSpec, Spec};
 use crate::model::Model;
-use crate::report::emit::{Format, ReportOptions};
 use crate::report::{Report, Side};
 use crate::session::{ModelInput, check_layer_list, find_model};
-use crate::verdict::Verdict;
+
+mod set;
+
+pub use set::{line, worst, write_set};
 
 /// Schema of the JSON of a set of checks (docs/report-schema.md).
 pub const SET_SCHEMA: &str = "hsdiff.check/v1";
@@ -151,7 +153,10 @@ pub fn check_golden(
         check_layer_list(layers, model.config.num_hidden_layers, "the model")?;
     }
     let golden_dtype = golden.states_dtype()?;
-    let capture_ops = golden.names().iter().any(|n| names::parse_op(n).is_some());
+    let capture_ops = golden
+        .names()
+        .iter()
+        .any(|n| matches!(Key::of(n), Some(Key::Op(..))));
     for &backend in &run.backends {
         let spec = Spec {
             a: SideSpec::Golden {
@@ -218,10 +223,10 @@ pub fn shared_states(golden: &Dump, ours: &[String]) -> Result<Vec<String>> {
         .iter()
         .filter(|n| {
             !ours.contains(n)
-                && (n.as_str() == names::EMBED
-                    || n.as_str() == names::FINAL_NORM
-                    || n.as_str() == names::LOGITS
-                    || names::parse_layer(n).is_some())
+                && matches!(
+                    Key::of(n),
+                    Some(Key::Embed | Key::FinalNorm | Key::Logits | Key::Layer(_))
+                )
         })
         .collect();
     if let Some(first) = missing.first() {
@@ -281,86 +286,6 @@ pub fn note_model_differences(path: &Path, fp: &Fingerprint, model: &Model) {
 fn short(s: &str) -> String {
     let hex = s.rsplit(':').next().unwrap_or(s);
     hex.chars().take(12).collect()
-}
-
-/// `check fizzbuzz.f64  reference/cpu-candle  f64: ok — <summary>`
-pub fn line(name: &str, r: &Report) -> String {
-    format!(
-        "check {name}  {}  {}: {} — {}",
-        r.b.implementation.as_deref().unwrap_or("?"),
-        r.thresholds.dtype,
-        r.verdict.as_str(),
-        r.summary
-    )
-}
-
-/// The worst verdict of a set of checks (ok for none).
-pub fn worst(outcomes: &[CheckOutcome]) -> Verdict {
-    outcomes
-        .iter()
-        .map(|o| o.report.verdict)
-        .max()
-        .unwrap_or(Verdict::Ok)
-}
-
-/// A set of checks as JSON, schema [`SET_SCHEMA`]: `{checks: [{backend, dtype, implementation,
-/// name, report, verdict}], schema, verdict}` with keys sorted, each `report` a full
-/// `hsdiff.report/v1` object.
-pub fn set_json(outcomes: &[CheckOutcome]) -> Result<Vec<u8>> {
-    let encode = |e: serde_json::Error| Error::Internal(format!("cannot encode the report: {e}"));
-    let checks = outcomes
-        .iter()
-        .map(|o| {
-            Ok(serde_json::json!({
-                "name": o.name,
-                "backend": o.report.b.backend,
-                "implementation": o.report.b.implementation,
-                "dtype": o.report.thresholds.dtype,
-                "verdict": o.report.verdict,
-                "report": serde_json::to_value(&o.report).map_err(encode)?,
-            }))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let doc = serde_json::json!({
-        "schema": SET_SCHEMA,
-        "verdict": worst(outcomes),
-        "checks": checks,
-    });
-    crate::json_doc::pretty(&doc, "the check set")
-}
-
-/// A set of checks as text: each report rendered by `render` under a `== check NAME ==`
-/// heading, then one [`line`] per check.
-pub fn set_text(
-    outcomes: &[CheckOutcome],
-    render: impl Fn(&Report) -> Result<Vec<u8>>,
-) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    for o in outcomes {
-        out.extend_from_slice(format!("== check {} ==\n", o.name).as_bytes());
-        out.extend_from_slice(&render(&o.report)?);
-        out.push(b'\n');
-    }
-    for o in outcomes {
-        out.extend_from_slice(line(&o.name, &o.report).as_bytes());
-        out.push(b'\n');
-    }
-    Ok(out)
-}
-
-/// Several checks written as `options` say (JSON: one object with every report; text: each
-/// report, then one line per check).
-pub fn write_set(outcomes: &[CheckOutcome], options: &ReportOptions) -> Result<()> {
-    let text = match options.format {
-        Format::Json => set_json(outcomes)?,
-        Format::Markdown | Format::Table => {
-            let renderer = options.renderer();
-            set_text(outcomes, |r| renderer.render(r))?
-        }
-    };
-    let lines: Vec<String> = outcomes.iter().map(|o| line(&o.name, &o.report)).collect();
-    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-    options.write(&text, &lines)
 }
 
 #[cfg(test)]

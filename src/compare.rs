@@ -4,7 +4,7 @@
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-use crate::capture::{Captures, dump::Dump, names};
+use crate::capture::{Captures, Key, StateKind, dump::Dump};
 use crate::config::LayerType;
 use crate::error::Result;
 use crate::metrics::StoredRows;
@@ -37,13 +37,10 @@ pub trait TensorSource {
 
 impl TensorSource for Captures {
     fn tensor(&self, name: &str) -> Result<Option<Tensor>> {
-        Ok(self.get(name).cloned())
+        Ok(Key::of(name).and_then(|k| self.get(k)).cloned())
     }
     fn names(&self) -> Vec<String> {
-        Captures::names(self)
-            .into_iter()
-            .map(String::from)
-            .collect()
+        self.keys().map(String::from).collect()
     }
 }
 
@@ -84,89 +81,50 @@ pub struct PlannedRow {
     pub layer: Option<usize>,
 }
 
-/// Rows in forward order: `embed`, then per layer its op captures and `layers.{i}`, then the
-/// final recurrent states (`state.layers.{i}.recurrent`, by layer), then `final_norm`,
-/// `logits`. Only names present in `available` are planned; `layers` keeps only those decoder
-/// layers (and their ops and states). Conv windows are not rows ([`conv_window_note`]).
+/// Rows in forward order ([`Key`]'s order): `embed`, then per layer its op captures and
+/// `layers.{i}`, then the final recurrent states (`state.layers.{i}.recurrent`, by layer), then
+/// `final_norm`, `logits`. Only names present in `available` are planned, a layer's ops only
+/// with its output; `layers` keeps only those decoder layers (and their ops and states). Conv
+/// windows, routers and the decode path's captures are not rows ([`conv_window_note`]).
 pub fn plan_rows(
     available: &[String],
     layer_types: Option<&[LayerType]>,
     layers: Option<&[usize]>,
 ) -> Vec<PlannedRow> {
-    let has = |n: &str| available.iter().any(|a| a == n);
-    let mut rows = Vec::new();
-    if has(names::EMBED) {
-        rows.push(PlannedRow {
-            name: names::EMBED.to_string(),
-            kind: Kind::Embed,
-            layer: None,
-        });
-    }
-    let mut layer_ids: Vec<usize> = available
-        .iter()
-        .filter_map(|n| names::parse_layer(n))
-        .collect();
-    layer_ids.sort_unstable();
-    layer_ids.dedup();
-    for i in layer_ids {
-        if layers.is_some_and(|keep| !keep.contains(&i)) {
-            continue;
-        }
-        for n in available {
-            if matches!(names::parse_op(n), Some((l, _)) if l == i) {
-                rows.push(PlannedRow {
-                    name: n.clone(),
-                    kind: Kind::Op,
-                    layer: Some(i),
-                });
-            }
-        }
-        let kind = match layer_types.and_then(|t| t.get(i)) {
-            Some(LayerType::LinearAttention) => Kind::LinearAttention,
-            Some(LayerType::FullAttention) => Kind::FullAttention,
-            None => Kind::Layer,
+    let mut keys: Vec<Key> = available.iter().filter_map(|n| Key::of(n)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let has_output = |i: usize| keys.binary_search(&Key::Layer(i)).is_ok();
+    let row = |key: Key| -> Option<PlannedRow> {
+        let kind = match key {
+            Key::Embed => Kind::Embed,
+            Key::Op(i, _) if has_output(i) => Kind::Op,
+            Key::Layer(i) => match layer_types.and_then(|t| t.get(i)) {
+                Some(LayerType::LinearAttention) => Kind::LinearAttention,
+                Some(LayerType::FullAttention) => Kind::FullAttention,
+                None => Kind::Layer,
+            },
+            Key::State(_, StateKind::Recurrent) => Kind::State,
+            Key::FinalNorm => Kind::FinalNorm,
+            Key::Logits => Kind::Logits,
+            _ => return None,
         };
-        rows.push(PlannedRow {
-            name: names::layer(i),
-            kind,
-            layer: Some(i),
-        });
-    }
-    let mut states: Vec<(usize, &String)> = available
-        .iter()
-        .filter_map(|n| match names::parse_state(n)? {
-            (i, names::STATE_RECURRENT) => Some((i, n)),
-            _ => None,
-        })
-        .filter(|(i, _)| layers.is_none_or(|keep| keep.contains(i)))
-        .collect();
-    states.sort_unstable();
-    states.dedup();
-    for (i, name) in states {
-        rows.push(PlannedRow {
-            name: name.clone(),
-            kind: Kind::State,
-            layer: Some(i),
-        });
-    }
-    for (name, kind) in [
-        (names::FINAL_NORM, Kind::FinalNorm),
-        (names::LOGITS, Kind::Logits),
-    ] {
-        if has(name) {
-            rows.push(PlannedRow {
-                name: name.to_string(),
-                kind,
-                layer: None,
-            });
+        let layer = key.layer();
+        if layer.is_some_and(|i| layers.is_some_and(|keep| !keep.contains(&i))) {
+            return None;
         }
-    }
-    rows
+        Some(PlannedRow {
+            name: key.to_string(),
+            kind,
+            layer,
+        })
+    };
+    keys.iter().filter_map(|&k| row(k)).collect()
 }
 
 /// Whether `name` is a final recurrent state, `state.layers.{i}.recurrent`.
 fn is_recurrent_state(name: &str) -> bool {
-    names::parse_state(name).is_some_and(|(_, kind)| kind == names::STATE_RECURRENT)
+    matches!(Key::of(name), Some(Key::State(_, StateKind::Recurrent)))
 }
 
 /// The tensors that would be rows (see [`plan_rows`]; final states included) which `x` holds
@@ -248,10 +206,7 @@ pub fn one_sided_note(what: &str, in_a: &[String], in_b: &[String]) -> Option<St
 pub fn conv_window_note(a: &[String], b: &[String]) -> Option<String> {
     let both = a
         .iter()
-        .filter(|n| {
-            names::parse_state(n).is_some_and(|(_, kind)| kind == names::STATE_CONV)
-                && b.contains(n)
-        })
+        .filter(|n| matches!(Key::of(n), Some(Key::State(_, StateKind::Conv))) && b.contains(n))
         .count();
     (both > 0).then(|| {
         format!(
@@ -310,6 +265,45 @@ mod tests {
     }
 
     #[test]
+    fn rows_follow_the_forward_order_whatever_the_order_of_the_names() {
+        // A file's names come sorted as strings: layers.10 before layers.2, beta before q.
+        let available = owned(&[
+            "embed",
+            "layers.0",
+            "layers.0.beta",
+            "layers.0.out_proj",
+            "layers.0.q",
+            "layers.10",
+            "layers.2",
+            "layers.2.core_out",
+            "layers.3.g",
+            "layers.03",
+            "layers.2.mlp",
+            "router.2.topk_ids",
+            "state.layers.2.conv",
+        ]);
+        let names: Vec<String> = plan_rows(&available, None, None)
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        // layers.3.g has no layer output to belong to; layers.03 and layers.2.mlp are not
+        // hsdiff's names; routers and conv windows are not rows.
+        assert_eq!(
+            names,
+            owned(&[
+                "embed",
+                "layers.0.beta",
+                "layers.0.q",
+                "layers.0.out_proj",
+                "layers.0",
+                "layers.2.core_out",
+                "layers.2",
+                "layers.10",
+            ])
+        );
+    }
+
+    #[test]
     fn one_sided_states_are_named() {
         let a = owned(&[
             "layers.0",
@@ -345,7 +339,7 @@ mod tests {
             "input_ids",
             "embed",
             "layers.0",
-            "layers.1.ops.conv",
+            "layers.1.core_out",
             "layers.1",
             "layers.2",
             "final_norm",
@@ -357,7 +351,7 @@ mod tests {
             one.tensors_a,
             owned(&[
                 "embed",
-                "layers.1.ops.conv",
+                "layers.1.core_out",
                 "layers.1",
                 "final_norm",
                 "logits"
@@ -366,7 +360,7 @@ mod tests {
         assert_eq!(
             one.tensors_note().as_deref(),
             Some(
-                "5 tensors only in A (embed, layers.1.ops.conv, layers.1, final_norm and 1 more), not \
+                "5 tensors only in A (embed, layers.1.core_out, layers.1, final_norm and 1 more), not \
              compared: B holds no such tensor; 1 tensor only in B (layers.9), not compared: A \
              holds no such tensor"
             )

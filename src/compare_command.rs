@@ -126,7 +126,7 @@ fn trained_note(t: &Trained) -> String {
         .report
         .tensors
         .iter()
-        .filter_map(|r| r.ratio_to_floor.map(|x| (x, &r.name)))
+        .filter_map(|r| r.judgement.ratio_to_floor.map(|x| (x, &r.name)))
         .max_by(|p, q| p.0.total_cmp(&q.0));
     let size = match worst {
         Some((x, name)) => format!("worst {x:.1}× the floor at {name}"),
@@ -135,7 +135,7 @@ fn trained_note(t: &Trained) -> String {
             t.report
                 .tensors
                 .iter()
-                .map(|r| r.rel_l2)
+                .map(|r| r.stats.rel_l2)
                 .fold(0.0, f64::max)
         ),
     };

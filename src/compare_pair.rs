@@ -12,7 +12,7 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::capture::names;
+use crate::capture::Key;
 use crate::compare::{Kind, OneSided, TensorSource};
 use crate::compare_tokens::{self, GivenIds};
 use crate::disjoint;
@@ -258,7 +258,7 @@ fn compare_on(
             .names()
             .iter()
             .chain(&b.names())
-            .any(|n| names::parse_op(n).is_some()),
+            .any(|n| matches!(Key::of(n), Some(Key::Op(..)))),
         through: last_layer,
     };
     let (a_dtype, b_dtype, dtype) = (spec.a.dtype(), spec.b.dtype(), spec.dtype());
@@ -465,9 +465,10 @@ impl<'s> Positions<'s> {
 
     /// Whether `name` holds one row per position (routers and final states do not).
     fn per_token(name: &str) -> bool {
-        matches!(name, names::EMBED | names::FINAL_NORM | names::LOGITS)
-            || names::parse_layer(name).is_some()
-            || names::parse_op(name).is_some()
+        matches!(
+            Key::of(name),
+            Some(Key::Embed | Key::FinalNorm | Key::Logits | Key::Layer(_) | Key::Op(..))
+        )
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::capture::names;
+use crate::capture::Key;
 use crate::error::{Error, Result};
 use crate::formats::FileSource;
 use crate::input::{Tokenizer, parse_token_list, read_regular, resolve_prompt};
@@ -63,8 +63,10 @@ pub fn sequence_length(src: &FileSource) -> Option<usize> {
     src.names()
         .iter()
         .filter(|n| {
-            names::parse_layer(n).is_some()
-                || [names::EMBED, names::FINAL_NORM, names::LOGITS].contains(&n.as_str())
+            matches!(
+                Key::of(n),
+                Some(Key::Layer(_) | Key::Embed | Key::FinalNorm | Key::Logits)
+            )
         })
         .find_map(|n| src.shape(n).and_then(|s| s.get(1).copied()))
 }

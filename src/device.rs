@@ -41,10 +41,7 @@ impl std::fmt::Display for DeviceName {
 impl DeviceName {
     /// `arg` read as a device name, or an error naming it.
     pub fn parse(arg: &str) -> Result<DeviceName> {
-        arg.parse().map_err(|msg| Error::Device {
-            device: arg.to_string(),
-            msg,
-        })
+        arg.parse().map_err(|msg: String| Error::device(arg, msg))
     }
 
     /// The device, or why this build or machine cannot open it (never substituted).
@@ -62,21 +59,23 @@ pub fn parse_device(arg: &str) -> Result<Device> {
 
 #[cfg(feature = "cuda")]
 fn cuda_device(arg: &str, ordinal: usize) -> Result<Device> {
-    Device::new_cuda(ordinal).map_err(|e| Error::Device {
-        device: arg.to_string(),
-        msg: format!(
-            "cannot open: {}",
-            e.to_string().lines().next().unwrap_or_default()
-        ),
+    Device::new_cuda(ordinal).map_err(|e| {
+        Error::device(
+            arg,
+            format!(
+                "cannot open: {}",
+                e.to_string().lines().next().unwrap_or_default()
+            ),
+        )
     })
 }
 
 #[cfg(not(feature = "cuda"))]
 fn cuda_device(arg: &str, _ordinal: usize) -> Result<Device> {
-    Err(Error::Device {
-        device: arg.to_string(),
-        msg: "CUDA is not in this build (rebuild with --features cuda)".to_string(),
-    })
+    Err(Error::device(
+        arg,
+        "CUDA is not in this build (rebuild with --features cuda)",
+    ))
 }
 
 pub fn device_label(device: &Device) -> String {
@@ -146,12 +145,14 @@ pub fn check_device(device: &Device, what: &str) -> Result<()> {
     if device.is_cpu() {
         return Ok(());
     }
-    device.synchronize().map_err(|e| Error::Device {
-        device: device_label(device),
-        msg: format!(
-            "error {what}: {} (rerun with HSDIFF_CUDA_SYNC=1 to name the kernel)",
-            e.to_string().lines().next().unwrap_or_default()
-        ),
+    device.synchronize().map_err(|e| {
+        Error::device(
+            device_label(device),
+            format!(
+                "error {what}: {} (rerun with HSDIFF_CUDA_SYNC=1 to name the kernel)",
+                e.to_string().lines().next().unwrap_or_default()
+            ),
+        )
     })
 }
 

@@ -7,7 +7,7 @@
 
 use candle_core::Tensor;
 
-use crate::capture::names;
+use crate::capture::Key;
 use crate::compare::{Kind, PlannedRow, TensorSource, plan_rows};
 use crate::config::LayerType;
 use crate::error::Result;
@@ -40,7 +40,7 @@ fn layers(src: &dyn TensorSource) -> Vec<usize> {
     let mut l: Vec<usize> = src
         .names()
         .iter()
-        .filter_map(|n| names::parse_layer(n))
+        .filter_map(|n| Key::of(n)?.layer_output())
         .collect();
     l.sort_unstable();
     l.dedup();
@@ -66,9 +66,7 @@ pub fn fill<'a>(
     layer_types: Option<&[LayerType]>,
 ) -> (Vec<PlannedRow>, TruthFilled<'a>, TruthFilled<'a>) {
     let (na, nb, nt) = (a.names(), b.names(), truth.names());
-    let row_name = |n: &String| {
-        n != names::INPUT_IDS && (names::parse_layer(n).is_some() || n == names::EMBED)
-    };
+    let row_name = |n: &String| matches!(Key::of(n), Some(Key::Embed | Key::Layer(_)));
     let missing = |have: &[String], other: &[String]| -> Vec<String> {
         other
             .iter()

@@ -60,8 +60,8 @@ pub fn dump(session: &Session, run: &DumpRun, out: &Path) -> Result<String> {
             session
                 .model
                 .run_decode(&session.ids, plan, &decode_opts, &Progress::hidden())?;
-        for (name, t) in decoded.iter() {
-            caps.push(name, t.clone());
+        for (key, t) in decoded.iter() {
+            caps.insert(key, t.clone());
         }
     }
     let fingerprint = session.input().fingerprint(backend.as_ref(), session.dtype);

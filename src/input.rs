@@ -14,13 +14,11 @@ use crate::limits;
 /// Opens `path` for reading only if it is a regular file (after following links): a FIFO would
 /// block the open, a device or `/dev/zero` would never end, a directory is not data.
 pub fn open_regular(path: &Path) -> Result<File> {
-    let meta = std::fs::metadata(path).map_err(|e| Error::file(path, io_words(&e)))?;
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     check_regular(path, &meta.file_type())?;
-    let file = File::open(path).map_err(|e| Error::file(path, io_words(&e)))?;
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
     // The path may have been swapped between the two calls: check what was opened.
-    let meta = file
-        .metadata()
-        .map_err(|e| Error::file(path, io_words(&e)))?;
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
     check_regular(path, &meta.file_type())?;
     record_opened(path, &meta);
     Ok(file)
@@ -70,10 +68,7 @@ fn check_regular(path: &Path, kind: &std::fs::FileType) -> Result<()> {
 /// names the `--limit` that raises the cap).
 pub fn read_regular(path: &Path, cap: usize, limit: &str) -> Result<Vec<u8>> {
     let file = open_regular(path)?;
-    let len = file
-        .metadata()
-        .map_err(|e| Error::file(path, io_words(&e)))?
-        .len();
+    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
     let len = usize::try_from(len).unwrap_or(usize::MAX);
     if len > cap {
         return Err(Error::file(
@@ -87,28 +82,11 @@ pub fn read_regular(path: &Path, cap: usize, limit: &str) -> Result<Vec<u8>> {
     // At most cap + 1 bytes: a file that grew since it was measured is still bounded.
     file.take((cap as u64).saturating_add(1))
         .read_to_end(&mut out)
-        .map_err(|e| Error::file(path, io_words(&e)))?;
+        .map_err(|e| Error::io(path, e))?;
     if out.len() > cap {
         return Err(Error::file(path, "grew while it was read"));
     }
     Ok(out)
-}
-
-/// An I/O error in words, without the `(os error N)` suffix.
-pub fn io_words(e: &std::io::Error) -> String {
-    use std::io::ErrorKind as K;
-    match e.kind() {
-        K::NotFound => "no such file".to_string(),
-        K::PermissionDenied => "permission denied".to_string(),
-        K::IsADirectory => "is a directory, not a regular file".to_string(),
-        _ => {
-            let text = e.to_string();
-            match text.find(" (os error") {
-                Some(i) => text[..i].to_string(),
-                None => text,
-            }
-        }
-    }
 }
 
 /// Runs `f`, turning a panic inside a dependency into an error line made by `err` (the panic
@@ -165,7 +143,7 @@ pub fn resolve_prompt(arg: &str) -> Result<(String, PromptSource)> {
         (arg.to_string(), PromptSource::Text)
     };
     if text.len() > cap {
-        return Err(Error::Prompt(limits::exceeded(
+        return Err(Error::prompt(limits::exceeded(
             "the prompt's length in bytes",
             text.len(),
             "prompt-bytes",
@@ -175,7 +153,7 @@ pub fn resolve_prompt(arg: &str) -> Result<(String, PromptSource)> {
     if text.is_empty() {
         return Err(match &source {
             PromptSource::File(path) => Error::file(path, "the prompt file is empty"),
-            _ => Error::Prompt("the prompt is empty".to_string()),
+            _ => Error::prompt("the prompt is empty".to_string()),
         });
     }
     Ok((text, source))
@@ -207,7 +185,7 @@ pub fn parse_token_list(arg: &str) -> Result<Vec<u32>> {
 pub fn check_length(t: usize) -> Result<()> {
     let cap = limits::get().tokens;
     if t > cap {
-        return Err(Error::Prompt(limits::exceeded(
+        return Err(Error::prompt(limits::exceeded(
             "the sequence length (tokens)",
             t,
             "tokens",

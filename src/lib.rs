@@ -43,6 +43,7 @@ pub mod paths;
 pub mod plausibility;
 pub mod progress;
 pub mod random_weights;
+pub mod render;
 pub mod report;
 pub mod safetensors_file;
 pub mod selftest;

@@ -49,8 +49,7 @@ impl FileMap {
         install_handler();
         // SAFETY: a read-only map; a file truncated under it is caught by the SIGBUS handler
         // (pages past the end read as zeros, the map marked, the run stopped by `check`).
-        let map = unsafe { Mmap::map(file) }
-            .map_err(|e| Error::file(path, crate::input::io_words(&e)))?;
+        let map = unsafe { Mmap::map(file) }.map_err(|e| Error::io(path, e))?;
         let slot = register(&map, path);
         Ok(FileMap { map, slot })
     }

@@ -19,8 +19,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::error::io_words;
 use crate::error::{Error, Result};
-use crate::input::{io_words, opened_files};
+use crate::input::opened_files;
 
 /// A file's identity: device and inode.
 type FileId = (u64, u64);
@@ -151,7 +152,7 @@ enum Found {
 
 /// Validates `path` as a target of option `what` against `inputs` and what the run has opened.
 fn inspect(path: &Path, what: &str, inputs: &Protected) -> Result<Found> {
-    let refuse = |msg: String| Error::file(path, format!("{what}: {msg}"));
+    let refuse = |msg: String| Error::output(path, format!("{what}: {msg}"));
     let name = path
         .file_name()
         .ok_or_else(|| refuse("needs a file name".into()))?;
@@ -235,7 +236,7 @@ fn check_name_length(real: &Path, what: &str) -> Result<()> {
     let len = real.file_name().map_or(0, |n| n.len());
     let max = name_max(parent(real));
     if len > max {
-        return Err(Error::file(
+        return Err(Error::output(
             real,
             format!("{what}: the file name is {len} bytes; this file system takes at most {max}"),
         ));
@@ -276,7 +277,7 @@ fn open_stream(path: &Path, meta: &std::fs::Metadata, what: &str) -> Result<File
             } else {
                 format!("cannot open it for writing: {}", io_words(&e))
             };
-            Error::file(path, format!("{what}: {why}"))
+            Error::output(path, format!("{what}: {why}"))
         })?;
     if fifo {
         use std::os::fd::AsRawFd;
@@ -316,7 +317,7 @@ pub fn reserve(path: &Path, what: &str, inputs: &Protected) -> Result<()> {
     {
         // A stream (`/dev/null`) can take several outputs; a file takes one.
         if !matches!(found, Found::Stream(..)) {
-            return Err(Error::file(
+            return Err(Error::output(
                 path,
                 format!(
                     "{what} and {} name the same file ({}): give each its own",
@@ -335,7 +336,7 @@ pub fn reserve(path: &Path, what: &str, inputs: &Protected) -> Result<()> {
                 .create_new(true)
                 .open(&tmp)
                 .map_err(|e| {
-                    Error::file(
+                    Error::output(
                         path,
                         format!(
                             "{what}: cannot create a file in {}: {}",
@@ -384,7 +385,7 @@ pub fn write_with(path: &Path, write: impl FnOnce(&mut File) -> Result<()>) -> R
     // Nothing made from an input that changed while it was read is written.
     crate::mapped::check()?;
     let r = take(path)?;
-    let cannot = |e: std::io::Error| Error::file(path, format!("cannot write: {}", io_words(&e)));
+    let cannot = |e: std::io::Error| Error::write(path, "cannot write", e);
     match r.sink {
         Sink::InPlace(mut file) => {
             write(&mut file)?;
@@ -409,7 +410,7 @@ pub fn write_with(path: &Path, write: impl FnOnce(&mut File) -> Result<()>) -> R
                     }
                     Found::New(_) => {}
                     Found::Stream(..) => {
-                        return Err(Error::file(
+                        return Err(Error::output(
                             path,
                             format!("{}: became a device or FIFO while hsdiff ran", r.what),
                         ));
@@ -431,7 +432,7 @@ pub fn write_with(path: &Path, write: impl FnOnce(&mut File) -> Result<()>) -> R
 pub fn write_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
     write_with(path, |f| {
         f.write_all(bytes)
-            .map_err(|e| Error::file(path, format!("cannot write: {}", io_words(&e))))
+            .map_err(|e| Error::write(path, "cannot write", e))
     })
 }
 
@@ -505,7 +506,7 @@ mod tests {
         std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).expect("chmod");
         let failed = write_with(&target, |f| {
             f.write_all(b"half").expect("partial");
-            Err(Error::file("/tmp/hsdiff-output-test", "disk full"))
+            Err(Error::output("/tmp/hsdiff-output-test", "disk full"))
         });
         assert!(failed.is_err());
         assert_eq!(std::fs::read(&target).expect("reads"), b"first");

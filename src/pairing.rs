@@ -10,7 +10,7 @@ use candle_core::DType;
 use serde_json::Value;
 
 use crate::alignment::{self, Alignment};
-use crate::capture::{Captures, names};
+use crate::capture::{Captures, Key};
 use crate::compare::{Kind, PlannedRow, TensorSource, plan_rows};
 use crate::device::dtype_label;
 use crate::error::{Error, Result};
@@ -191,12 +191,16 @@ pub fn read_layer_indices(
             this.shift_layers(-1);
             // Index L of an `output_hidden_states` saved by index is after the final norm.
             if let Some(t) = truth
-                && !this.has(names::FINAL_NORM)
+                && !this.has(&Key::FinalNorm.to_string())
                 && let Some((normed, as_norm, as_raw)) = alignment::last_entry_reading(this, t)?
             {
-                let last = t.names().iter().filter_map(|n| names::parse_layer(n)).max();
+                let last = t
+                    .names()
+                    .iter()
+                    .filter_map(|n| Key::of(n)?.layer_output())
+                    .max();
                 if let (true, Some(last)) = (normed, last) {
-                    this.rename(&names::layer(last), names::FINAL_NORM)?;
+                    this.rename(&Key::Layer(last).to_string(), &Key::FinalNorm.to_string())?;
                     notes.push(format!(
                         "{side}: the last index ({}) read as final_norm, after the final norm as \
                          transformers' output_hidden_states has it (rel L2 {as_norm:.1e} against the \
@@ -231,7 +235,7 @@ pub fn align(a: &FileSource, b: &mut FileSource, ok: f64, shift: i64) -> Result<
     let b_layers = b
         .names()
         .iter()
-        .filter_map(|n| names::parse_layer(n))
+        .filter_map(|n| Key::of(n)?.layer_output())
         .max()
         .map_or(0, |l| l + 1);
     if shift.unsigned_abs() as usize > b_layers {
@@ -262,12 +266,12 @@ pub fn paired_rows(
     let common: Vec<String> = a
         .names()
         .into_iter()
-        .filter(|n| n != names::INPUT_IDS && b_names.contains(n))
+        .filter(|n| Key::of(n) != Some(Key::InputIds) && b_names.contains(n))
         .collect();
     if let Some(layers) = layers {
         let count = common
             .iter()
-            .filter_map(|n| names::parse_layer(n))
+            .filter_map(|n| Key::of(n)?.layer_output())
             .max()
             .map_or(0, |l| l + 1);
         check_layer_list(layers, count, "what both files hold")?;

@@ -14,7 +14,7 @@
 
 use candle_core::DType;
 
-use crate::capture::names;
+use crate::capture::Key;
 use crate::compare::TensorSource;
 use crate::device::dtype_label;
 use crate::error::{Error, Result};
@@ -62,19 +62,20 @@ impl SideEvidence {
 }
 
 /// The first tensor of `side` the truth also holds: `embed`, else the lowest `layers.{i}`.
-fn first_shared(side: &dyn TensorSource, truth: &dyn TensorSource) -> Option<String> {
-    let truth_names = truth.names();
-    let side_names = side.names();
-    if side_names.iter().any(|n| n == names::EMBED) && truth_names.iter().any(|n| n == names::EMBED)
-    {
-        return Some(names::EMBED.to_string());
-    }
-    side_names
-        .iter()
-        .filter_map(|n| names::parse_layer(n))
-        .filter(|l| truth_names.contains(&names::layer(*l)))
+fn first_shared(side: &dyn TensorSource, truth: &dyn TensorSource) -> Option<Key> {
+    let hidden = |src: &dyn TensorSource| -> Vec<Key> {
+        src.names()
+            .iter()
+            .filter_map(|n| Key::of(n))
+            .filter(|k| matches!(k, Key::Embed | Key::Layer(_)))
+            .collect()
+    };
+    let in_truth = hidden(truth);
+    // Forward order: `embed` before every layer.
+    hidden(side)
+        .into_iter()
+        .filter(|k| in_truth.contains(k))
         .min()
-        .map(names::layer)
 }
 
 /// One side against the truth, with its floor source; None when nothing can be compared.
@@ -84,9 +85,10 @@ fn evidence(
     truth: &dyn TensorSource,
     floor: &dyn TensorSource,
 ) -> Result<Option<SideEvidence>> {
-    let Some(name) = first_shared(side, truth) else {
+    let Some(key) = first_shared(side, truth) else {
         return Ok(None);
     };
+    let name = key.to_string();
     let (Some(x), Some(t)) = (side.tensor(&name)?, truth.tensor(&name)?) else {
         return Ok(None);
     };
@@ -100,7 +102,7 @@ fn evidence(
         }));
     }
     let rel = rel_l2_tensors(&x, &t)?;
-    if name == names::EMBED {
+    if key == Key::Embed {
         return Ok(Some(SideEvidence {
             tensor: name,
             rel_l2: rel,

@@ -132,7 +132,7 @@ pub fn write_tensors(
     metadata: Option<HashMap<String, String>>,
 ) -> Result<()> {
     use safetensors::View;
-    let cannot = |msg: String| Error::file(path, format!("cannot write: {msg}"));
+    let cannot = |msg: String| Error::output(path, format!("cannot write: {msg}"));
     let mut order: Vec<(&str, Tensor)> = tensors
         .iter()
         .map(|(n, t)| Ok((*n, t.to_device(&Device::Cpu)?.contiguous()?)))
@@ -163,7 +163,7 @@ pub fn write_tensors(
     let header = Metadata::new(metadata, infos).map_err(|e| cannot(describe_st_error(&e)))?;
     let mut json = serde_json::to_vec(&header).map_err(|e| cannot(e.to_string()))?;
     json.resize(json.len().next_multiple_of(8), b' ');
-    let io = |e: std::io::Error| cannot(crate::input::io_words(&e));
+    let io = |e: std::io::Error| Error::write(path, "cannot write", e);
     let mut w = std::io::BufWriter::with_capacity(1 << 20, out);
     w.write_all(&(json.len() as u64).to_le_bytes())
         .map_err(io)?;
@@ -332,7 +332,7 @@ fn describe_st_error(e: &safetensors::SafeTensorError) -> String {
         E::InvalidTensorView(dtype, shape, n) => {
             format!("a {dtype} tensor of shape {shape:?} cannot hold {n} bytes")
         }
-        E::IoError(err) => crate::input::io_words(err),
+        E::IoError(err) => crate::error::io_words(err),
     }
 }
 

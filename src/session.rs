@@ -133,7 +133,7 @@ impl Session {
             }
         };
         if ids.is_empty() {
-            return Err(Error::Prompt(
+            return Err(Error::prompt(
                 "the prompt tokenised to zero tokens".to_string(),
             ));
         }

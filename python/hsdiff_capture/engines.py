@@ -28,7 +28,7 @@ import json
 import os
 from pathlib import Path
 
-from . import __version__
+from . import __version__, names
 from .environment import kernel_packages, local_folder, sha256_file, token_ids_sha256, version_of, weights_digest
 from .errors import CaptureError
 from .fingerprint import dtype_label
@@ -78,10 +78,10 @@ def spool_hook_factory(config: dict):
 
 def tensor_modules(num_layers: int, prefix: str = "model") -> dict[str, str]:
     """hsdiff tensor name → engine module name (`prefix.embed_tokens`, `prefix.layers.{i}`, `prefix.norm`)."""
-    names = {"embed": f"{prefix}.embed_tokens"}
-    names.update({f"layers.{i}": f"{prefix}.layers.{i}" for i in range(num_layers)})
-    names["final_norm"] = f"{prefix}.norm"
-    return names
+    modules = {names.EMBED: f"{prefix}.embed_tokens"}
+    modules.update({names.layer(i): f"{prefix}.layers.{i}" for i in range(num_layers)})
+    modules[names.FINAL_NORM] = f"{prefix}.norm"
+    return modules
 
 
 class EngineSpool:
@@ -136,7 +136,7 @@ class EngineSpool:
         from safetensors.torch import load_file
 
         n = len(token_ids)
-        tensors = {"input_ids": torch.tensor([token_ids], dtype=torch.int64)}
+        tensors = {names.INPUT_IDS: torch.tensor([token_ids], dtype=torch.int64)}
         for tensor in self.modules:
             files = sorted(self.dir.glob(f"{tensor}@*.safetensors"))
             if not files:
@@ -211,7 +211,7 @@ def engine_fingerprint(engine: str, model: str, tensors: dict, token_ids: list[i
         "fla": packages["fla"]["version"],
         "causal_conv1d": packages["causal_conv1d"]["version"],
         "triton": packages["triton"]["version"],
-        "dtype": dtype_label(tensors["layers.0"].dtype) if "layers.0" in tensors else None,
+        "dtype": dtype_label(tensors[names.layer(0)].dtype) if names.layer(0) in tensors else None,
         "model": model,
         "module_path": f"{prefix}.layers",
         "layers": num_layers,

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from . import fingerprint
+from . import fingerprint, names
 from .environment import kernel_packages
 from .errors import CaptureError
 from .kernels import LinearAttentionForcing, Request
@@ -116,35 +116,36 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
 
     def _router(self, i):
         def hook(_module, _inputs, output):
-            if self.done or f"router.{i}.topk_ids" in self.caps:
+            if self.done or names.router_topk_ids(i) in self.caps:
                 return
             logits, ids = router_outputs(output)
             # The router sees the batch flattened to [B * T, …]; input_ids (recorded before any
             # layer runs) give T.
-            if ids is None or "input_ids" not in self.caps:
+            if ids is None or names.INPUT_IDS not in self.caps:
                 return
-            rows = self.caps["input_ids"].shape[-1]
+            rows = self.caps[names.INPUT_IDS].shape[-1]
             take = slice(self.batch_row * rows, (self.batch_row + 1) * rows)
-            self.caps[f"router.{i}.topk_ids"] = ids.detach()[take].to(torch_int64()).reshape(1, rows, -1).cpu().clone()
+            topk = ids.detach()[take].to(torch_int64()).reshape(1, rows, -1)
+            self.caps[names.router_topk_ids(i)] = topk.cpu().clone()
             if logits is not None:
-                self.caps[f"router.{i}.logits"] = logits.detach()[take].float().reshape(1, rows, -1).cpu().clone()
+                self.caps[names.router_logits(i)] = logits.detach()[take].float().reshape(1, rows, -1).cpu().clone()
         return hook
 
     def _inputs(self, _module, args, kwargs):
-        if self.done or "input_ids" in self.caps:
+        if self.done or names.INPUT_IDS in self.caps:
             return
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids is None:
             raise CaptureError("the forward was called without input_ids (inputs_embeds only): "
                                "the dump needs the token ids")
-        self.caps["input_ids"] = self._take(ids)
+        self.caps[names.INPUT_IDS] = self._take(ids)
 
     def _finished(self, _module, _inputs, output):
         if self.done:
             return
         logits = getattr(output, "logits", None)
         if logits is not None and self.keep_logits:
-            self.caps["logits"] = self._take(logits)
+            self.caps[names.LOGITS] = self._take(logits)
         if self.keep_state:
             states = final_states(getattr(output, "past_key_values", None), self.linear)
             for name, t in states.items():
@@ -161,9 +162,9 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
         try:
             tm = self.tm
             self.handles.append(self.model.register_forward_pre_hook(self._inputs, with_kwargs=True))
-            self.handles.append(tm.embed.register_forward_hook(self._save("embed")))
+            self.handles.append(tm.embed.register_forward_hook(self._save(names.EMBED)))
             for i in self.wanted:
-                self.handles.append(tm.layers[i].register_forward_hook(self._save(f"layers.{i}")))
+                self.handles.append(tm.layers[i].register_forward_hook(self._save(names.layer(i))))
             # Every MoE layer's router choice (a few ints per token): with them hsdiff sets aside
             # exactly the tokens whose experts differ from the truth's, instead of judging the
             # layer with flips it cannot locate (docs/reading-a-report.md#routing-flips).
@@ -172,7 +173,7 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
                 if gate is not None:
                     self.handles.append(gate.register_forward_hook(self._router(i)))
             if tm.final_norm is not None:
-                self.handles.append(tm.final_norm.register_forward_hook(self._save("final_norm")))
+                self.handles.append(tm.final_norm.register_forward_hook(self._save(names.FINAL_NORM)))
             self.handles.append(self.model.register_forward_hook(self._finished))
         except BaseException:
             self._remove()
@@ -194,20 +195,24 @@ class recording:  # noqa: N801 - used as `with hsdiff_capture.recording(...)`, l
         self.result = self._write()
         return False
 
+    def _always(self) -> list[str]:
+        """The names every dump holds, in the order written: the token ids, the embedding, the
+        decoder layers asked for."""
+        return [names.INPUT_IDS, names.EMBED] + [names.layer(i) for i in self.wanted]
+
     def _write(self) -> CaptureResult:
         if not self.done:
             raise CaptureError("recording(): no forward pass of the model ran inside the block")
-        missing = [k for k in ["input_ids", "embed"] + [f"layers.{i}" for i in self.wanted] if k not in self.caps]
+        missing = [k for k in self._always() if k not in self.caps]
         if missing:
             raise CaptureError(f"hooks did not fire for: {', '.join(missing)}")
         param = next(self.tm.layers[self.wanted[0]].parameters())
-        ids = [int(x) for x in self.caps["input_ids"][0].tolist()]
+        ids = [int(x) for x in self.caps[names.INPUT_IDS][0].tolist()]
         meta = fingerprint.build(self.model, self.tm, self.forcing, self.packages, ids, param.dtype,
                                  self.stored_dtype, param.device, self.wanted, dict(self.extra))
-        states = [n for n in self.caps if n.startswith("state.")] if self.keep_state else []
-        routers = sorted((n for n in self.caps if n.startswith("router.")), key=router_key)
-        order = (["input_ids", "embed"] + [f"layers.{i}" for i in self.wanted] + states + ["final_norm", "logits"]
-                 + routers)
+        states = [n for n in self.caps if names.is_state(n)] if self.keep_state else []
+        routers = sorted((n for n in self.caps if names.is_router(n)), key=names.router_key)
+        order = self._always() + states + [names.FINAL_NORM, names.LOGITS] + routers
         tensors = {k: self.caps[k] for k in order if k in self.caps}
         write_safetensors(self.output, tensors, {"hsdiff": json.dumps(meta, sort_keys=True)})
         return CaptureResult(self.out, tensors, meta)
@@ -226,11 +231,6 @@ def router_outputs(output):
     if isinstance(output, tuple) and len(output) >= 3 and not output[2].is_floating_point():
         return output[0], output[2]
     return None, None
-
-
-def router_key(name: str):
-    _, layer, what = name.split(".", 2)
-    return int(layer), what
 
 
 def torch_int64():

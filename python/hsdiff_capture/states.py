@@ -12,15 +12,8 @@ the same in transformers 5.14 and 5.24). Any other cache is refused by name."""
 
 from __future__ import annotations
 
+from . import names
 from .errors import CaptureError
-
-
-def conv_name(i: int) -> str:
-    return f"state.layers.{i}.conv"
-
-
-def recurrent_name(i: int) -> str:
-    return f"state.layers.{i}.recurrent"
 
 
 def _layer_states(cache, i: int):
@@ -45,6 +38,6 @@ def final_states(cache, linear_layers: list[int]) -> dict:
         if conv is None or rec is None:
             raise CaptureError(f"state: the {type(cache).__name__} holds no conv/recurrent state for "
                                f"linear-attention layer {i}")
-        out[conv_name(i)] = conv
-        out[recurrent_name(i)] = rec
+        out[names.state_conv(i)] = conv
+        out[names.state_recurrent(i)] = rec
     return out

@@ -83,7 +83,7 @@ pub struct GdnOutputs {
     /// `[B, Hv, dk, dv]` state after the last token (accumulation dtype), as the delta rule
     /// returned it; for packed documents, the last document's.
     pub recurrent: Tensor,
-    /// The intermediate values, when requested (the model names them: `capture::names::ops`).
+    /// The intermediate values, when requested (the model names them: `capture::Op`).
     pub ops: Option<GdnOps>,
 }
 

@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::protocol::Measurement;
 use crate::backends::{DeltaInputs, LinearAttentionBackend, backend_by_name};
-use crate::capture::names;
+use crate::capture::Key;
 use crate::error::{Error, Result};
 use crate::model::{Bf16Kernel, Model, RunOptions, WideKernel, product_flops};
 use crate::progress::Progress;
@@ -179,8 +179,8 @@ fn load_core_inputs(req: &CaseRequest) -> Result<[Tensor; 5]> {
 
 fn load_input_ids(req: &CaseRequest) -> Result<Vec<u32>> {
     let file = SafetensorsFile::open(&req.inputs)?;
-    let ids = file.load(names::INPUT_IDS)?;
-    let bad = |msg: String| Error::tensor(&req.inputs, names::INPUT_IDS, msg);
+    let ids = file.load(&Key::InputIds.to_string())?;
+    let bad = |msg: String| Error::tensor(&req.inputs, Key::InputIds, msg);
     if ids.dtype() != DType::I64 {
         return Err(bad(format!("must be int64, not {:?}", ids.dtype())));
     }
@@ -206,7 +206,7 @@ fn run_forward(
         capture_state: false,
     };
     let caps = model.run(ids, &opts, &Progress::hidden())?;
-    Ok(caps.get(names::LOGITS).cloned())
+    Ok(caps.get(Key::Logits).cloned())
 }
 
 #[cfg(test)]

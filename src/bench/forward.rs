@@ -11,7 +11,7 @@ use candle_core::{Device, Tensor};
 use super::case::CaseKind;
 use super::results::BenchRow;
 use super::runner::{Bench, CaseGroup, save_inputs};
-use crate::capture::names;
+use crate::capture::Key;
 use crate::config::LayerType;
 use crate::device::dtype_label;
 use crate::error::{Error, Result};
@@ -78,7 +78,8 @@ impl ForwardBench {
             .map(|_| (rng.next_u64() % self.vocab as u64) as i64)
             .collect();
         let ids = Tensor::from_vec(ids, (1, self.seq), &Device::Cpu)?;
-        save_inputs(&HashMap::from([(names::INPUT_IDS, ids)]), &ids_path)?;
+        let name = Key::InputIds.to_string();
+        save_inputs(&HashMap::from([(name.as_str(), ids)]), &ids_path)?;
         let mut rows = Vec::new();
         for &dtype in &plan.dtypes {
             let tag = format!("forward-t{}-{}", self.seq, dtype_label(dtype));

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use candle_core::DType;
 
-use crate::backends::available_backends;
+use crate::backends::{BackendKind, available_backends};
 use crate::device::parse_dtype;
 use crate::error::{Error, Result};
 
@@ -116,8 +116,8 @@ pub struct TorchSide {
 /// The options of a run as given (`bench core` and `bench forward` share them).
 #[derive(Debug, Clone)]
 pub struct PlanRequest {
-    pub backends: Vec<String>,
-    pub dtypes: Vec<String>,
+    pub backends: Vec<BackendKind>,
+    pub dtypes: Vec<DType>,
     pub repeats: Option<usize>,
     /// Timed calls when `repeats` is not given.
     pub default_repeats: usize,
@@ -134,7 +134,7 @@ pub struct PlanRequest {
 /// A checked run plan.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    pub backends: Vec<String>,
+    pub backends: Vec<BackendKind>,
     pub dtypes: Vec<DType>,
     pub repeats: usize,
     pub warmup: usize,
@@ -149,25 +149,9 @@ pub struct Plan {
 
 impl Plan {
     pub fn new(req: PlanRequest) -> Result<Self> {
-        let known: Vec<&str> = available_backends().iter().map(|b| b.name).collect();
-        if let Some(b) = req.backends.iter().find(|b| !known.contains(&b.as_str())) {
-            return Err(Error::argument(
-                "--backends",
-                format!("unknown backend `{b}` (known: {})", known.join(", ")),
-            ));
+        for &d in &req.dtypes {
+            refuse_served_fp8(d)?;
         }
-        let dtypes = req
-            .dtypes
-            .iter()
-            .map(|d| {
-                let d = parse_dtype(d).map_err(|e| match e {
-                    Error::Argument { msg, .. } => Error::argument("--dtypes", msg),
-                    other => other,
-                })?;
-                refuse_served_fp8(d)?;
-                Ok(d)
-            })
-            .collect::<Result<Vec<_>>>()?;
         let threads = match req.threads {
             Some(0) => return Err(Error::argument("--threads", "must be positive")),
             Some(n) if n > crate::limits::THREADS_MAX => {
@@ -209,7 +193,7 @@ impl Plan {
         };
         Ok(Plan {
             backends: req.backends,
-            dtypes,
+            dtypes: req.dtypes,
             repeats,
             warmup: req.warmup,
             threads,
@@ -303,8 +287,8 @@ mod tests {
 
     fn request() -> PlanRequest {
         PlanRequest {
-            backends: vec!["reference".into(), "fused".into()],
-            dtypes: vec!["f32".into(), "bf16".into()],
+            backends: vec![BackendKind::Reference, BackendKind::Fused],
+            dtypes: vec![DType::F32, DType::BF16],
             repeats: None,
             default_repeats: 3,
             warmup: 1,
@@ -330,8 +314,10 @@ mod tests {
             edit(&mut r);
             option_of(Plan::new(r).expect_err("refused"))
         };
-        assert_eq!(bad(|r| r.backends.push("fsued".into())), "--backends");
-        assert_eq!(bad(|r| r.dtypes.push("fp8".into())), "--dtypes");
+        assert_eq!(
+            bad(|r| r.dtypes.push(crate::fp8::serving::SERVED)),
+            "--dtypes"
+        );
         assert_eq!(bad(|r| r.threads = Some(0)), "--threads");
         assert_eq!(bad(|r| r.repeats = Some(0)), "--repeats");
         assert_eq!(bad(|r| r.skip.push("fused@zz".into())), "--skip");

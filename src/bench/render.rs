@@ -1,12 +1,55 @@
-//! The bench results as a table (Unicode or Markdown) and as a JSON document.
+//! The results of `bench core` / `bench forward` as one document ([`BenchResults`]), rendered
+//! through the one [`Render`] family: a table (Unicode or Markdown) with the lines below it, or
+//! the JSON document of `--json`.
 
 use comfy_table::presets::{ASCII_MARKDOWN, UTF8_FULL_CONDENSED};
 use comfy_table::{CellAlignment, Table};
+use serde::{Serialize, Serializer};
 
 use super::peak::Peaks;
 use super::plan::Plan;
-use super::results::{BenchRow, CaseOutcome, TORCH_REFERENCES};
+use super::results::{BenchRow, CaseOutcome, TORCH_REFERENCES, skipped_count};
 use crate::error::Result;
+use crate::render::{Format, Json, JsonDocument, Render};
+
+/// Every measurement of a run with the run's settings.
+pub struct BenchResults<'a> {
+    pub rows: &'a [BenchRow],
+    /// `core` or `forward`.
+    pub kind: &'a str,
+    pub plan: &'a Plan,
+    pub machine: String,
+    pub peaks: Option<&'a Peaks>,
+    /// The load average when the run ended.
+    pub load_after: String,
+}
+
+/// The results table, then the load after the run and how many cases `--skip` left out.
+pub struct BenchTable {
+    /// Markdown's table (`--markdown`) rather than the terminal's.
+    pub markdown: bool,
+}
+
+impl Render<BenchResults<'_>> for BenchTable {
+    fn render(&self, r: &BenchResults) -> Result<Vec<u8>> {
+        let mut out = table(r.rows, self.markdown) + "\n";
+        out += &format!("load after the run: {}\n", r.load_after);
+        let skipped = skipped_count(r.rows);
+        if skipped > 0 {
+            out += &format!("{skipped} case(s) skipped by --skip (shown as `skipped`).\n");
+        }
+        Ok(out.into_bytes())
+    }
+}
+
+/// The renderer of `format`.
+pub fn renderer(format: Format) -> Box<dyn for<'a> Render<BenchResults<'a>>> {
+    match format {
+        Format::Table => Box::new(BenchTable { markdown: false }),
+        Format::Markdown => Box::new(BenchTable { markdown: true }),
+        Format::Json => Box::new(Json),
+    }
+}
 
 const HEADER: [&str; 11] = [
     "T",
@@ -105,27 +148,26 @@ fn fmt_ms(ms: f64) -> String {
     }
 }
 
-/// Every measurement with the run's settings, as `--json` writes it.
-pub fn json(
-    rows: &[BenchRow],
-    kind: &str,
-    plan: &Plan,
-    machine: &str,
-    peaks: Option<&Peaks>,
-    load_after: &str,
-) -> Result<Vec<u8>> {
-    let doc = serde_json::json!({
-        "kind": kind,
-        "machine": machine,
-        "fma_peak": peaks.map(|p| &p.peaks),
-        "threads": plan.threads,
-        "repeats": plan.repeats,
-        "warmup": plan.warmup,
-        "seed": plan.seed,
-        "load_after": load_after,
-        "rows": rows,
-    });
-    crate::json_doc::pretty(&doc, "the results")
+/// `--json`: `{fma_peak, kind, load_after, machine, repeats, rows, seed, threads, warmup}`.
+impl Serialize for BenchResults<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        serde_json::json!({
+            "kind": self.kind,
+            "machine": self.machine,
+            "fma_peak": self.peaks.map(|p| &p.peaks),
+            "threads": self.plan.threads,
+            "repeats": self.plan.repeats,
+            "warmup": self.plan.warmup,
+            "seed": self.plan.seed,
+            "load_after": self.load_after,
+            "rows": self.rows,
+        })
+        .serialize(s)
+    }
+}
+
+impl JsonDocument for BenchResults<'_> {
+    const WHAT: &'static str = "the results";
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use super::case::CaseKind;
 use super::peak::Peaks;
 use super::plan::Plan;
 use super::protocol::{Measurement, spawn};
+use super::render::BenchResults;
 use super::results::{BenchRow, CaseOutcome, TORCH_REFERENCES, add_rates};
 use super::stats::Timings;
 use crate::device::dtype_label;
@@ -42,9 +43,11 @@ pub struct CaseGroup<'a> {
 
 impl Bench {
     pub fn prepare(plan: Plan) -> Result<Self> {
-        let exe = std::env::current_exe().map_err(|e| Error::Process {
-            program: "hsdiff".into(),
-            msg: format!("cannot find its own executable for the bench cases: {e}"),
+        let exe = std::env::current_exe().map_err(|e| {
+            Error::process(
+                "hsdiff",
+                format!("cannot find its own executable for the bench cases: {e}"),
+            )
         })?;
         // Always a folder of its own, made here: the files of the run never replace (nor, when
         // removed, delete) a file that was in --work-dir before.
@@ -192,7 +195,7 @@ impl Bench {
                 CaseOutcome::measured(m.clone(), seq, torch_ms, rel),
             ));
         }
-        for name in &p.backends {
+        for name in p.backends.iter().map(|k| k.name()) {
             if p.skips.skips(name, seq, dtype) {
                 rows.push(row(name, CaseOutcome::skipped_by_option()));
                 continue;
@@ -222,28 +225,16 @@ impl Bench {
         rows
     }
 
-    /// The table and the lines below it.
-    pub fn summary(&self, rows: &[BenchRow], markdown: bool) -> String {
-        let mut out = super::render::table(rows, markdown) + "\n";
-        out += &format!("load after the run: {}\n", load_label());
-        let skipped = super::results::skipped_count(rows);
-        if skipped > 0 {
-            out += &format!("{skipped} case(s) skipped by --skip (shown as `skipped`).\n");
-        }
-        out
-    }
-
-    /// The JSON document of `--json`.
-    pub fn json(&self, rows: &[BenchRow], kind: &str) -> Result<Vec<u8>> {
-        let machine = machine_summary();
-        super::render::json(
+    /// The run's results as one document (rendered by `render`), the load taken now.
+    pub fn results<'a>(&'a self, rows: &'a [BenchRow], kind: &'a str) -> BenchResults<'a> {
+        BenchResults {
             rows,
             kind,
-            &self.plan,
-            &machine,
-            self.peaks.as_ref(),
-            &load_label(),
-        )
+            plan: &self.plan,
+            machine: machine_summary(),
+            peaks: self.peaks.as_ref(),
+            load_after: load_label(),
+        }
     }
 
     /// Removes the work folder when it was made for this run (and is empty by now).
@@ -262,7 +253,7 @@ fn fresh_folder(base: &Path) -> Result<PathBuf> {
             base,
             format!(
                 "cannot create the work folder: {}",
-                crate::input::io_words(&e)
+                crate::error::io_words(&e)
             ),
         )
     })?;
@@ -281,7 +272,7 @@ fn fresh_folder(base: &Path) -> Result<PathBuf> {
                     base,
                     format!(
                         "cannot create the work folder in it: {}",
-                        crate::input::io_words(&e)
+                        crate::error::io_words(&e)
                     ),
                 ));
             }

@@ -1,12 +1,12 @@
 //! Dump files: safetensors with `input_ids` (i64 `[1, T]`), the captured tensors under their
-//! [`names`](super::names), and a JSON [`Fingerprint`] under the metadata key `hsdiff`.
+//! [`Key`] names, and a JSON [`Fingerprint`] under the metadata key `hsdiff`.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 
-use super::{Captures, names};
+use super::{Captures, Key};
 use crate::device::parse_dtype;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
@@ -18,12 +18,12 @@ pub fn write(path: &Path, caps: &Captures, fingerprint: &Fingerprint) -> Result<
     let t = caps.input_ids.len();
     let ids: Vec<i64> = caps.input_ids.iter().map(|&x| i64::from(x)).collect();
     let mut tensors: Vec<(String, Tensor)> = vec![(
-        names::INPUT_IDS.to_string(),
+        Key::InputIds.to_string(),
         Tensor::from_vec(ids, (1, t), &Device::Cpu)?,
     )];
-    for (name, tensor) in caps.iter() {
+    for (key, tensor) in caps.iter() {
         tensors.push((
-            name.to_string(),
+            key.to_string(),
             tensor.to_device(&Device::Cpu)?.contiguous()?,
         ));
     }
@@ -84,16 +84,17 @@ impl Dump {
 
     /// The token ids, if the dump carries them (see [`token_ids`]).
     pub fn input_ids(&self) -> Result<Option<Vec<u32>>> {
-        if !self.contains(names::INPUT_IDS) {
+        let name = Key::InputIds.to_string();
+        if !self.contains(&name) {
             return Ok(None);
         }
-        let t = self.tensor(names::INPUT_IDS)?;
-        token_ids(self.path(), names::INPUT_IDS, &t).map(Some)
+        let t = self.tensor(&name)?;
+        token_ids(self.path(), &name, &t).map(Some)
     }
 
     /// The token ids of a dump that is to be recomputed (golden files): present and not empty.
     pub fn required_input_ids(&self) -> Result<Vec<u32>> {
-        let bad = |msg: &str| Error::tensor(self.path(), names::INPUT_IDS, msg.to_string());
+        let bad = |msg: &str| Error::tensor(self.path(), Key::InputIds, msg.to_string());
         let ids = self.input_ids()?.ok_or_else(|| {
             bad("missing: a golden file must carry the token ids it was computed from")
         })?;
@@ -117,7 +118,7 @@ impl Dump {
         let name = self
             .names()
             .into_iter()
-            .find(|n| n == names::EMBED || names::parse_layer(n).is_some())
+            .find(|n| matches!(Key::of(n), Some(Key::Embed | Key::Layer(_))))
             .ok_or_else(|| {
                 Error::file(
                     self.path(),
@@ -163,7 +164,7 @@ pub fn ids_in_range(path: &Path, ids: Vec<i64>) -> Result<Vec<u32>> {
     ids.into_iter()
         .map(|x| {
             u32::try_from(x).map_err(|_| {
-                Error::tensor(path, names::INPUT_IDS, format!("token id {x} out of range"))
+                Error::tensor(path, Key::InputIds, format!("token id {x} out of range"))
             })
         })
         .collect()
@@ -174,7 +175,7 @@ mod tests {
     use super::*;
 
     fn ids(t: Tensor) -> Result<Vec<u32>> {
-        token_ids(Path::new("d.safetensors"), names::INPUT_IDS, &t)
+        token_ids(Path::new("d.safetensors"), "input_ids", &t)
     }
 
     #[test]

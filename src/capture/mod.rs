@@ -1,39 +1,47 @@
 //! Captured hidden states of one run, and the dump files that carry them between machines.
 
 pub mod dump;
-pub mod names;
+pub mod key;
+
+use std::collections::BTreeMap;
 
 use candle_core::Tensor;
 
-/// Tensors captured from one forward pass, in the order they were produced.
+pub use key::{Key, Op, RouterField, StateKind};
+
+/// Tensors captured from one forward pass, by key: iterated in forward order ([`Key`]'s `Ord`).
 #[derive(Clone, Default)]
 pub struct Captures {
     pub input_ids: Vec<u32>,
-    tensors: Vec<(String, Tensor)>,
+    tensors: BTreeMap<Key, Tensor>,
 }
 
 impl Captures {
     pub fn new(input_ids: Vec<u32>) -> Self {
         Captures {
             input_ids,
-            tensors: Vec::new(),
+            tensors: BTreeMap::new(),
         }
     }
 
-    pub fn push(&mut self, name: impl Into<String>, t: Tensor) {
-        self.tensors.push((name.into(), t));
+    /// Adds `key`'s tensor. A forward captures each key once: a second tensor under one key
+    /// replaces the first.
+    pub fn insert(&mut self, key: Key, t: Tensor) {
+        self.tensors.insert(key, t);
     }
 
-    pub fn get(&self, name: &str) -> Option<&Tensor> {
-        self.tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    pub fn get(&self, key: Key) -> Option<&Tensor> {
+        self.tensors.get(&key)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &Tensor)> {
-        self.tensors.iter().map(|(n, t)| (n.as_str(), t))
+    /// The captures in forward order.
+    pub fn iter(&self) -> impl Iterator<Item = (Key, &Tensor)> {
+        self.tensors.iter().map(|(k, t)| (*k, t))
     }
 
-    pub fn names(&self) -> Vec<&str> {
-        self.tensors.iter().map(|(n, _)| n.as_str()).collect()
+    /// The keys in forward order.
+    pub fn keys(&self) -> impl Iterator<Item = Key> + '_ {
+        self.tensors.keys().copied()
     }
 
     pub fn len(&self) -> usize {

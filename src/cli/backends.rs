@@ -6,7 +6,7 @@ use candle_core::Device;
 
 use crate::backends::{available_backends, implementation_on};
 use crate::device::parse_device;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, RunError};
 
 /// The device kinds hsdiff knows, by the `--device` spelling that opens the first of each.
 const DEVICE_KINDS: &[(&str, &str)] = &[("cpu", "cpu"), ("cuda", "cuda:0")];
@@ -47,7 +47,7 @@ pub fn run() -> Result<i32> {
 /// listing already shows.
 fn reason(e: &Error) -> String {
     match e {
-        Error::Backend { msg, .. } | Error::Device { msg, .. } => msg.clone(),
+        Error::Run(RunError::Backend { msg, .. } | RunError::Device { msg, .. }) => msg.clone(),
         other => other.to_string(),
     }
 }

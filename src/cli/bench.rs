@@ -12,11 +12,13 @@ use crate::bench::delta_rule::CoreGeometry;
 use crate::bench::forward::ForwardBench;
 use crate::bench::gemm::{GemmBench, shapes_named};
 use crate::bench::plan::{Plan, PlanRequest};
+use crate::bench::render::renderer;
 use crate::bench::results::{BenchRow, exit_code};
 use crate::bench::runner::Bench;
-use crate::device::parse_dtype;
 use crate::error::Result;
 use crate::output::{reserve_all, write_bytes};
+use crate::render::{Format, Json, Render};
+use crate::report::emit::write_stdout;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -77,11 +79,7 @@ fn run_gemm(args: &GemmArgs) -> Result<i32> {
         seq: args.seq,
         shapes: shapes_named(&args.shapes)?,
         columns: args.columns,
-        dtypes: args
-            .dtypes
-            .iter()
-            .map(|d| parse_dtype(d))
-            .collect::<Result<_>>()?,
+        dtypes: args.dtypes.iter().map(|d| d.0).collect(),
         repeats: args.repeats,
         warmup: 1,
         seed: 20240917,
@@ -101,7 +99,7 @@ fn run_gemm(args: &GemmArgs) -> Result<i32> {
 fn plan(c: &CommonArgs, default_repeats: usize, inputs: &[&Path]) -> Result<Plan> {
     let plan = Plan::new(PlanRequest {
         backends: c.backends.clone(),
-        dtypes: c.dtypes.clone(),
+        dtypes: c.dtypes.iter().map(|d| d.0).collect(),
         repeats: c.repeats,
         default_repeats,
         warmup: c.warmup,
@@ -124,9 +122,15 @@ fn plan(c: &CommonArgs, default_repeats: usize, inputs: &[&Path]) -> Result<Plan
 }
 
 fn finish(bench: Bench, rows: &[BenchRow], kind: &str, c: &CommonArgs) -> Result<i32> {
-    print!("{}", bench.summary(rows, c.markdown));
+    let results = bench.results(rows, kind);
+    let text = if c.markdown {
+        Format::Markdown
+    } else {
+        Format::Table
+    };
+    write_stdout(&renderer(text).render(&results)?)?;
     if let Some(path) = &c.json {
-        write_bytes(path, &bench.json(rows, kind)?)?;
+        write_bytes(path, &Json.render(&results)?)?;
     }
     bench.close();
     Ok(exit_code(rows))

@@ -4,16 +4,19 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::values::DtypeArg;
+use crate::backends::BackendKind;
+
 /// Options shared by `core` and `forward`.
 #[derive(Args, Debug)]
 pub struct CommonArgs {
     /// Backends to measure, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "reference,chunked,fused")]
-    pub backends: Vec<String>,
+    pub backends: Vec<BackendKind>,
 
     /// Compute dtypes, comma-separated (f32, bf16, f16, f64).
     #[arg(long, value_delimiter = ',', default_value = "f32,bf16")]
-    pub dtypes: Vec<String>,
+    pub dtypes: Vec<DtypeArg>,
 
     /// Timed calls per case (the median is reported).
     #[arg(long)]

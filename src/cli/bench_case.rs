@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::values::DtypeArg;
 use crate::bench::case::{CaseKind, CaseRequest, run_case};
 use crate::bench::protocol::result_line;
 use crate::device::parse_dtype;
@@ -18,7 +19,7 @@ pub struct GemmArgs {
 
     /// Compute dtypes, comma-separated (f32, f64, bf16).
     #[arg(long, value_delimiter = ',', default_value = "f32,f64")]
-    pub dtypes: Vec<String>,
+    pub dtypes: Vec<DtypeArg>,
 
     /// Products to measure, comma-separated (default: all; an unknown name lists them).
     #[arg(long, value_delimiter = ',')]

@@ -62,7 +62,7 @@ pub fn catch_panics(run: impl FnOnce() -> Result<i32>) -> Result<i32> {
             .and_then(|m| m.clone())
             .unwrap_or_default();
         match msg.strip_prefix(STDOUT_MARK) {
-            Some(why) => Err(crate::error::Error::file("stdout", why.to_lowercase())),
+            Some(why) => Err(crate::error::Error::output("stdout", why.to_lowercase())),
             None => Err(crate::error::Error::Internal(msg)),
         }
     })

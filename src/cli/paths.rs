@@ -7,7 +7,8 @@ use super::common::RunArgs;
 use crate::backends::BackendKind;
 use crate::error::{Error, Result};
 use crate::paths::{PathKind, plan_paths, render, run_paths};
-use crate::report::emit::{FailOn, Format};
+use crate::render::Format;
+use crate::report::emit::FailOn;
 
 #[derive(Args, Debug)]
 pub struct PathsArgs {
@@ -53,12 +54,7 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
             kinds.push(*k);
         }
     }
-    if args.format == Format::Markdown {
-        return Err(Error::argument(
-            "--format",
-            "hsdiff paths writes --format table or json",
-        ));
-    }
+    let renderer = render::renderer(args.format)?;
     // The output target is checked before the (long) runs.
     if let Some(out) = &args.out {
         crate::output::reserve_all(&[(out, "--out")], &args.run.input_paths())?;
@@ -71,7 +67,7 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
             .iter()
             .map(|s| format!("{}: {}", s.path, s.reason))
             .collect();
-        return Err(Error::Prompt(format!(
+        return Err(Error::prompt(format!(
             "no path can run on this input ({})",
             why.join("; ")
         )));
@@ -85,10 +81,7 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
         &plans,
         skipped,
     )?;
-    let text = match args.format {
-        Format::Json => render::json(&report)?,
-        _ => render::table(&report).into_bytes(),
-    };
+    let text = renderer.render(&report)?;
     match &args.out {
         Some(path) => {
             crate::output::write_bytes(path, &text)?;

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use clap::builder::PossibleValue;
 use clap::{Args, ValueEnum};
 
-use crate::report::emit::{EnvList, FailOn, Format, ReportOptions};
+use crate::render::Format;
+use crate::report::emit::{EnvList, FailOn, ReportOptions};
 
 #[derive(Args, Debug, Clone)]
 pub struct ReportArgs {

@@ -16,13 +16,13 @@ fn worst(report: &Report) -> (Option<f64>, Option<String>, f64) {
     let mut rel = 0f64;
     for t in &report.tensors {
         // NaN is the worst there is.
-        let r = if t.rel_l2.is_nan() {
+        let r = if t.stats.rel_l2.is_nan() {
             f64::INFINITY
         } else {
-            t.rel_l2
+            t.stats.rel_l2
         };
         rel = rel.max(r);
-        if let Some(v) = t.ratio_to_floor {
+        if let Some(v) = t.judgement.ratio_to_floor {
             let v = if v.is_nan() { f64::INFINITY } else { v };
             if x.is_none_or(|(w, _)| v > w) {
                 x = Some((v, &t.name));
@@ -33,7 +33,7 @@ fn worst(report: &Report) -> (Option<f64>, Option<String>, f64) {
         report
             .tensors
             .iter()
-            .max_by(|p, q| p.rel_l2.total_cmp(&q.rel_l2))
+            .max_by(|p, q| p.stats.rel_l2.total_cmp(&q.stats.rel_l2))
             .map(|t| t.name.clone())
     });
     (x.map(|(v, _)| v), worst_name, rel)
@@ -56,9 +56,9 @@ pub fn sample_row(
             (
                 t.name.clone(),
                 RowFigures {
-                    rel_l2: t.rel_l2,
-                    x_floor: t.ratio_to_floor,
-                    verdict: t.verdict,
+                    rel_l2: t.stats.rel_l2,
+                    x_floor: t.judgement.ratio_to_floor,
+                    verdict: t.judgement.verdict,
                 },
             )
         })

@@ -125,18 +125,15 @@ pub fn files(spec: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
 const MAX_DEPTH: usize = 8;
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result<()> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| Error::file(dir, crate::input::io_words(&e)))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     for entry in entries {
-        let entry = entry.map_err(|e| Error::file(dir, crate::input::io_words(&e)))?;
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
         let path = entry.path();
         let name = entry.file_name();
         if name.to_string_lossy().starts_with('.') {
             continue;
         }
-        let kind = entry
-            .file_type()
-            .map_err(|e| Error::file(&path, crate::input::io_words(&e)))?;
+        let kind = entry.file_type().map_err(|e| Error::io(&path, e))?;
         if kind.is_dir() && depth < MAX_DEPTH {
             walk(&path, out, depth + 1)?;
         } else if kind.is_file() || kind.is_symlink() && path.is_file() {

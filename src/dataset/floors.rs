@@ -19,7 +19,7 @@ impl Floors {
     /// Takes the floors of a calibrated pair.
     pub fn learn(&mut self, report: &Report) {
         for t in &report.tensors {
-            if let Some(f) = t.floor.filter(|f| f.is_finite()) {
+            if let Some(f) = t.judgement.floor.filter(|f| f.is_finite()) {
                 self.by_row.entry(t.name.clone()).or_default().push(f);
             }
         }
@@ -38,13 +38,13 @@ impl Floors {
             let (Some(floor), Some(fig)) = (self.floor(&t.name), row.rows.get_mut(&t.name)) else {
                 continue;
             };
-            fig.x_floor = ratio_to_floor(t.rel_l2, Some(floor));
+            fig.x_floor = ratio_to_floor(t.stats.rel_l2, Some(floor));
             let by_floor = classify(
                 Judged {
-                    rel_l2: t.rel_l2,
+                    rel_l2: t.stats.rel_l2,
                     floor: Some(floor),
                     non_finite: false,
-                    depth: t.depth,
+                    depth: t.judgement.depth,
                     // Only read without a floor; here the learned floor is given.
                     dtype: crate::device::parse_dtype(&report.thresholds.dtype)
                         .unwrap_or(candle_core::DType::F32),

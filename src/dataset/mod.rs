@@ -1,12 +1,13 @@
 //! `hsdiff compare DIR_A DIR_B`: two sets of samples (folders, globs, batched files) compared
 //! pair by pair with the one-pair comparison ([`crate::compare_pair`]), into one dataset report
-//! (`hsdiff.dataset/v1`, [`crate::report::dataset`]). Samples are found (`discover`), paired
-//! (`match_samples`), compared — the pairs a model calibrates one at a time, the others
-//! concurrently within a memory bound (`workers`): never more than a few samples in memory —
-//! and summed up in pairing order (`aggregate`). `--calibrate N` measures floors on the first N
-//! pairs of the whole dataset (in every shard) and applies them to the rest (`floors`);
-//! `--shard I/N` compares every N-th pair, and `hsdiff merge` joins the shards' reports into
-//! the report of the whole (`merge`).
+//! (`hsdiff.dataset/v1`, [`crate::report::dataset`]). Samples are found (`discover`) and paired
+//! (`match_samples`); before any pair is read, a plan decides which pairs are calibrated and
+//! which are this shard's (`plan`). Then the pairs a model calibrates run one at a time, the
+//! others concurrently within a memory bound (`workers`, never more than a few samples in
+//! memory), and the rows are summed up in pairing order (`aggregate`). `--calibrate N`
+//! measures floors on the first N pairs of the whole dataset (in every shard) and applies them
+//! to the rest (`floors`); `--shard I/N` compares every N-th pair, and `hsdiff merge` joins the
+//! shards' reports into the report of the whole (`merge`).
 
 mod aggregate;
 mod discover;
@@ -14,6 +15,7 @@ mod floors;
 mod keep_memory;
 mod match_samples;
 pub mod merge;
+mod plan;
 mod prefetch;
 mod workers;
 
@@ -31,6 +33,7 @@ use crate::model::Model;
 use crate::report::dataset::{DATASET_SCHEMA, DatasetReport, Failed, Shard, Unpaired};
 use crate::verdict::Verdict;
 use discover::Sample;
+use plan::{PairJob, PlanInputs, RunPlan};
 use workers::Workers;
 
 /// How a dataset is compared.
@@ -99,13 +102,15 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         }
     }
     let total = matching.pairs.len();
-    let mine: Vec<(usize, match_samples::Pair)> = matching
-        .pairs
-        .iter()
-        .copied()
-        .enumerate()
-        .filter(|(k, _)| opts.shard.is_none_or(|s| k % s.count == s.index))
-        .collect();
+    let plan = RunPlan::new(
+        &matching.pairs,
+        PlanInputs {
+            model: opts.model.as_deref(),
+            no_floor: opts.pair.no_floor,
+            calibrate: opts.calibrate,
+            shard: opts.shard,
+        },
+    );
 
     let mut model = match (&opts.model, opts.pair.no_floor) {
         (Some(dir), false) => {
@@ -119,29 +124,13 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
                         "the first {} pairs only, their floors applied to the rest",
                         n.min(total)
                     ),
-                    None => format!("all {} pairs", mine.len()),
+                    None => format!("all {} pairs", plan.calibrated.len()),
                 },
             );
             Some((m, format!("--model {}", dir.display())))
         }
         _ => None,
     };
-    let calibration_text = match (&opts.model, opts.calibrate, opts.pair.no_floor) {
-        (_, _, true) => "uncalibrated (--no-floor)".to_string(),
-        (Some(dir), Some(n), _) => format!(
-            "floors measured on {} pairs with --model {} and applied to all (median per row)",
-            n.min(total),
-            dir.display()
-        ),
-        (Some(dir), None, _) => {
-            format!("truth and floor per sample with --model {}", dir.display())
-        }
-        (None, _, _) => {
-            "truth and floor per sample with the model a file's fingerprint names, where one does"
-                .to_string()
-        }
-    };
-
     let mut failed: Vec<Failed> = Vec::new();
     for (path, e) in failed_a.iter().chain(&failed_b) {
         failed.push(Failed {
@@ -151,29 +140,11 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
             error: e.to_string(),
         });
     }
-    let in_shard = |k: usize| opts.shard.is_none_or(|s| k % s.count == s.index);
-    // With a model, the pairs it calibrates run one after the other (a forward pass uses every
-    // core); with --calibrate N they are the first N pairs of the whole dataset in every shard,
-    // so that every shard judges with the floors the unsharded run learns.
-    let (calibrated, rest): (Vec<Job>, Vec<Job>) = match (&model, opts.calibrate) {
-        (Some(_), Some(n)) => (
-            (0..n.min(total))
-                .map(|k| Job::new(k, matching.pairs[k], in_shard(k)))
-                .collect(),
-            mine.iter()
-                .filter(|(k, _)| *k >= n)
-                .map(|&(k, p)| Job::new(k, p, true))
-                .collect(),
-        ),
-        (Some(_), None) => (
-            mine.iter().map(|&(k, p)| Job::new(k, p, true)).collect(),
-            Vec::new(),
-        ),
-        (None, _) => (
-            Vec::new(),
-            mine.iter().map(|&(k, p)| Job::new(k, p, true)).collect(),
-        ),
-    };
+    let RunPlan {
+        calibrated,
+        rest,
+        calibration: calibration_text,
+    } = plan;
     if let (Some(shard), Some(n)) = (opts.shard, opts.calibrate.filter(|_| model.is_some())) {
         let own = calibrated.iter().filter(|j| j.keep).count();
         eprintln!(
@@ -211,7 +182,7 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
     }
 
     let mut progress = Progress::new(calibrated.len() + rest.len());
-    let mut samples = Vec::with_capacity(mine.len());
+    let mut samples = Vec::with_capacity(calibrated.len() + rest.len());
     let mut floors = floors::Floors::default();
     for job in &calibrated {
         let (sa, sb) = (&side_a.samples[job.pair.a], &side_b.samples[job.pair.b]);
@@ -230,7 +201,7 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         progress.tick(&sa.id);
     }
     let floors = opts.calibrate.is_some().then_some(&floors);
-    let judge = |i: usize, job: &Job| {
+    let judge = |i: usize, job: &PairJob| {
         if let Some(next) = rest.get(i + workers.count.max(1)) {
             let (na, nb) = (&side_a.samples[next.pair.a], &side_b.samples[next.pair.b]);
             prefetch::read_ahead(vec![na.path.clone(), nb.path.clone()]);
@@ -315,22 +286,8 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
     Ok(report)
 }
 
-/// One pair to compare: its place in the pairing order, and whether its row is this run's
-/// (a calibration pair of another shard only teaches the floors).
-struct Job {
-    k: usize,
-    pair: match_samples::Pair,
-    keep: bool,
-}
-
-impl Job {
-    fn new(k: usize, pair: match_samples::Pair, keep: bool) -> Self {
-        Job { k, pair, keep }
-    }
-}
-
 fn row_of(
-    job: &Job,
+    job: &PairJob,
     sa: &Sample,
     sb: &Sample,
     outcome: &crate::compare_pair::PairOutcome,

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::{Entry, FileFormat, FileSource, naming, npy};
-use crate::capture::names;
+use crate::capture::Key;
 use crate::error::{Error, Result};
 
 impl FileSource {
@@ -160,19 +160,21 @@ impl FileSource {
         }
         let old = std::mem::take(&mut self.names);
         for (name, idx) in old {
-            let (layer, op) = match (name.as_str(), names::parse_op(&name)) {
-                (names::EMBED, _) => (Some(-1), None),
-                (_, Some((i, op))) => (Some(i as i64), Some(op.to_string())),
-                _ => (names::parse_layer(&name).map(|i| i as i64), None),
+            let (layer, op) = match Key::of(&name) {
+                Some(Key::Embed) => (Some(-1), None),
+                Some(Key::Op(i, op)) => (Some(i as i64), Some(op)),
+                Some(Key::Layer(i)) => (Some(i as i64), None),
+                _ => (None, None),
             };
-            let renamed = match (layer, op) {
-                (None, _) => Some(name),
-                (Some(l), op) => match (l.saturating_add(k), op) {
-                    (-1, None) => Some(names::EMBED.to_string()),
-                    (j, None) if j >= 0 => Some(names::layer(j as usize)),
-                    (j, Some(op)) if j >= 0 => Some(names::op(j as usize, &op)),
+            let renamed = match layer {
+                None => Some(name),
+                Some(l) => match (l.saturating_add(k), op) {
+                    (-1, None) => Some(Key::Embed),
+                    (j, None) if j >= 0 => Some(Key::Layer(j as usize)),
+                    (j, Some(op)) if j >= 0 => Some(Key::Op(j as usize, op)),
                     _ => None,
-                },
+                }
+                .map(String::from),
             };
             if let Some(n) = renamed {
                 self.names.insert(n, idx);

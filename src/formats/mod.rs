@@ -32,7 +32,7 @@ use crate::mapped::FileMap;
 use candle_core::DType;
 use serde_json::Value;
 
-use crate::capture::names;
+use crate::capture::Key;
 use crate::error::{Error, Result};
 
 /// What kind of file a side is.
@@ -271,7 +271,7 @@ impl FileSource {
             .or_else(|| {
                 self.names
                     .iter()
-                    .filter(|(n, _)| n.as_str() != names::INPUT_IDS)
+                    .filter(|(n, _)| Key::of(n) != Some(Key::InputIds))
                     .filter_map(
                         |(_, &i)| match (self.entries[i].dtype, self.entries[i].bits16) {
                             (Some(d), _) if d.is_float() => Some(d),

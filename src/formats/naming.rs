@@ -1,4 +1,4 @@
-//! From the names tensors have in a file to hsdiff's names ([`crate::capture::names`]).
+//! From the names tensors have in a file to hsdiff's names ([`crate::capture::Key`]).
 //!
 //! Recognised, in order of precedence when two entries claim the same name:
 //! 1. hsdiff's own names: `embed`, `layers.{i}`, `layers.{i}.{op}`, `final_norm`, `logits`,
@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::capture::names;
+use crate::capture::Key;
 
 /// Hook-dump prefixes, longest first.
 const PREFIXES: &[&str] = &[
@@ -67,27 +67,24 @@ enum Rank {
     Exact,
 }
 
-/// Whether `name` is one of hsdiff's own names.
+/// Whether `name` is one of hsdiff's own names (a [`Key`]; the decode path's keys are not
+/// read from files).
 pub fn is_ours(name: &str) -> bool {
-    matches!(
-        name,
-        names::INPUT_IDS | names::EMBED | names::FINAL_NORM | names::LOGITS
-    ) || names::parse_layer(name).is_some()
-        || names::parse_op(name).is_some()
-        || names::parse_router(name).is_some()
-        || names::parse_state(name).is_some()
+    Key::of(name).is_some_and(|k| !matches!(k, Key::DecodeLogits | Key::DecodeLayer(_)))
 }
 
 fn alias(raw: &str) -> Option<String> {
     if raw == "lm_head" {
-        return Some(names::LOGITS.to_string());
+        return Some(Key::Logits.to_string());
     }
     let rest = PREFIXES.iter().find_map(|p| raw.strip_prefix(p))?;
     match rest {
-        "embed_tokens" => Some(names::EMBED.to_string()),
-        "norm" => Some(names::FINAL_NORM.to_string()),
-        "lm_head" => Some(names::LOGITS.to_string()),
-        _ => names::parse_layer(rest).map(names::layer),
+        "embed_tokens" => Some(Key::Embed.to_string()),
+        "norm" => Some(Key::FinalNorm.to_string()),
+        "lm_head" => Some(Key::Logits.to_string()),
+        _ => Key::of(rest)
+            .filter(|k| matches!(k, Key::Layer(_)))
+            .map(String::from),
     }
 }
 
@@ -108,11 +105,11 @@ pub fn sequence_name(index: usize, len: usize) -> Option<String> {
         return None;
     }
     Some(if index == 0 {
-        names::EMBED.to_string()
+        Key::Embed.to_string()
     } else if index == len - 1 {
-        names::FINAL_NORM.to_string()
+        Key::FinalNorm.to_string()
     } else {
-        names::layer(index - 1)
+        Key::Layer(index - 1).to_string()
     })
 }
 
@@ -207,7 +204,7 @@ pub fn assign(entries: &[Named]) -> Assignment {
         {
             index_keyed = true;
             indices.entry(pattern).or_default().push(i);
-            Some((names::layer(i), Rank::Alias))
+            Some((Key::Layer(i).to_string(), Rank::Alias))
         } else if let Some((prefix, i)) = flat_sequence(e.raw) {
             let len = flat_len.get(&prefix).copied().unwrap_or(0);
             sequence_len = Some(len);
@@ -220,7 +217,7 @@ pub fn assign(entries: &[Named]) -> Assignment {
                 (n, Rank::Sequence)
             })
         } else if e.raw == "last_hidden_state" || e.raw.ends_with(".last_hidden_state") {
-            Some((names::FINAL_NORM.to_string(), Rank::LastHidden))
+            Some((Key::FinalNorm.to_string(), Rank::LastHidden))
         } else {
             None
         };
@@ -306,6 +303,32 @@ mod tests {
         assert_eq!(m["final_norm"], "model.norm");
         assert_eq!(m["logits"], "lm_head");
         assert_eq!(m.len(), 6);
+    }
+
+    #[test]
+    fn ours_are_exactly_the_keys_files_carry() {
+        for name in [
+            "input_ids",
+            "embed",
+            "layers.0",
+            "layers.12.gated_norm_out",
+            "state.layers.3.conv",
+            "router.1.margin",
+            "final_norm",
+            "logits",
+        ] {
+            assert!(is_ours(name), "{name}");
+        }
+        for name in [
+            "layers.03",
+            "layers.+3",
+            "layers.3.mlp",
+            "router.3.scores",
+            "decode.logits",
+            "decode.layers.0",
+        ] {
+            assert!(!is_ours(name), "{name}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::{Entry, FileSource, Loc, npy, router_ids};
 use crate::capture::dump::{ids_in_range, token_ids};
-use crate::capture::names;
+use crate::capture::{Key, RouterField};
 use crate::error::{Error, Result};
 
 /// Alignment of the ranges released from the map (see [`FileSource::release`]).
@@ -210,13 +210,14 @@ impl FileSource {
 
     /// Checks a loaded capture and gives it a batch dimension.
     fn normalise(&self, idx: usize, name: &str, t: Tensor) -> Result<Tensor> {
-        if let Some(layer) = names::parse_router_topk(name) {
-            let recorded = router_ids::Recorded::of(self, layer);
-            router_ids::check(&self.path, &self.entries[idx].raw, &t, &recorded)?;
-            return Ok(t);
-        }
-        if name == names::INPUT_IDS || names::parse_router(name).is_some() {
-            return Ok(t);
+        match Key::of(name) {
+            Some(Key::Router(layer, RouterField::TopkIds)) => {
+                let recorded = router_ids::Recorded::of(self, layer);
+                router_ids::check(&self.path, &self.entries[idx].raw, &t, &recorded)?;
+                return Ok(t);
+            }
+            Some(Key::InputIds | Key::Router(..)) => return Ok(t),
+            _ => {}
         }
         if !matches!(
             t.dtype(),
@@ -270,7 +271,7 @@ impl FileSource {
 
     /// The token ids the file carries, if any (`input_ids`, `[1, T]` or `[T]`, integers).
     pub fn input_ids(&self) -> Result<Option<Vec<u32>>> {
-        if let Some(&idx) = self.names.get(names::INPUT_IDS) {
+        if let Some(&idx) = self.names.get(&Key::InputIds.to_string()) {
             let t = self.load(idx)?;
             token_ids(&self.path, &self.entries[idx].raw, &t).map(Some)
         } else if let Some(ids) = &self.ids_list {

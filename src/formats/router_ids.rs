@@ -12,7 +12,7 @@ use std::path::Path;
 use candle_core::{DType, Tensor};
 
 use super::FileSource;
-use crate::capture::names;
+use crate::capture::{Key, RouterField};
 use crate::error::{Error, Result};
 
 /// What the file records beside one layer's router choices: each number with where it came
@@ -43,7 +43,7 @@ impl Recorded {
         if let Some(n) = recorded("num_experts_per_tok") {
             r.per_token = Some((n, "the fingerprint's num_experts_per_tok".into()));
         }
-        let logits = names::router_logits(layer);
+        let logits = Key::Router(layer, RouterField::Logits).to_string();
         if let Some(shape) = src.shape(&logits)
             && let [.., rows, width] = shape[..]
         {
@@ -51,7 +51,7 @@ impl Recorded {
             r.experts.push((width, what.clone()));
             r.rows.push((rows, what));
         }
-        let margin = names::router_margin(layer);
+        let margin = Key::Router(layer, RouterField::Margin).to_string();
         if let Some(&rows) = src.shape(&margin).as_deref().and_then(|s| s.last()) {
             r.rows.push((rows, format!("`{margin}`")));
         }

@@ -11,7 +11,7 @@
 use candle_core::{DType, Tensor};
 
 use super::FileSource;
-use crate::capture::names;
+use crate::capture::Key;
 use crate::error::Result;
 
 /// Token rows read first: a tensor whose head is not exact is not, and is not read further.
@@ -44,7 +44,10 @@ pub fn exact_in(t: &Tensor) -> Result<Option<DType>> {
 
 /// Whether `name` is a hidden state whose values say how it was computed.
 fn decides(name: &str) -> bool {
-    name != names::INPUT_IDS && name != names::EMBED && names::parse_router(name).is_none()
+    !matches!(
+        Key::of(name),
+        Some(Key::InputIds | Key::Embed | Key::Router(..))
+    )
 }
 
 impl FileSource {

@@ -8,7 +8,7 @@ use candle_core::{DType, Device, Tensor};
 use super::cache::{CallContext, ModelCache};
 use super::{Model, RunOptions, rope};
 use crate::backends::accumulation_dtype;
-use crate::capture::{Captures, names};
+use crate::capture::{Captures, Key};
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 
@@ -66,7 +66,7 @@ impl Model {
             let layer = super::DecoderLayer::new(cfg, i, &w.pp("layers").pp(i))?;
             let (out, _) =
                 layer.forward_cached(&x, &call, opts.backend, &mut cache.layers[i], false)?;
-            caps.push(names::layer(i), out.clone());
+            caps.insert(Key::Layer(i), out.clone());
             x = out;
             progress.layer_done(i as u64 + 1);
         }
@@ -85,7 +85,7 @@ fn check_call(
     opts: &RunOptions,
     cache: &ModelCache,
 ) -> Result<(usize, usize)> {
-    let input = |msg: String| Err(Error::Prompt(msg));
+    let input = |msg: String| Err(Error::prompt(msg));
     let Some(first) = ids.first() else {
         return input("a cached call needs at least one sequence".into());
     };

@@ -7,7 +7,7 @@ use candle_core::{DType, Tensor};
 use super::cache::ModelCache;
 use super::cached::TokenLayout;
 use super::{Model, RunOptions};
-use crate::capture::{Captures, names};
+use crate::capture::{Captures, Key};
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 
@@ -27,7 +27,7 @@ impl DecodePlan {
         // Checked: both numbers come from the command line.
         let needs = self.from.checked_add(self.steps);
         if self.steps == 0 || needs.is_none_or(|n| n > tokens) {
-            return Err(Error::Prompt(format!(
+            return Err(Error::prompt(format!(
                 "--decode-from {} --decode-steps {} needs at least {} tokens and one step; the input has {tokens}",
                 self.from,
                 self.steps,
@@ -61,25 +61,25 @@ impl Model {
             };
             let caps =
                 self.run_cached(&[call], &TokenLayout::default(), opts, &mut cache, progress)?;
-            let last = |name: &str| -> Result<Tensor> {
+            let last = |key: Key| -> Result<Tensor> {
                 let t = caps
-                    .get(name)
-                    .ok_or_else(|| Error::Compare(format!("cached run captured no `{name}`")))?;
+                    .get(key)
+                    .ok_or_else(|| Error::Compare(format!("cached run captured no `{key}`")))?;
                 let n = t.dim(1)?;
                 Ok(t.narrow(1, n - 1, 1)?)
             };
-            logits.push(last(names::LOGITS)?);
+            logits.push(last(Key::Logits)?);
             for (i, h) in hidden.iter_mut().enumerate() {
-                h.push(last(&names::layer(i))?);
+                h.push(last(Key::Layer(i))?);
             }
             if let Some(dtype) = plan.state_dtype {
                 cache.store_recurrent_as(dtype)?;
             }
         }
         let mut out = Captures::new(ids[..plan.from + plan.steps].to_vec());
-        out.push(names::DECODE_LOGITS, Tensor::cat(&logits, 1)?);
+        out.insert(Key::DecodeLogits, Tensor::cat(&logits, 1)?);
         for (i, h) in hidden.iter().enumerate() {
-            out.push(names::decode_layer(i), Tensor::cat(h, 1)?);
+            out.insert(Key::DecodeLayer(i), Tensor::cat(h, 1)?);
         }
         push_states(&mut out, &cache);
         Ok(out)

@@ -13,7 +13,7 @@ use crate::backends::{
     GdnDims, GdnInputs, GdnOps, GdnOutputs, GdnState, LinearAttentionBackend, accumulation_dtype,
     next_conv_state,
 };
-use crate::capture::names::ops;
+use crate::capture::Op;
 use crate::config::{Family, LinearAttentionConfig, ModelConfig};
 use crate::error::Result;
 
@@ -45,20 +45,20 @@ pub struct GdnCaptures {
 }
 
 impl GdnCaptures {
-    /// The captures with their op names ([`crate::capture::names::op`]), in forward order.
-    pub fn named(self) -> Vec<(&'static str, Tensor)> {
-        let mut out = vec![(ops::BETA, self.beta), (ops::G, self.g)];
+    /// The captures with their ops.
+    pub fn named(self) -> Vec<(Op, Tensor)> {
+        let mut out = vec![(Op::Beta, self.beta), (Op::G, self.g)];
         if let Some(b) = self.backend_ops {
             out.extend([
-                (ops::CONV_OUT, b.conv_out),
-                (ops::Q, b.q),
-                (ops::K, b.k),
-                (ops::V, b.v),
-                (ops::CORE_OUT, b.core_out),
-                (ops::GATED_NORM_OUT, b.gated_norm_out),
+                (Op::ConvOut, b.conv_out),
+                (Op::Q, b.q),
+                (Op::K, b.k),
+                (Op::V, b.v),
+                (Op::CoreOut, b.core_out),
+                (Op::GatedNormOut, b.gated_norm_out),
             ]);
         }
-        out.push((ops::OUT_PROJ, self.out_proj));
+        out.push((Op::OutProj, self.out_proj));
         out
     }
 }

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 
 use crate::backends::{GdnState, LinearAttentionBackend};
-use crate::capture::{Captures, names};
+use crate::capture::{Captures, Key, RouterField, StateKind};
 use crate::checkpoint::{Checkpoint, KeyLayout};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
@@ -183,13 +183,13 @@ impl Model {
     /// Checks token ids against the vocabulary.
     pub fn check_tokens(&self, ids: &[u32]) -> Result<()> {
         if ids.is_empty() {
-            return Err(Error::Prompt(
+            return Err(Error::prompt(
                 "no tokens to run (empty prompt?)".to_string(),
             ));
         }
         let v = self.config.vocab_size;
         if let Some((pos, id)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= v) {
-            return Err(Error::Prompt(format!(
+            return Err(Error::prompt(format!(
                 "token id {id} at position {pos} is out of range for vocab_size {v}"
             )));
         }
@@ -223,7 +223,7 @@ impl Model {
         let mut caps = Captures::new(ids.to_vec());
 
         let mut x = self.embed(&w, ids, 1)?;
-        caps.push(names::EMBED, x.clone());
+        caps.insert(Key::Embed, x.clone());
 
         let rope = rope::Rope::new(cfg.rope_theta, cfg.rotary_dim(), t, dtype, device)?;
         for i in 0..cfg.num_hidden_layers {
@@ -243,21 +243,21 @@ impl Model {
             crate::device::check_device(device, &format!("during layer {i}"))?;
             if let Some(gdn) = layer_caps.gdn {
                 for (op, t) in gdn.named() {
-                    caps.push(names::op(i, op), t);
+                    caps.insert(Key::Op(i, op), t);
                 }
             }
             if let Some(choice) = layer_caps.router {
-                caps.push(
-                    names::router_topk(i),
+                caps.insert(
+                    Key::Router(i, RouterField::TopkIds),
                     router_tensor(&choice.experts, device)?,
                 );
                 let t = choice.margins.len();
-                caps.push(
-                    names::router_margin(i),
+                caps.insert(
+                    Key::Router(i, RouterField::Margin),
                     Tensor::from_vec(choice.margins, (1, t), device)?,
                 );
             }
-            caps.push(names::layer(i), out.clone());
+            caps.insert(Key::Layer(i), out.clone());
             if let Some(state) = &layer_caps.state {
                 push_state(&mut caps, i, state);
             }
@@ -296,14 +296,14 @@ impl Model {
         let cfg = &self.config;
         let norm = norm::RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, &w.pp("norm"))?;
         let normed = norm.forward(x)?;
-        caps.push(names::FINAL_NORM, normed.clone());
+        caps.insert(Key::FinalNorm, normed.clone());
         let (head, head_name) = if self.tied_embeddings() {
             (w.clone(), "embed_tokens.weight")
         } else {
             (w.root(""), "lm_head.weight")
         };
         let logits = blocked_logits(&normed, &head, head_name, &self.vocab_shape())?;
-        caps.push(names::LOGITS, logits);
+        caps.insert(Key::Logits, logits);
         Ok(())
     }
 
@@ -314,8 +314,8 @@ impl Model {
 
 /// Adds layer `i`'s `state.layers.{i}.conv` / `.recurrent`.
 pub(crate) fn push_state(caps: &mut Captures, i: usize, state: &GdnState) {
-    caps.push(names::state_conv(i), state.conv.clone());
-    caps.push(names::state_recurrent(i), state.recurrent.clone());
+    caps.insert(Key::State(i, StateKind::Conv), state.conv.clone());
+    caps.insert(Key::State(i, StateKind::Recurrent), state.recurrent.clone());
 }
 
 /// Bytes of one block of lm_head rows in the compute dtype: the vocabulary is applied block by
@@ -358,14 +358,14 @@ fn check_model_dir(dir: &Path) -> Result<()> {
 /// The input of layer `i` in a fed (isolate-mode) run: the embedding for layer 0, else the
 /// output of layer i − 1.
 fn fed_input(feed: &Captures, i: usize) -> Result<Tensor> {
-    let name = if i == 0 {
-        names::EMBED.to_string()
+    let key = if i == 0 {
+        Key::Embed
     } else {
-        names::layer(i - 1)
+        Key::Layer(i - 1)
     };
-    feed.get(&name)
+    feed.get(key)
         .cloned()
-        .ok_or_else(|| Error::Compare(format!("isolate mode: the feeding run has no `{name}`")))
+        .ok_or_else(|| Error::Compare(format!("isolate mode: the feeding run has no `{key}`")))
 }
 
 fn router_tensor(choice: &[Vec<u32>], device: &Device) -> Result<Tensor> {

@@ -15,7 +15,7 @@ use candle_core::{DType, Device};
 use serde::Serialize;
 
 use crate::backends::{LinearAttentionBackend, Reference};
-use crate::capture::Captures;
+use crate::capture::{Captures, Key};
 use crate::device::dtype_label;
 use crate::error::{Error, Result};
 use crate::metrics::diff_stats;
@@ -188,16 +188,17 @@ fn compare_rows(
     th: crate::verdict::Thresholds,
 ) -> Result<Vec<PathRow>> {
     let mut rows = Vec::new();
-    for (name, a) in got.iter() {
+    for (key, a) in got.iter() {
+        let name = key.to_string();
         let get = |c: &Captures| {
-            c.get(name)
+            c.get(key)
                 .cloned()
                 .ok_or_else(|| Error::Compare(format!("the full prefill has no `{name}`")))
         };
-        let stats = diff_stats(name, a, &get(want)?)?;
-        let floor_rel = diff_stats(name, &get(floor)?, &get(truth)?)?.rel_l2;
+        let stats = diff_stats(&name, a, &get(want)?)?;
+        let floor_rel = diff_stats(&name, &get(floor)?, &get(truth)?)?.rel_l2;
         rows.push(PathRow {
-            name: name.to_string(),
+            name,
             rel_l2: stats.rel_l2,
             cosine: stats.cosine,
             mean_abs: stats.mean_abs,
@@ -272,7 +273,7 @@ fn judge(
         worst_ratio_to_floor: worst.and_then(|r| r.ratio_to_floor),
         logits_rel_l2: rows
             .iter()
-            .find(|r| r.name == crate::capture::names::LOGITS)
+            .find(|r| Key::of(&r.name) == Some(Key::Logits))
             .map(|r| r.rel_l2),
         state_recurrent_rel_l2: max_of(".recurrent"),
         state_conv_rel_l2: max_of(".conv"),

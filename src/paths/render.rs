@@ -4,11 +4,37 @@
 use comfy_table::Cell;
 
 use super::PathsReport;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::render::{Format, Json, JsonDocument, Render};
 use crate::report::cells::{ratio, sci};
 use crate::report::table::grid;
 
-pub fn table(r: &PathsReport) -> String {
+impl JsonDocument for PathsReport {
+    const WHAT: &'static str = "the paths report";
+}
+
+/// The renderer of `format`: a table or JSON (checked before the paths run).
+pub fn renderer(format: Format) -> Result<Box<dyn Render<PathsReport>>> {
+    match format {
+        Format::Table => Ok(Box::new(PathsTable)),
+        Format::Json => Ok(Box::new(Json)),
+        Format::Markdown => Err(Error::argument(
+            "--format",
+            "hsdiff paths writes --format table or json",
+        )),
+    }
+}
+
+/// The terminal table: one row per path, the signatures and skipped paths under it.
+pub struct PathsTable;
+
+impl Render<PathsReport> for PathsTable {
+    fn render(&self, r: &PathsReport) -> Result<Vec<u8>> {
+        Ok(table(r).into_bytes())
+    }
+}
+
+fn table(r: &PathsReport) -> String {
     let mut out = format!(
         "{}\n\nbackend {}  [{}], dtype {}, {} tokens; each path vs the full prefill of the same tokens\n",
         r.summary, r.backend, r.implementation, r.dtype, r.tokens
@@ -64,8 +90,4 @@ pub fn table(r: &PathsReport) -> String {
         out.push_str(&format!("skipped {}: {}\n", s.path, s.reason));
     }
     out
-}
-
-pub fn json(r: &PathsReport) -> Result<Vec<u8>> {
-    crate::json_doc::pretty(r, "the paths report")
 }

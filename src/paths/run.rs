@@ -6,7 +6,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::plan::{Cut, PathPlan};
 use crate::backends::LinearAttentionBackend;
-use crate::capture::{Captures, names};
+use crate::capture::{Captures, Key};
 use crate::error::{Error, Result};
 use crate::model::{DecodePlan, Model, ModelCache, RunOptions, TokenLayout, push_states};
 use crate::progress::Progress;
@@ -27,13 +27,12 @@ pub struct Runner<'a> {
     pub device: Device,
 }
 
-/// The hidden-state names a path compares, in forward order.
-pub fn hidden_names(model: &Model) -> Vec<String> {
-    let mut v: Vec<String> = (0..model.config.num_hidden_layers)
-        .map(names::layer)
+/// The hidden states a path compares, in forward order.
+pub fn hidden_keys(model: &Model) -> Vec<Key> {
+    let mut v: Vec<Key> = (0..model.config.num_hidden_layers)
+        .map(Key::Layer)
         .collect();
-    v.push(names::FINAL_NORM.to_string());
-    v.push(names::LOGITS.to_string());
+    v.extend([Key::FinalNorm, Key::Logits]);
     v
 }
 
@@ -77,7 +76,7 @@ impl Runner<'_> {
     /// The path itself.
     pub fn path(&self, plan: &PathPlan, pass: Pass) -> Result<Observed> {
         let ids = self.ids;
-        let names = hidden_names(self.model);
+        let keys = hidden_keys(self.model);
         match plan.cut {
             Cut::Decode {
                 from,
@@ -96,17 +95,15 @@ impl Runner<'_> {
                 )?;
                 let mut hidden = Captures::new(ids[..from + steps].to_vec());
                 let mut states = Captures::new(Vec::new());
-                for (name, t) in decoded.iter() {
-                    if name == names::DECODE_LOGITS {
-                        hidden.push(names::LOGITS, t.clone());
-                    } else if let Some(i) = names::parse_decode_layer(name) {
-                        hidden.push(names::layer(i), t.clone());
-                    } else {
-                        states.push(name, t.clone());
+                for (key, t) in decoded.iter() {
+                    match key {
+                        Key::DecodeLogits => hidden.insert(Key::Logits, t.clone()),
+                        Key::DecodeLayer(i) => hidden.insert(Key::Layer(i), t.clone()),
+                        _ => states.insert(key, t.clone()),
                     }
                 }
                 // The decode path records no final_norm; the logits stand after it.
-                let hidden = select(&hidden, &names, true)?;
+                let hidden = select(&hidden, &keys, true)?;
                 Ok(Observed {
                     hidden,
                     positions: (from..from + steps).collect(),
@@ -132,7 +129,7 @@ impl Runner<'_> {
                     &Progress::hidden(),
                 )?;
                 Ok(Observed {
-                    hidden: select(&rest, &names, false)?,
+                    hidden: select(&rest, &keys, false)?,
                     positions: (at..end).collect(),
                     states: Some(states_of(&cache)),
                 })
@@ -144,7 +141,7 @@ impl Runner<'_> {
                 };
                 let (caps, _) = self.fresh(&[ids[..end].to_vec()], &layout, pass)?;
                 Ok(Observed {
-                    hidden: select(&caps, &names, false)?,
+                    hidden: select(&caps, &keys, false)?,
                     positions: (0..end).collect(),
                     states: None,
                 })
@@ -161,11 +158,11 @@ impl Runner<'_> {
                 let (caps, cache) = self.fresh(&[row0, ids[..end].to_vec()], &layout, pass)?;
                 // Row 0's real positions, then row 1: the same layout as `alone`.
                 let mut hidden = Captures::new(Vec::new());
-                for name in &names {
-                    let t = need(&caps, name)?;
+                for &key in &keys {
+                    let t = need(&caps, key)?;
                     let row0 = t.narrow(0, 0, 1)?.narrow(1, pad, end - pad)?;
                     let row1 = t.narrow(0, 1, 1)?;
-                    hidden.push(name.clone(), Tensor::cat(&[&row0, &row1], 1)?);
+                    hidden.insert(key, Tensor::cat(&[&row0, &row1], 1)?);
                 }
                 let positions = (0..end - pad).chain(0..end).collect();
                 Ok(Observed {
@@ -180,12 +177,12 @@ impl Runner<'_> {
     /// What the path should equal: the same tokens, each sequence alone, in one fresh prefill.
     pub fn alone(&self, plan: &PathPlan, pass: Pass) -> Result<Observed> {
         let ids = self.ids;
-        let names = hidden_names(self.model);
+        let keys = hidden_keys(self.model);
         let layout = TokenLayout::default();
         let window = |caps: &Captures, start: usize, len: usize| -> Result<Captures> {
             let mut out = Captures::new(Vec::new());
-            for name in &names {
-                out.push(name.clone(), need(caps, name)?.narrow(1, start, len)?);
+            for &key in &keys {
+                out.insert(key, need(caps, key)?.narrow(1, start, len)?);
             }
             Ok(out)
         };
@@ -194,7 +191,7 @@ impl Runner<'_> {
                 let end = from + steps;
                 let (caps, cache) = self.fresh(&[ids[..end].to_vec()], &layout, pass)?;
                 let mut hidden = window(&caps, from, steps)?;
-                hidden = select(&hidden, &names, true)?;
+                hidden = select(&hidden, &keys, true)?;
                 Ok(Observed {
                     hidden,
                     positions: (from..end).collect(),
@@ -213,7 +210,7 @@ impl Runner<'_> {
                 let (a, _) = self.fresh(&[ids[..boundary].to_vec()], &layout, pass)?;
                 let (b, _) = self.fresh(&[ids[boundary..end].to_vec()], &layout, pass)?;
                 Ok(Observed {
-                    hidden: concat_tokens(&a, &b, &names)?,
+                    hidden: concat_tokens(&a, &b, &keys)?,
                     positions: (0..end).collect(),
                     states: None,
                 })
@@ -223,11 +220,11 @@ impl Runner<'_> {
                 let (b, cb) = self.fresh(&[ids[..end].to_vec()], &layout, pass)?;
                 let (sa, sb) = (states_of(&ca), states_of(&cb));
                 let mut states = Captures::new(Vec::new());
-                for (name, t) in sa.iter() {
-                    states.push(name, Tensor::cat(&[t, need(&sb, name)?], 0)?);
+                for (key, t) in sa.iter() {
+                    states.insert(key, Tensor::cat(&[t, need(&sb, key)?], 0)?);
                 }
                 Ok(Observed {
-                    hidden: concat_tokens(&a, &b, &names)?,
+                    hidden: concat_tokens(&a, &b, &keys)?,
                     positions: (0..end - pad).chain(0..end).collect(),
                     states: Some(states),
                 })
@@ -236,30 +233,27 @@ impl Runner<'_> {
     }
 }
 
-fn need<'c>(caps: &'c Captures, name: &str) -> Result<&'c Tensor> {
-    caps.get(name)
-        .ok_or_else(|| Error::Compare(format!("the path run captured no `{name}`")))
+fn need(caps: &Captures, key: Key) -> Result<&Tensor> {
+    caps.get(key)
+        .ok_or_else(|| Error::Compare(format!("the path run captured no `{key}`")))
 }
 
-/// `names` out of `caps`, in that order; `skip_final_norm` for the decode path, which has none.
-fn select(caps: &Captures, names: &[String], skip_final_norm: bool) -> Result<Captures> {
+/// `keys` out of `caps`; `skip_final_norm` for the decode path, which has none.
+fn select(caps: &Captures, keys: &[Key], skip_final_norm: bool) -> Result<Captures> {
     let mut out = Captures::new(caps.input_ids.clone());
-    for name in names {
-        if skip_final_norm && name == names::FINAL_NORM {
+    for &key in keys {
+        if skip_final_norm && key == Key::FinalNorm {
             continue;
         }
-        out.push(name.clone(), need(caps, name)?.clone());
+        out.insert(key, need(caps, key)?.clone());
     }
     Ok(out)
 }
 
-fn concat_tokens(a: &Captures, b: &Captures, names: &[String]) -> Result<Captures> {
+fn concat_tokens(a: &Captures, b: &Captures, keys: &[Key]) -> Result<Captures> {
     let mut out = Captures::new(Vec::new());
-    for name in names {
-        out.push(
-            name.clone(),
-            Tensor::cat(&[need(a, name)?, need(b, name)?], 1)?,
-        );
+    for &key in keys {
+        out.insert(key, Tensor::cat(&[need(a, key)?, need(b, key)?], 1)?);
     }
     Ok(out)
 }

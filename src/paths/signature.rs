@@ -188,7 +188,7 @@ fn logits_grow(r: &PathResult) -> bool {
     let Some(row) = r
         .rows
         .iter()
-        .find(|x| x.name == crate::capture::names::LOGITS)
+        .find(|x| crate::capture::Key::of(&x.name) == Some(crate::capture::Key::Logits))
     else {
         return false;
     };

@@ -7,9 +7,10 @@ use sha2::{Digest, Sha256};
 use super::routing::{MAX_SET_ASIDE, Routing, router_layers, routing};
 use super::summary::{self, Subject};
 use super::{
-    Alignment, Inputs, Report, RouterRow, SCHEMA, Side, TensorRow, ThresholdInfo, TokenIds,
+    Alignment, Inputs, Judgement, Report, RouterRow, SCHEMA, Side, TensorRow, ThresholdInfo,
+    TokenIds,
 };
-use crate::capture::names;
+use crate::capture::{Key, RouterField};
 use crate::compare::{Kind, PlannedRow, TensorSource, conv_window_note};
 use crate::device::dtype_label;
 use crate::error::{Error, Result};
@@ -165,7 +166,7 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
     // The most tokens set aside in a row, and the most refused by the MAX_SET_ASIDE bound.
     let (mut most_aside, mut most_refused) = (0, 0);
     for row in &c.rows {
-        let stats = pair_stats(c, &row.name)?;
+        let mut stats = pair_stats(c, &row.name)?;
         let (depth, upto) = depth(row, num_layers);
         // A final state mixes every token, so tokens set aside for routing flips cannot be
         // taken out of it: it is judged whole.
@@ -233,57 +234,46 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
             },
             th,
         );
+        // A state has no token axis (its rows are value heads): no per-token profile.
+        if row.kind == Kind::State {
+            stats.per_token_rel.clear();
+        }
         tensors.push(TensorRow {
             name: row.name.clone(),
             kind: row.kind,
             layer: row.layer,
-            mean_abs: stats.mean_abs,
-            max_abs: stats.max_abs,
-            max_abs_at: stats.max_abs_at,
-            rel_l2: stats.rel_l2,
-            cosine: stats.cosine,
-            cosine_min: stats.cosine_min,
-            cosine_min_token: stats.cosine_min_token,
-            floor,
-            ratio_to_floor: ratio_to_floor(rel_judged, floor_judged),
-            floor_a: floor_a.as_ref().map(|s| s.rel_l2),
-            floor_b: floor_b.as_ref().map(|s| s.rel_l2),
-            rel_l2_judged: (!aside.is_empty()).then_some(rel_judged),
-            floor_judged: floor_judged.filter(|_| !aside.is_empty()),
-            set_aside_tokens: aside,
-            depth,
-            // Rows without a floor (uncalibrated, or a tensor the truth run lacks) are judged
-            // by the depth-scaled band.
-            band: floor_judged
-                .is_none()
-                .then(|| uncalibrated_bounds(c.dtype, th, depth).1),
-            expected_floor: floor_judged
-                .is_none()
-                .then(|| expected_floor(c.dtype, depth))
-                .flatten(),
-            a_vs_truth: a_vs,
-            b_vs_truth: b_vs,
-            nan_a: stats.nan_a,
-            inf_a: stats.inf_a,
-            nan_b: stats.nan_b,
-            inf_b: stats.inf_b,
-            non_finite_disagree: stats.non_finite_disagree,
-            non_finite_disagree_at: stats.non_finite_disagree_at,
-            non_finite_both: stats.non_finite_both,
-            non_finite_both_at: stats.non_finite_both_at,
-            verdict,
-            // A state has no token axis (its rows are value heads): no per-token profile.
-            per_token_rel: if row.kind == Kind::State {
-                Vec::new()
-            } else {
-                stats.per_token_rel
+            stats,
+            judgement: Judgement {
+                floor,
+                ratio_to_floor: ratio_to_floor(rel_judged, floor_judged),
+                floor_a: floor_a.as_ref().map(|s| s.rel_l2),
+                floor_b: floor_b.as_ref().map(|s| s.rel_l2),
+                rel_l2_judged: (!aside.is_empty()).then_some(rel_judged),
+                floor_judged: floor_judged.filter(|_| !aside.is_empty()),
+                set_aside_tokens: aside,
+                depth,
+                // Rows without a floor (uncalibrated, or a tensor the truth run lacks) are
+                // judged by the depth-scaled band.
+                band: floor_judged
+                    .is_none()
+                    .then(|| uncalibrated_bounds(c.dtype, th, depth).1),
+                expected_floor: floor_judged
+                    .is_none()
+                    .then(|| expected_floor(c.dtype, depth))
+                    .flatten(),
+                a_vs_truth: a_vs,
+                b_vs_truth: b_vs,
+                verdict,
             },
         });
     }
 
     // The logits line belongs to the logits row: not reported when that row was left out.
     let logits = match tie_margin {
-        Some(margin) => match (c.a.tensor(names::LOGITS)?, c.b.tensor(names::LOGITS)?) {
+        Some(margin) => match (
+            c.a.tensor(&Key::Logits.to_string())?,
+            c.b.tensor(&Key::Logits.to_string())?,
+        ) {
             (Some(a), Some(b)) => Some(logit_stats(&a, &b, margin)?),
             _ => None,
         },
@@ -298,16 +288,16 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
                 Kind::LinearAttention | Kind::FullAttention | Kind::Layer
             )
         })
-        .filter_map(|t| t.layer.map(|l| (l, t.rel_l2)))
+        .filter_map(|t| t.layer.map(|l| (l, t.stats.rel_l2)))
         .collect();
     let amplification = amplification(&layer_rels);
     let first_divergent = tensors
         .iter()
-        .find(|t| t.verdict != Verdict::Ok)
+        .find(|t| t.judgement.verdict != Verdict::Ok)
         .map(|t| t.name.clone());
     let overall = tensors
         .iter()
-        .map(|t| t.verdict)
+        .map(|t| t.judgement.verdict)
         .max()
         .unwrap_or(Verdict::Ok);
     let one_sided_words = c.one_sided.as_ref().map(|o| {
@@ -343,17 +333,13 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         logits.as_ref(),
     );
     if let Some(al) = &c.alignment {
-        summary = if al.applied {
-            format!("{summary} (compared with --shift {})", al.offset)
+        if al.applied {
+            summary.end_with(&format!(" (compared with --shift {})", al.offset));
         } else {
             // A detected shift explains the rows below it: the headline leads with it, right
             // after the verdict word.
-            let shift = crate::alignment::describe(al);
-            match summary.split_once(": ") {
-                Some((word, rest)) => format!("{word}: {shift}; {rest}"),
-                None => format!("{shift}; {summary}"),
-            }
-        };
+            summary.lead_with(crate::alignment::describe(al));
+        }
     }
 
     if let Some(cal) = &c.calibration {
@@ -371,20 +357,16 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
     ));
     let env_diff = crate::envdiff::env_diff(&c.a_side.fingerprint, &c.b_side.fingerprint);
     // Live runs differ by design in their backend; elsewhere a mattering difference leads.
-    let summary = match crate::envdiff::summary_clause(&env_diff) {
-        Some(clause) if !matches!(c.mode.as_str(), "propagate" | "isolate") => {
-            format!("{summary}; {clause}")
-        }
-        _ => summary,
-    };
-    let summary = match crate::envdiff::same_implementations(
+    if !matches!(c.mode.as_str(), "propagate" | "isolate") {
+        summary
+            .clauses
+            .extend(crate::envdiff::summary_clause(&env_diff));
+    }
+    summary.clauses.extend(crate::envdiff::same_implementations(
         &env_diff,
         &c.a_side.fingerprint,
         &c.b_side.fingerprint,
-    ) {
-        Some(clause) => format!("{summary}; {clause}"),
-        None => summary,
-    };
+    ));
 
     let mut sha = Sha256::new();
     for id in &c.input.input_ids {
@@ -463,7 +445,7 @@ fn check_router_pair(name: &str, a: &[Vec<i64>], b: &[Vec<i64>], tokens: usize) 
 fn router_rows(c: &Comparison) -> Result<Vec<RouterRow>> {
     let mut rows = Vec::new();
     for layer in router_layers(c.a) {
-        let name = names::router_topk(layer);
+        let name = Key::Router(layer, RouterField::TopkIds).to_string();
         let (Some(a), Some(b)) = (c.a.tensor(&name)?, c.b.tensor(&name)?) else {
             continue;
         };
@@ -482,7 +464,10 @@ fn router_rows(c: &Comparison) -> Result<Vec<RouterRow>> {
             })
             .map(|(t, _)| t)
             .collect();
-        let margins: Option<Vec<f64>> = match c.b.tensor(&names::router_margin(layer))? {
+        let margins: Option<Vec<f64>> = match c
+            .b
+            .tensor(&Key::Router(layer, RouterField::Margin).to_string())?
+        {
             Some(m) => Some(m.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?),
             None => None,
         };

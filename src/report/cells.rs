@@ -24,7 +24,7 @@ pub const TENSOR_COLUMNS: [&str; 11] = [
 /// shows their counts instead of statistics: those cover the finite elements only, and over
 /// an all-NaN side they would read as agreement (rel L2 0, cosine 1).
 pub fn tensor_cells(t: &TensorRow) -> [String; 10] {
-    let (bad_a, bad_b) = (t.nan_a + t.inf_a, t.nan_b + t.inf_b);
+    let (bad_a, bad_b) = t.non_finite();
     if bad_a + bad_b > 0 {
         let dash = || "—".to_string();
         let vs = |x: Option<f64>, bad: usize| {
@@ -41,28 +41,32 @@ pub fn tensor_cells(t: &TensorRow) -> [String; 10] {
             format!("NaN/Inf: A {bad_a}, B {bad_b}"),
             dash(),
             dash(),
-            sci(t.floor),
+            sci(t.judgement.floor),
             dash(),
-            vs(t.a_vs_truth, bad_a),
-            vs(t.b_vs_truth, bad_b),
+            vs(t.judgement.a_vs_truth, bad_a),
+            vs(t.judgement.b_vs_truth, bad_b),
         ];
     }
     [
         t.name.clone(),
-        sci(Some(t.mean_abs)),
+        sci(Some(t.stats.mean_abs)),
         format!(
             "{} ({}, {})",
-            sci(Some(t.max_abs)),
-            t.max_abs_at.token,
-            t.max_abs_at.channel
+            sci(Some(t.stats.max_abs)),
+            t.stats.max_abs_at.token,
+            t.stats.max_abs_at.channel
         ),
-        sci(Some(t.rel_l2)),
-        cosine(t.cosine),
-        format!("{} ({})", cosine(t.cosine_min), t.cosine_min_token),
-        sci(t.floor),
-        ratio(t.ratio_to_floor),
-        sci(t.a_vs_truth),
-        sci(t.b_vs_truth),
+        sci(Some(t.stats.rel_l2)),
+        cosine(t.stats.cosine),
+        format!(
+            "{} ({})",
+            cosine(t.stats.cosine_min),
+            t.stats.cosine_min_token
+        ),
+        sci(t.judgement.floor),
+        ratio(t.judgement.ratio_to_floor),
+        sci(t.judgement.a_vs_truth),
+        sci(t.judgement.b_vs_truth),
     ]
 }
 
@@ -113,7 +117,9 @@ pub fn escaped(
             *s = short(s);
         }
     };
-    r.summary = long(&r.summary);
+    for clause in &mut r.summary.clauses {
+        *clause = long(clause);
+    }
     for n in &mut r.notes {
         *n = long(n);
     }

@@ -10,6 +10,10 @@ use crate::verdict::Verdict;
 
 pub const DATASET_SCHEMA: &str = "hsdiff.dataset/v1";
 
+impl crate::render::JsonDocument for DatasetReport {
+    const WHAT: &'static str = "the dataset report";
+}
+
 /// Figures that may be NaN or infinite (a NaN row, a zero floor) are written as the strings
 /// `"NaN"`, `"inf"`, `"-inf"`, so that `hsdiff merge` reads back exactly what a shard wrote
 /// (JSON has no such numbers; serde_json would write null).

@@ -23,11 +23,12 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::dataset::{DatasetReport, RowFigures};
 use super::plot::{
-    DrawResult, FAIL_RED, NON_FINITE, PlotFormat, ZERO_GREY, check_path, decades, draw_colour_bar,
-    draw_heading, heat_color, positives, register_fonts, verdict_color,
+    DrawResult, FAIL_RED, NON_FINITE, Plot, PlotFormat, ZERO_GREY, check_path, decades,
+    draw_colour_bar, draw_heading, heat_color, positives, register_fonts, verdict_color,
 };
 use crate::error::{Error, Result};
 use crate::escape::{LONG, SHORT, plain};
+use crate::render::Render;
 use crate::verdict::Verdict;
 
 const WIDTH: u32 = 1400;
@@ -116,19 +117,21 @@ impl Figure {
 
 /// Draws `report` as `path`'s extension says and writes it through the output policy.
 pub fn write_plot(report: &DatasetReport, path: &Path) -> Result<()> {
-    let bytes = render(report, check_path(path)?)?;
+    let bytes = Plot(check_path(path)?).render(report)?;
     crate::output::write_bytes(path, &bytes)
 }
 
-/// The figure as SVG or PNG bytes.
-pub fn render(report: &DatasetReport, format: PlotFormat) -> Result<Vec<u8>> {
-    let fig = Figure::of(report);
-    // Drawing and encoding happen in memory: a failure there is a bug, not bad input.
-    let drawn = match format {
-        PlotFormat::Svg => svg(&fig).map(String::into_bytes),
-        PlotFormat::Png => png(&fig),
-    };
-    drawn.map_err(Error::Internal)
+/// The dataset's figure as SVG or PNG bytes (the pair report's [`Plot`] renderer).
+impl Render<DatasetReport> for Plot {
+    fn render(&self, report: &DatasetReport) -> Result<Vec<u8>> {
+        let fig = Figure::of(report);
+        // Drawing and encoding happen in memory: a failure there is a bug, not bad input.
+        let drawn = match self.0 {
+            PlotFormat::Svg => svg(&fig).map(String::into_bytes),
+            PlotFormat::Png => png(&fig),
+        };
+        drawn.map_err(Error::Internal)
+    }
 }
 
 fn svg(fig: &Figure) -> std::result::Result<String, String> {
@@ -561,14 +564,14 @@ mod tests {
                 ],
             ),
         ]);
-        let svg = String::from_utf8(render(&r, PlotFormat::Svg)?)
+        let svg = String::from_utf8(Plot(PlotFormat::Svg).render(&r)?)
             .map_err(|e| Error::Internal(e.to_string()))?;
         assert!(!svg.contains("<script>"), "markup from a sample id");
         assert!(svg.contains("&lt;script&gt;\\u{202e}x"), "the id, escaped");
         assert!(!svg.contains('\u{1b}') && !svg.contains('\u{202e}'));
         assert!(svg.contains("each layer across samples"));
         assert!(svg.contains("samples × layers"));
-        let png = render(&r, PlotFormat::Png)?;
+        let png = Plot(PlotFormat::Png).render(&r)?;
         assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
         Ok(())
     }

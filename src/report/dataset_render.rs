@@ -4,9 +4,10 @@
 use comfy_table::Cell;
 
 use super::dataset::{DatasetReport, SampleRow, Unpaired};
-use super::emit::{Format, ReportOptions};
+use super::emit::ReportOptions;
 use super::table::grid;
 use crate::error::Result;
+use crate::render::{Format, Json, Render};
 
 fn x_floor(x: Option<f64>) -> String {
     match x {
@@ -218,18 +219,36 @@ fn markdown(r: &DatasetReport) -> String {
     out
 }
 
-/// The report in `format`.
-pub fn render(r: &DatasetReport, format: Format) -> Result<Vec<u8>> {
-    Ok(match format {
-        Format::Table => table(r).into_bytes(),
-        Format::Markdown => markdown(r).into_bytes(),
-        Format::Json => crate::json_doc::pretty(r, "the dataset report")?,
-    })
+/// The dataset report as a terminal table: headline, samples, layers, then what was left out.
+pub struct DatasetTable;
+
+impl Render<DatasetReport> for DatasetTable {
+    fn render(&self, r: &DatasetReport) -> Result<Vec<u8>> {
+        Ok(table(r).into_bytes())
+    }
+}
+
+/// The dataset report as markdown: the same tables, paste-ready.
+pub struct DatasetMarkdown;
+
+impl Render<DatasetReport> for DatasetMarkdown {
+    fn render(&self, r: &DatasetReport) -> Result<Vec<u8>> {
+        Ok(markdown(r).into_bytes())
+    }
+}
+
+/// The renderer of `format`.
+pub fn renderer(format: Format) -> Box<dyn Render<DatasetReport>> {
+    match format {
+        Format::Table => Box::new(DatasetTable),
+        Format::Markdown => Box::new(DatasetMarkdown),
+        Format::Json => Box::new(Json),
+    }
 }
 
 /// Writes the report as `options` ask, and draws `--plot` (`dataset_plot`).
 pub fn emit(r: &DatasetReport, options: &ReportOptions) -> Result<()> {
-    let bytes = render(r, options.format)?;
+    let bytes = renderer(options.format).render(r)?;
     options.write(&bytes, &[&r.summary])?;
     if let Some(path) = &options.plot {
         super::dataset_plot::write_plot(r, path)?;

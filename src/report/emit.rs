@@ -6,20 +6,12 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-use super::json::Json;
 use super::markdown::Markdown;
 use super::table::TerminalTable;
-use super::{Render, Report, plot};
+use super::{Report, plot};
 use crate::error::Result;
+use crate::render::{Format, Json, Render};
 use crate::verdict::Verdict;
-
-/// The text formats a report is written in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Table,
-    Markdown,
-    Json,
-}
 
 /// Which environment differences the text formats list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +67,7 @@ impl ReportOptions {
     }
 
     /// The renderer of `format` (the terminal table coloured only when stdout is a terminal).
-    pub fn renderer(&self) -> Box<dyn Render> {
+    pub fn renderer(&self) -> Box<dyn Render<Report>> {
         let env_all = self.env == EnvList::All;
         match self.format {
             Format::Table => Box::new(TerminalTable {
@@ -111,14 +103,14 @@ pub fn write_stdout(bytes: &[u8]) -> Result<()> {
     let mut out = std::io::stdout().lock();
     out.write_all(bytes)
         .and_then(|()| out.flush())
-        .map_err(|e| crate::error::Error::file("stdout", crate::input::io_words(&e)))
+        .map_err(|e| crate::error::Error::write("stdout", "cannot write", e))
 }
 
 /// Renders `report` as `options` ask, draws the plot if asked, and returns the exit code its
 /// verdict makes (0 or 1).
 pub fn emit(report: &Report, options: &ReportOptions) -> Result<i32> {
     let bytes = options.renderer().render(report)?;
-    options.write(&bytes, &[&report.summary])?;
+    options.write(&bytes, &[&report.summary.to_string()])?;
     if let Some(path) = &options.plot {
         plot::write_plot(report, path)?;
         eprintln!("hsdiff: plot written to {}", path.display());

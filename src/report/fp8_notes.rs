@@ -36,9 +36,17 @@ pub fn serving_note(
         .filter(|r| !matches!(r.kind, Kind::Op | Kind::Embed))
         .filter_map(|r| {
             let (vs, own, theirs) = if a_fp8 {
-                (r.a_vs_truth?, r.floor_a?, r.floor_b?)
+                (
+                    r.judgement.a_vs_truth?,
+                    r.judgement.floor_a?,
+                    r.judgement.floor_b?,
+                )
             } else {
-                (r.b_vs_truth?, r.floor_b?, r.floor_a?)
+                (
+                    r.judgement.b_vs_truth?,
+                    r.judgement.floor_b?,
+                    r.judgement.floor_a?,
+                )
             };
             (own > 0.0 && theirs > 0.0).then_some((r, vs, own, theirs))
         })
@@ -78,14 +86,16 @@ pub fn serving_note(
 /// (up to 448) where weights of ~1e-2 belong — the hidden states 100–10000× off from the first
 /// layer that reads one (unsloth #6200).
 pub fn dropped_scale_note(a: &str, b: &str, rows: &[TensorRow]) -> Option<String> {
-    let first = rows.iter().find(|r| r.verdict == Verdict::Mismatch)?;
-    if first.non_finite_disagree > 0 || first.non_finite_both > 0 {
+    let first = rows
+        .iter()
+        .find(|r| r.judgement.verdict == Verdict::Mismatch)?;
+    if first.stats.non_finite_disagree > 0 || first.stats.non_finite_both > 0 {
         return None;
     }
-    let (side, off) = match (first.a_vs_truth, first.b_vs_truth) {
+    let (side, off) = match (first.judgement.a_vs_truth, first.judgement.b_vs_truth) {
         (Some(x), Some(y)) if x >= y => (a, x),
         (Some(_), Some(y)) => (b, y),
-        _ => (a, first.rel_l2),
+        _ => (a, first.stats.rel_l2),
     };
     (off >= OUT_OF_SCALE).then(|| {
         format!(

@@ -6,9 +6,10 @@ use super::sentences::{
     amplification, env_empty_note, env_shown, router_agreement, token_ids_note,
 };
 use super::summary::{logits_line, routing_line};
-use super::{Render, Report, Side};
+use super::{Lead, Report, Side};
 use crate::error::Result;
 use crate::escape::{LONG, SHORT, markdown_block, markdown_code, markdown_text};
+use crate::render::Render;
 use crate::verdict::Verdict;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -25,19 +26,19 @@ fn header_cell(s: &str) -> String {
     s.replace('|', "\\|")
 }
 
-impl Render for Markdown {
+impl Render<Report> for Markdown {
     fn render(&self, raw: &Report) -> Result<Vec<u8>> {
         // Text from files is escaped once here: nothing in it can open a tag, leave a table
         // cell or close the `<details>` block (labels are code spans, below).
         let r = &escaped(raw, |s| markdown_text(s, SHORT), |s| markdown_text(s, LONG));
         let mut out = String::new();
-        // The summary leads with the verdict word already; bold it rather than repeat it.
+        // The summary leads with the verdict word (drift, mismatch) or a word for ok (benign,
+        // uncalibrated): the verdict is bolded rather than repeated, a word for ok kept.
         let word = r.verdict.as_str();
-        let rest = r
-            .summary
-            .strip_prefix(word)
-            .and_then(|s| s.strip_prefix(": "))
-            .unwrap_or(&r.summary);
+        let rest = match r.summary.lead {
+            Some(Lead::Flagged(v)) if v == r.verdict => r.summary.rest(),
+            _ => r.summary.to_string(),
+        };
         out.push_str(&format!("**{word}** — {rest}\n\n"));
         for note in &r.notes {
             out.push_str(&format!("- {note}\n"));
@@ -59,10 +60,10 @@ impl Render for Markdown {
         out.push_str(&format!("| {} |\n", header.join(" | ")));
         out.push_str(&format!("|{}\n", "---|".repeat(TENSOR_COLUMNS.len())));
         for t in &r.tensors {
-            let verdict = if t.verdict == Verdict::Ok {
+            let verdict = if t.judgement.verdict == Verdict::Ok {
                 "ok".to_string()
             } else {
-                format!("**{}**", t.verdict.as_str())
+                format!("**{}**", t.judgement.verdict.as_str())
             };
             let cells = tensor_cells(t);
             out.push_str(&format!("| {} | {verdict} |\n", cells.join(" | ")));

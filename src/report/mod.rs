@@ -8,11 +8,11 @@ pub mod dataset_plot;
 pub mod dataset_render;
 pub mod emit;
 mod fp8_notes;
-pub mod json;
 pub mod markdown;
 pub mod plot;
 mod raster;
 mod routing;
+mod row;
 pub mod sentences;
 pub mod summary;
 pub mod table;
@@ -20,23 +20,27 @@ pub mod table;
 use serde::{Deserialize, Serialize};
 
 pub use crate::alignment::Alignment;
-use crate::compare::Kind;
 pub use crate::envdiff::EnvDiff;
-use crate::error::Result;
 use crate::fingerprint::Fingerprint;
-use crate::metrics::Location;
 use crate::metrics::logits::LogitStats;
 use crate::verdict::{Thresholds, Verdict};
 
 pub use build::{Calibrated, ComparedInput, Comparison, Floor, OneSided, build_report};
+pub use row::{Judgement, TensorRow};
+pub use summary::{Lead, Summary};
 
 pub const SCHEMA: &str = "hsdiff.report/v1";
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+impl crate::render::JsonDocument for Report {
+    const WHAT: &'static str = "the report";
+}
+
+/// Written as JSON (`hsdiff.report/v1`), never read back: nothing in hsdiff reads a report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
     pub schema: String,
     pub verdict: Verdict,
-    pub summary: String,
+    pub summary: Summary,
     /// `propagate`, `isolate` or `files`.
     pub mode: String,
     pub a: Side,
@@ -52,18 +56,14 @@ pub struct Report {
     /// The command line that reproduces this report.
     pub command: Option<String>,
     /// How B's layers line up with A's, when a shift was detected or applied (`compare`).
-    #[serde(default)]
     pub alignment: Option<Alignment>,
     /// Keys whose values differ between the two sides' fingerprints.
-    #[serde(default)]
     pub env_diff: Vec<EnvDiff>,
     /// MoE tokens whose expert choice differs from the truth's on some side (or the floor run):
     /// judged apart from the other tokens where shown (docs/reading-a-report.md#routing-flips-moe).
-    #[serde(default)]
     pub routing_flips: Vec<RoutingFlip>,
     /// How the inputs were read and calibrated (file conventions, the model that measured the
     /// floor, the layer reading chosen).
-    #[serde(default)]
     pub notes: Vec<String>,
 }
 
@@ -147,68 +147,6 @@ pub struct ThresholdInfo {
     pub rule: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TensorRow {
-    pub name: String,
-    pub kind: Kind,
-    pub layer: Option<usize>,
-    pub mean_abs: f64,
-    pub max_abs: f64,
-    pub max_abs_at: Location,
-    pub rel_l2: f64,
-    pub cosine: f64,
-    pub cosine_min: f64,
-    pub cosine_min_token: usize,
-    /// The reference backend's own rel L2 against the f64 truth at this dtype, this tensor
-    /// (the larger of the two sides' floors when their dtypes differ).
-    pub floor: Option<f64>,
-    /// rel L2 judged / floor judged (routing flips set aside).
-    pub ratio_to_floor: Option<f64>,
-    /// Each side's own floor (the reference at that side's dtype vs the truth).
-    #[serde(default)]
-    pub floor_a: Option<f64>,
-    #[serde(default)]
-    pub floor_b: Option<f64>,
-    /// Tokens judged apart (MoE routing flips at near-ties up to this layer), and the rel L2 and
-    /// floor over the other tokens, which the verdict uses.
-    #[serde(default)]
-    pub set_aside_tokens: Vec<usize>,
-    #[serde(default)]
-    pub rel_l2_judged: Option<f64>,
-    #[serde(default)]
-    pub floor_judged: Option<f64>,
-    /// Decoder layers this tensor has passed through (0: the embedding output).
-    #[serde(default)]
-    pub depth: usize,
-    /// Without a floor: the rel L2 above which the row is a mismatch (K × the expected floor,
-    /// or the depth-scaled band for a dtype without measurements).
-    #[serde(default)]
-    pub band: Option<f64>,
-    /// Without a floor: the floor expected at this depth and dtype from hsdiff's measurements
-    /// (data/honest_floors.json).
-    #[serde(default)]
-    pub expected_floor: Option<f64>,
-    /// Each side's rel L2 against the f64 truth ("who is right").
-    pub a_vs_truth: Option<f64>,
-    pub b_vs_truth: Option<f64>,
-    pub nan_a: usize,
-    pub inf_a: usize,
-    pub nan_b: usize,
-    pub inf_b: usize,
-    /// Elements finite on one side only, NaN vs Inf, or ±Inf of different sign; the first.
-    #[serde(default)]
-    pub non_finite_disagree: usize,
-    #[serde(default)]
-    pub non_finite_disagree_at: Option<Location>,
-    /// Elements non-finite the same way on both sides; the first.
-    #[serde(default)]
-    pub non_finite_both: usize,
-    #[serde(default)]
-    pub non_finite_both_at: Option<Location>,
-    pub verdict: Verdict,
-    pub per_token_rel: Vec<f64>,
-}
-
 /// Agreement of the MoE router's top-k expert sets in one layer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RouterRow {
@@ -220,10 +158,4 @@ pub struct RouterRow {
     /// expert and the best one left out), when B recorded it: a small margin means the flip is
     /// rounding deciding a near-tie.
     pub flip_margins: Vec<Option<f64>>,
-}
-
-/// A way to render a report (terminal table, markdown, JSON, plot), in the manner of hyperfine's
-/// exporters: the bytes of a whole document, or the error that kept it from being made.
-pub trait Render {
-    fn render(&self, report: &Report) -> Result<Vec<u8>>;
 }

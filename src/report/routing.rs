@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use candle_core::DType;
 
 use super::RoutingFlip;
-use crate::capture::names;
+use crate::capture::{Key, RouterField};
 use crate::compare::TensorSource;
 use crate::error::Result;
 
@@ -72,7 +72,7 @@ impl Routing {
 }
 
 fn topk(src: &dyn TensorSource, layer: usize) -> Result<Option<Vec<Vec<i64>>>> {
-    let Some(t) = src.tensor(&names::router_topk(layer))? else {
+    let Some(t) = src.tensor(&Key::Router(layer, RouterField::TopkIds).to_string())? else {
         return Ok(None);
     };
     let t = if t.rank() == 3 { t.squeeze(0)? } else { t };
@@ -109,7 +109,10 @@ pub(super) fn router_layers(source: &dyn TensorSource) -> Vec<usize> {
     let mut layers: Vec<usize> = source
         .names()
         .iter()
-        .filter_map(|n| names::parse_router_topk(n))
+        .filter_map(|n| match Key::of(n)? {
+            Key::Router(i, RouterField::TopkIds) => Some(i),
+            _ => None,
+        })
         .collect();
     layers.sort_unstable();
     layers
@@ -129,10 +132,11 @@ pub fn routing(
         let Some(want) = topk(truth, layer)? else {
             continue;
         };
-        let margins: Option<Vec<f64>> = match truth.tensor(&names::router_margin(layer))? {
-            Some(m) => Some(m.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?),
-            None => None,
-        };
+        let margins: Option<Vec<f64>> =
+            match truth.tensor(&Key::Router(layer, RouterField::Margin).to_string())? {
+                Some(m) => Some(m.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?),
+                None => None,
+            };
         let mut on: Vec<Vec<String>> = vec![Vec::new(); want.len()];
         let mut silent = Vec::new();
         for (label, src) in runs {

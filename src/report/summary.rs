@@ -28,121 +28,209 @@ pub struct Subject<'a> {
     pub one_sided: Option<(&'a str, &'a str)>,
 }
 
+/// The word a report's headline leads with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lead {
+    /// Ok, against a measured floor (or bit for bit equal).
+    Benign,
+    /// Ok, with no floor to judge by.
+    Uncalibrated,
+    /// The report's drift or mismatch.
+    Flagged(Verdict),
+}
+
+impl Lead {
+    pub fn word(self) -> &'static str {
+        match self {
+            Lead::Benign => "benign",
+            Lead::Uncalibrated => "uncalibrated",
+            Lead::Flagged(v) => v.as_str(),
+        }
+    }
+}
+
+/// The one sentence that leads every report, in parts: the lead word, then what was found and
+/// each clause after it. Written `lead: clause; clause; …` (JSON's `summary` is that string);
+/// a renderer that shows the verdict its own way takes the clauses alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    /// None when nothing was compared.
+    pub lead: Option<Lead>,
+    pub clauses: Vec<String>,
+}
+
+impl Summary {
+    fn new(lead: Option<Lead>, first: String) -> Summary {
+        Summary {
+            lead,
+            clauses: vec![first],
+        }
+    }
+
+    /// The clauses without the lead word: `clause; clause; …`.
+    pub fn rest(&self) -> String {
+        self.clauses.join("; ")
+    }
+
+    /// Starts the sentence, right after the lead word, with `clause`.
+    pub fn lead_with(&mut self, clause: String) {
+        self.clauses.insert(0, clause);
+    }
+
+    /// Adds `words` to the end of the last clause.
+    pub fn end_with(&mut self, words: &str) {
+        match self.clauses.last_mut() {
+            Some(last) => last.push_str(words),
+            None => self.clauses.push(words.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(lead) = self.lead {
+            write!(f, "{}: ", lead.word())?;
+        }
+        f.write_str(&self.rest())
+    }
+}
+
+impl serde::Serialize for Summary {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// The one sentence that leads every report.
-pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> String {
+pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> Summary {
     let Some(worst) = rows.iter().max_by(|x, y| {
-        x.verdict
-            .cmp(&y.verdict)
-            .then(x.rel_l2.total_cmp(&y.rel_l2))
+        x.judgement
+            .verdict
+            .cmp(&y.judgement.verdict)
+            .then(x.stats.rel_l2.total_cmp(&y.stats.rel_l2))
     }) else {
-        return format!("nothing to compare between {} and {}", s.a, s.b);
+        return Summary::new(
+            None,
+            format!("nothing to compare between {} and {}", s.a, s.b),
+        );
     };
-    let flips = logits
-        .filter(|l| l.top1_flips > 0)
-        .map(|l| format!("; {}", logits_sentence(l)))
-        .unwrap_or_default();
+    let flips = logits.filter(|l| l.top1_flips > 0).map(logits_sentence);
     let (a, b, dtype) = (s.a, s.b, s.dtype);
     if let Some(layers) = s.one_sided {
         return one_sided(s, layers, rows);
     }
-    let Some(first) = rows.iter().find(|r| r.verdict != Verdict::Ok) else {
+    let Some(first) = rows.iter().find(|r| r.judgement.verdict != Verdict::Ok) else {
         // Equal everywhere is the strongest answer there is, whatever the floor.
         if rows
             .iter()
-            .all(|r| r.max_abs == 0.0 && r.nan_a + r.inf_a + r.nan_b + r.inf_b == 0)
+            .all(|r| r.stats.max_abs == 0.0 && r.non_finite() == (0, 0))
         {
             let n = rows.len();
             let tensors = if n == 1 { "tensor" } else { "tensors" };
-            return format!(
-                "benign: {a} and {b} are identical (bit for bit): every element of the {n} \
-                 compared {tensors} is equal"
+            return Summary::new(
+                Some(Lead::Benign),
+                format!(
+                    "{a} and {b} are identical (bit for bit): every element of the {n} compared \
+                     {tensors} is equal"
+                ),
             );
         }
         let set_aside = s.routing.map(|w| format!(" ({w})")).unwrap_or_default();
         if !s.calibrated {
-            return format!(
-                "{}; nothing exceeds what {dtype} rounding can produce at its depth (max rel L2 \
-                 {:.2e} at {}){flips}",
-                uncalibrated(s),
-                worst.rel_l2,
-                worst.name
-            );
+            let mut out = Summary::new(Some(Lead::Uncalibrated), uncalibrated(s));
+            out.clauses.push(format!(
+                "nothing exceeds what {dtype} rounding can produce at its depth (max rel L2 \
+                 {:.2e} at {})",
+                worst.stats.rel_l2, worst.name
+            ));
+            out.clauses.extend(flips);
+            return out;
         }
         let max_ratio = rows
             .iter()
-            .filter_map(|r| r.ratio_to_floor)
+            .filter_map(|r| r.judgement.ratio_to_floor)
             .fold(0.0_f64, f64::max);
         let last = rows
             .iter()
             .rev()
             .find(|r| r.kind != Kind::Logits && r.kind != Kind::Op);
-        let who = last
-            .and_then(|r| who_is_right(a, b, r, rows))
-            .map(|w| format!("; {w}"))
-            .unwrap_or_default();
-        return format!(
-            "benign: {a} and {b} differ by at most {max_ratio:.1}× the {dtype} rounding floor{set_aside} \
-             (max rel L2 {:.2e} at {}){who}{flips}",
-            worst.rel_l2, worst.name
+        let mut out = Summary::new(
+            Some(Lead::Benign),
+            format!(
+                "{a} and {b} differ by at most {max_ratio:.1}× the {dtype} rounding \
+                 floor{set_aside} (max rel L2 {:.2e} at {})",
+                worst.stats.rel_l2, worst.name
+            ),
         );
+        out.clauses
+            .extend(last.and_then(|r| who_is_right(a, b, r, rows)));
+        out.clauses.extend(flips);
+        return out;
     };
-    let mut out = format!(
-        "{}: {a} and {b} part at {}{}, {}",
-        s.overall.as_str(),
-        first.name,
-        op_path(first),
-        how(first, dtype)
+    let routing = s.routing.map(|w| format!(" ({w})")).unwrap_or_default();
+    let mut out = Summary::new(
+        Some(Lead::Flagged(s.overall)),
+        format!(
+            "{a} and {b} part at {}{}, {}{routing}",
+            first.name,
+            op_path(first),
+            how(first, dtype)
+        ),
     );
-    if let Some(w) = s.routing {
-        out.push_str(&format!(" ({w})"));
-    }
-    if first.verdict != s.overall
-        && let Some(worse) = rows.iter().find(|r| r.verdict == s.overall)
+    if first.judgement.verdict != s.overall
+        && let Some(worse) = rows.iter().find(|r| r.judgement.verdict == s.overall)
     {
-        out.push_str(&format!(
-            "; {} from {}, {}",
+        out.clauses.push(format!(
+            "{} from {}, {}",
             s.overall.as_str(),
             worse.name,
             how(worse, dtype)
         ));
     }
-    if s.calibrated
-        && let Some(w) = who_is_right(a, b, first, rows)
-    {
-        out.push_str(&format!("; {w}"));
+    if s.calibrated {
+        out.clauses.extend(who_is_right(a, b, first, rows));
+    } else {
+        out.clauses
+            .push(format!("uncalibrated: {}", uncalibrated(s)));
     }
-    if !s.calibrated {
-        out.push_str(&format!("; {}", uncalibrated(s)));
-    }
-    out.push_str(&flips);
+    out.clauses.extend(flips);
     out
 }
 
 /// The headline of two files that hold different layers, each row judged against the truth.
-fn one_sided(s: &Subject, (la, lb): (&str, &str), rows: &[TensorRow]) -> String {
+fn one_sided(s: &Subject, (la, lb): (&str, &str), rows: &[TensorRow]) -> Summary {
     let (a, b, dtype) = (s.a, s.b, s.dtype);
     let what = format!(
         "{a} and {b} hold different layers ({a}: {la}; {b}: {lb}), so each was judged against the \
          f64 truth"
     );
-    match rows.iter().find(|r| r.verdict != Verdict::Ok) {
+    match rows.iter().find(|r| r.judgement.verdict != Verdict::Ok) {
         None => {
             let max_ratio = rows
                 .iter()
-                .filter_map(|r| r.ratio_to_floor)
+                .filter_map(|r| r.judgement.ratio_to_floor)
                 .fold(0.0_f64, f64::max);
-            format!(
-                "benign: {what}: every row within {max_ratio:.1}× the {dtype} rounding floor of it"
+            Summary::new(
+                Some(Lead::Benign),
+                format!(
+                    "{what}: every row within {max_ratio:.1}× the {dtype} rounding floor of it"
+                ),
             )
         }
         Some(first) => {
             // The side with a distance of its own at that row is the one measured there.
-            let side = if first.a_vs_truth.is_some() { a } else { b };
-            format!(
-                "{}: {what}: {side} parts from the truth at {}, {}",
-                s.overall.as_str(),
-                first.name,
-                how(first, dtype)
+            let side = if first.judgement.a_vs_truth.is_some() {
+                a
+            } else {
+                b
+            };
+            Summary::new(
+                Some(Lead::Flagged(s.overall)),
+                format!(
+                    "{what}: {side} parts from the truth at {}, {}",
+                    first.name,
+                    how(first, dtype)
+                ),
             )
         }
     }
@@ -182,15 +270,16 @@ pub fn routing_clause(
     })
 }
 
-/// Why there is no floor: "uncalibrated: no model to measure the bf16 floor — pass --model DIR".
+/// Why there is no floor: "no model to measure the bf16 floor — pass --model DIR" (after the
+/// word `uncalibrated`).
 fn uncalibrated(s: &Subject) -> String {
     if s.floor_skipped {
-        "uncalibrated: no floor measured (--no-floor)".to_string()
+        "no floor measured (--no-floor)".to_string()
     } else if let Some(why) = s.uncalibrated_why {
-        format!("uncalibrated: {why}")
+        why.to_string()
     } else {
         format!(
-            "uncalibrated: no model to measure the {} floor — pass --model DIR",
+            "no model to measure the {} floor — pass --model DIR",
             s.dtype
         )
     }
@@ -203,42 +292,42 @@ fn how(r: &TensorRow, dtype: &str) -> String {
         l.map(|l| format!("token {}, channel {}", l.token, l.channel))
             .unwrap_or_default()
     };
-    if r.non_finite_disagree > 0 {
+    if r.stats.non_finite_disagree > 0 {
         return format!(
             "{} element(s) finite on one side only or of different sign (first at {}; NaN/Inf: \
              {} on A, {} on B)",
-            r.non_finite_disagree,
-            at(&r.non_finite_disagree_at),
-            r.nan_a + r.inf_a,
-            r.nan_b + r.inf_b
+            r.stats.non_finite_disagree,
+            at(&r.stats.non_finite_disagree_at),
+            r.stats.nan_a + r.stats.inf_a,
+            r.stats.nan_b + r.stats.inf_b
         );
     }
-    if r.non_finite_both > 0 {
-        let what = if r.nan_a > 0 { "NaN" } else { "Inf" };
+    if r.stats.non_finite_both > 0 {
+        let what = if r.stats.nan_a > 0 { "NaN" } else { "Inf" };
         return format!(
             "both {what} at {} element(s) (first at {})",
-            r.non_finite_both,
-            at(&r.non_finite_both_at)
+            r.stats.non_finite_both,
+            at(&r.stats.non_finite_both_at)
         );
     }
-    match (r.ratio_to_floor, r.floor) {
+    match (r.judgement.ratio_to_floor, r.judgement.floor) {
         (Some(ratio), Some(_)) => format!(
             "rel L2 {:.2e} = {ratio:.1}× the {dtype} floor",
-            r.rel_l2_judged.unwrap_or(r.rel_l2)
+            r.judgement.rel_l2_judged.unwrap_or(r.stats.rel_l2)
         ),
-        _ => match r.expected_floor.filter(|e| *e > 0.0) {
+        _ => match r.judgement.expected_floor.filter(|e| *e > 0.0) {
             Some(e) => format!(
                 "rel L2 {:.2e} = {:.0}× the {dtype} floor expected at depth {} without a model \
                  ({e:.1e}, from hsdiff's measurements)",
-                r.rel_l2,
-                r.rel_l2 / e,
-                r.depth
+                r.stats.rel_l2,
+                r.stats.rel_l2 / e,
+                r.judgement.depth
             ),
             None => format!(
                 "rel L2 {:.2e}, beyond what {dtype} rounding can produce at depth {} ({:.2e})",
-                r.rel_l2,
-                r.depth,
-                r.band.unwrap_or(f64::NAN)
+                r.stats.rel_l2,
+                r.judgement.depth,
+                r.judgement.band.unwrap_or(f64::NAN)
             ),
         },
     }
@@ -249,13 +338,13 @@ fn op_path(r: &TensorRow) -> String {
     if r.kind != Kind::Op {
         return String::new();
     }
-    use crate::capture::names::{ops, parse_op};
-    let what = match parse_op(&r.name).map(|(_, op)| op) {
-        Some(ops::CONV_OUT | ops::Q | ops::K | ops::V) => "conv path",
-        Some(ops::BETA | ops::G) => "gates",
-        Some(ops::CORE_OUT) => "gated delta rule",
-        Some(ops::GATED_NORM_OUT) => "gated norm",
-        Some(ops::OUT_PROJ) => "output projection",
+    use crate::capture::{Key, Op};
+    let what = match Key::of(&r.name) {
+        Some(Key::Op(_, Op::ConvOut | Op::Q | Op::K | Op::V)) => "conv path",
+        Some(Key::Op(_, Op::Beta | Op::G)) => "gates",
+        Some(Key::Op(_, Op::CoreOut)) => "gated delta rule",
+        Some(Key::Op(_, Op::GatedNormOut)) => "gated norm",
+        Some(Key::Op(_, Op::OutProj)) => "output projection",
         _ => "layer",
     };
     format!(" (in the {what} of layer {})", r.layer.unwrap_or(0))
@@ -267,8 +356,7 @@ fn op_path(r: &TensorRow) -> String {
 /// floors everywhere).
 pub fn who_is_right(a: &str, b: &str, r: &TensorRow, rows: &[TensorRow]) -> Option<String> {
     // Distances over the finite elements of a row with NaN/Inf would read as agreement.
-    let non_finite = |r: &TensorRow| (r.nan_a + r.inf_a, r.nan_b + r.inf_b);
-    if let (na, nb) = non_finite(r)
+    if let (na, nb) = r.non_finite()
         && na + nb > 0
     {
         return Some(format!(
@@ -276,11 +364,16 @@ pub fn who_is_right(a: &str, b: &str, r: &TensorRow, rows: &[TensorRow]) -> Opti
             r.name
         ));
     }
-    let (da, db) = (r.a_vs_truth?, r.b_vs_truth?);
+    let (da, db) = (r.judgement.a_vs_truth?, r.judgement.b_vs_truth?);
     let within = rows
         .iter()
-        .filter(|r| non_finite(r) == (0, 0))
-        .filter_map(|r| Some(r.a_vs_truth?.max(r.b_vs_truth?) / r.floor.filter(|f| *f > 0.0)?))
+        .filter(|r| r.non_finite() == (0, 0))
+        .filter_map(|r| {
+            Some(
+                r.judgement.a_vs_truth?.max(r.judgement.b_vs_truth?)
+                    / r.judgement.floor.filter(|f| *f > 0.0)?,
+            )
+        })
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
         .filter(|x| *x <= K_DRIFT)
         .map(|x| format!("; both within {x:.1}× the floor of the truth everywhere"))
@@ -288,7 +381,7 @@ pub fn who_is_right(a: &str, b: &str, r: &TensorRow, rows: &[TensorRow]) -> Opti
     let at = &r.name;
     // A side within f64 rounding of the truth *is* the truth for this purpose.
     let exact = |d: f64| d < EXACT;
-    let off = |d: f64| match r.floor.filter(|f| *f > 0.0) {
+    let off = |d: f64| match r.judgement.floor.filter(|f| *f > 0.0) {
         Some(f) => format!("{d:.2e} ({:.1}× the floor)", d / f),
         None => format!("{d:.2e}"),
     };

@@ -3,14 +3,15 @@
 use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{Cell, Color, ContentArrangement, Table as Grid};
 
+use super::Report;
 use super::cells::{TENSOR_COLUMNS, clip, escaped, tensor_cells};
 use super::sentences::{
     amplification, env_empty_note, env_shown, router_agreement, token_ids_note,
 };
 use super::summary::{logits_line, routing_line};
-use super::{Render, Report};
 use crate::error::Result;
 use crate::escape::{LONG, SHORT, plain};
+use crate::render::Render;
 use crate::verdict::Verdict;
 
 pub struct TerminalTable {
@@ -20,7 +21,7 @@ pub struct TerminalTable {
     pub env_all: bool,
 }
 
-impl Render for TerminalTable {
+impl Render<Report> for TerminalTable {
     fn render(&self, r: &Report) -> Result<Vec<u8>> {
         // Names from files cannot move the cursor, colour the terminal or break a line.
         let r = &escaped(r, |s| plain(s, SHORT), |s| plain(s, LONG));
@@ -44,9 +45,9 @@ impl Render for TerminalTable {
         }
         let mut grid = grid(TENSOR_COLUMNS.to_vec());
         for t in &r.tensors {
-            let verdict = Cell::new(t.verdict.as_str());
+            let verdict = Cell::new(t.judgement.verdict.as_str());
             let verdict = if self.color {
-                verdict.fg(color(t.verdict))
+                verdict.fg(color(t.judgement.verdict))
             } else {
                 verdict
             };

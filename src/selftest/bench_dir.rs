@@ -61,9 +61,9 @@ pub fn reserve(dir: &Path, seqs: &[usize], inputs: &[&Path]) -> Result<()> {
         for &t in seqs {
             let case = case_dir(dir, hv, t);
             std::fs::create_dir_all(&case).map_err(|e| {
-                Error::file(
+                Error::output(
                     &case,
-                    format!("--bench-dir: {}", crate::input::io_words(&e)),
+                    format!("--bench-dir: {}", crate::error::io_words(&e)),
                 )
             })?;
         }

@@ -8,6 +8,7 @@ use candle_core::{DType, Device};
 use super::{Checklist, host};
 use crate::backends::{available_backends, backend_by_name};
 use crate::builtin;
+use crate::capture::Key;
 use crate::capture::dump::Dump;
 use crate::device::dtype_label;
 use crate::error::{Error, Result};
@@ -30,7 +31,7 @@ pub(super) fn check(device: &Device, golden: &Path, list: &mut Checklist) -> Res
         ));
     }
     let mut prompts: Vec<String> = std::fs::read_dir(&dir)
-        .map_err(|e| Error::file(&dir, format!("cannot list: {e}")))?
+        .map_err(|e| Error::io(&dir, e))?
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             e.file_name()
@@ -51,8 +52,11 @@ pub(super) fn check(device: &Device, golden: &Path, list: &mut Checklist) -> Res
         let mut truth = Vec::new();
         for name in dump.names() {
             let t = dump.tensor(&name)?;
-            if name != crate::capture::names::INPUT_IDS && t.dtype().is_float() {
-                truth.push((name, host(&t)?));
+            if t.dtype().is_float() {
+                let key = name
+                    .parse::<Key>()
+                    .map_err(|e| Error::tensor(&path, &name, e.to_string()))?;
+                truth.push((key, host(&t)?));
             }
         }
         // A golden file that lacks a state is no evidence for it: every one must be there.
@@ -84,13 +88,13 @@ pub(super) fn check(device: &Device, golden: &Path, list: &mut Checklist) -> Res
 }
 
 /// The hidden states a run of `model` captures that `truth` does not hold.
-fn missing_states(model: &Model, truth: &[(String, Vec<f64>)]) -> Vec<String> {
-    use crate::capture::names;
-    let expected = std::iter::once(names::EMBED.to_string())
-        .chain((0..model.config.num_hidden_layers).map(names::layer))
-        .chain([names::FINAL_NORM.to_string(), names::LOGITS.to_string()]);
+fn missing_states(model: &Model, truth: &[(Key, Vec<f64>)]) -> Vec<String> {
+    let expected = std::iter::once(Key::Embed)
+        .chain((0..model.config.num_hidden_layers).map(Key::Layer))
+        .chain([Key::FinalNorm, Key::Logits]);
     expected
-        .filter(|n| !truth.iter().any(|(t, _)| t == n))
+        .filter(|k| !truth.iter().any(|(t, _)| t == k))
+        .map(String::from)
         .collect()
 }
 
@@ -101,7 +105,7 @@ fn run(
     dtype: DType,
     device: &Device,
     backend: &str,
-    truth: &[(String, Vec<f64>)],
+    truth: &[(Key, Vec<f64>)],
 ) -> Result<(f64, String)> {
     let b = backend_by_name(backend, device)?;
     let opts = RunOptions {
@@ -114,14 +118,14 @@ fn run(
     };
     let caps = model.run(ids, &opts, &Progress::hidden())?;
     let (mut worst, mut which) = (0.0f64, String::new());
-    for (name, want) in truth {
+    for &(key, ref want) in truth {
         let got = caps
-            .get(name)
-            .ok_or_else(|| Error::Internal(format!("the run captured no `{name}`")))?;
+            .get(key)
+            .ok_or_else(|| Error::Internal(format!("the run captured no `{key}`")))?;
         let e = rel_l2(&host(got)?, want);
         if e.is_nan() || e > worst {
             worst = e;
-            which = name.clone();
+            which = key.to_string();
             if e.is_nan() {
                 break;
             }

@@ -32,7 +32,8 @@ use half::{bf16, f16};
 use crate::backends::{BackendKind, backend_by_name};
 use crate::error::{Error, Result};
 use crate::live::{self, LiveRun, Mode};
-use crate::report::emit::{EnvList, FailOn, Format, ReportOptions, emit};
+use crate::render::Format;
+use crate::report::emit::{EnvList, FailOn, ReportOptions, emit};
 use crate::session::{Session, SessionSpec};
 
 /// What to check, and where.

@@ -13,6 +13,7 @@ const LAYERS: &[&[&str]] = &[
         "error",
         "escape",
         "json_doc",
+        "render",
         "limits",
         "sysinfo",
         "input",

@@ -202,8 +202,9 @@ fn ops_adds_linear_attention_internals_only() {
         if plain.contains(name) {
             continue;
         }
-        let (i, _) = hsdiff::capture::names::parse_op(name)
-            .unwrap_or_else(|| panic!("unexpected tensor `{name}` in --ops dump"));
+        let Some(hsdiff::capture::Key::Op(i, _)) = hsdiff::capture::Key::of(name) else {
+            panic!("unexpected tensor `{name}` in --ops dump");
+        };
         assert!(LINEAR_LAYERS.contains(&i), "`{name}`: not a linear layer");
     }
 }

@@ -24,24 +24,24 @@ use hsdiff::backends::{
     backend_by_name,
 };
 use hsdiff::capture::dump::Dump;
-use hsdiff::capture::names;
+use hsdiff::capture::{Key, Op};
 use hsdiff::compare::Kind;
 use hsdiff::config::LayerType;
 use hsdiff::error::{Error, Result};
 use hsdiff::fingerprint::Fingerprint;
 use hsdiff::job::Instead;
 use hsdiff::live::{self, LiveRun, Mode};
-use hsdiff::metrics::Location;
 use hsdiff::metrics::logits::LogitStats;
+use hsdiff::metrics::{DiffStats, Location};
 use hsdiff::model::Model;
-use hsdiff::report::emit::{EnvList, FailOn, Format, ReportOptions, emit};
-use hsdiff::report::json::Json;
+use hsdiff::render::{Format, Json, Render};
+use hsdiff::report::emit::{EnvList, FailOn, ReportOptions, emit};
 use hsdiff::report::markdown::Markdown;
 use hsdiff::report::plot::{Plot, PlotFormat, check_path, write_plot};
 use hsdiff::report::table::TerminalTable;
 use hsdiff::report::{
-    Inputs, Render, Report, RouterRow, RoutingFlip, SCHEMA, Side, TensorRow, ThresholdInfo,
-    TokenIds,
+    Inputs, Judgement, Lead, Report, RouterRow, RoutingFlip, SCHEMA, Side, Summary, TensorRow,
+    ThresholdInfo, TokenIds,
 };
 use hsdiff::session::Session;
 use hsdiff::verdict::{K_DRIFT, K_MISMATCH, Thresholds, Verdict};
@@ -143,8 +143,8 @@ fn linear_layer(model: &Model, k: usize) -> usize {
 fn flagged(r: &Report) -> Vec<String> {
     r.tensors
         .iter()
-        .filter(|t| t.verdict != Verdict::Ok)
-        .map(|t| format!("{} ({})", t.name, t.verdict.as_str()))
+        .filter(|t| t.judgement.verdict != Verdict::Ok)
+        .map(|t| format!("{} ({})", t.name, t.judgement.verdict.as_str()))
         .collect()
 }
 
@@ -160,7 +160,7 @@ fn report_args(out: &Path, fail_on: FailOn) -> ReportOptions {
 }
 
 /// A text renderer's output as a string.
-fn text(renderer: &dyn Render, r: &Report) -> String {
+fn text(renderer: &dyn Render<Report>, r: &Report) -> String {
     String::from_utf8(renderer.render(r).expect("renders")).expect("UTF-8")
 }
 
@@ -286,10 +286,10 @@ fn fused_vs_reference_bf16_is_ok_on_the_builtin_model() {
         flagged(&r)
     );
     assert_eq!(r.first_divergent, None);
-    assert!(r.summary.starts_with("benign"), "{}", r.summary);
+    assert_eq!(r.summary.lead, Some(Lead::Benign), "{}", r.summary);
     // The floor is measured for every tensor, and it is not zero past the embedding.
-    assert!(r.tensors.iter().all(|t| t.floor.is_some()));
-    assert!(row(&r, "layers.0").floor.is_some_and(|f| f > 0.0));
+    assert!(r.tensors.iter().all(|t| t.judgement.floor.is_some()));
+    assert!(row(&r, "layers.0").judgement.floor.is_some_and(|f| f > 0.0));
     let logits = r.logits.as_ref().expect("logit stats");
     assert_eq!(logits.tokens, s.ids.len());
     assert_state_rows(&s, &r);
@@ -322,10 +322,13 @@ fn assert_state_rows(s: &Session, r: &Report) {
             LayerType::LinearAttention
         );
         assert!(
-            t.floor.is_some_and(|f| f > 0.0) && t.a_vs_truth.is_some(),
+            t.judgement.floor.is_some_and(|f| f > 0.0) && t.judgement.a_vs_truth.is_some(),
             "{t:?}"
         );
-        assert!(t.per_token_rel.is_empty(), "a state has no token axis");
+        assert!(
+            t.stats.per_token_rel.is_empty(),
+            "a state has no token axis"
+        );
     }
 }
 
@@ -367,18 +370,35 @@ fn injected_noise_is_a_mismatch_at_its_layer_in_propagate_mode() {
         r.first_divergent.as_deref(),
         Some(format!("layers.{k}").as_str())
     );
-    assert!(r.summary.starts_with("mismatch"), "{}", r.summary);
-    assert!(r.summary.contains(&format!("layers.{k}")), "{}", r.summary);
+    assert_eq!(
+        r.summary.lead,
+        Some(Lead::Flagged(Verdict::Mismatch)),
+        "{}",
+        r.summary
+    );
+    assert!(
+        r.summary.to_string().contains(&format!("layers.{k}")),
+        "{}",
+        r.summary
+    );
     for t in r.tensors.iter().filter(|t| t.layer.is_some_and(|l| l < k)) {
-        assert_eq!(t.verdict, Verdict::Ok, "{} before the fault", t.name);
+        assert_eq!(
+            t.judgement.verdict,
+            Verdict::Ok,
+            "{} before the fault",
+            t.name
+        );
     }
     let hit = row(&r, &format!("layers.{k}"));
     assert!(
-        hit.ratio_to_floor.is_some_and(|x| x > K_MISMATCH),
+        hit.judgement.ratio_to_floor.is_some_and(|x| x > K_MISMATCH),
         "{hit:?}"
     );
     // "Who is right": A is the one far from the truth.
-    let (a, b) = (hit.a_vs_truth.unwrap_or(0.0), hit.b_vs_truth.unwrap_or(1.0));
+    let (a, b) = (
+        hit.judgement.a_vs_truth.unwrap_or(0.0),
+        hit.judgement.b_vs_truth.unwrap_or(1.0),
+    );
     assert!(a > 100.0 * b, "A vs truth {a:.2e}, B vs truth {b:.2e}");
 
     // Exit codes through the library's `emit`.
@@ -413,6 +433,7 @@ fn a_wrong_final_state_is_flagged_in_its_state_row_only() {
     assert_eq!(r.first_divergent.as_deref(), Some(name.as_str()));
     assert!(
         row(&r, &name)
+            .judgement
             .ratio_to_floor
             .is_some_and(|x| x > K_MISMATCH)
     );
@@ -438,7 +459,7 @@ fn isolate_mode_flags_only_the_faulty_layer() {
     );
     // The layers after it were fed A's (faulty) stream on both sides: no inherited error.
     let after = row(&r, &format!("layers.{}", k + 1));
-    assert!(after.rel_l2 < 1e-5, "{after:?}");
+    assert!(after.stats.rel_l2 < 1e-5, "{after:?}");
     save_plot(&r, "injected_isolate.png");
 }
 
@@ -449,14 +470,18 @@ fn with_op_rows_the_first_divergent_is_the_gated_norm_of_the_faulty_layer() {
     let inject = Injector::new(TARGET_CALL, NOISE);
     let r = live_report(&s, &inject, &Reference, false, true);
     assert!(r.tensors.iter().any(|t| t.kind == Kind::Op));
-    let first = names::op(k, names::ops::GATED_NORM_OUT);
+    let first = Key::Op(k, Op::GatedNormOut).to_string();
     assert_eq!(r.first_divergent.as_deref(), Some(first.as_str()));
     // Everything computed before it in that layer agrees.
     for op in ["beta", "g", "conv_out", "q", "k", "v", "core_out"] {
         let t = row(&r, &format!("layers.{k}.{op}"));
-        assert_eq!(t.verdict, Verdict::Ok, "{}", t.name);
+        assert_eq!(t.judgement.verdict, Verdict::Ok, "{}", t.name);
     }
-    assert!(r.summary.contains("gated norm"), "{}", r.summary);
+    assert!(
+        r.summary.to_string().contains("gated norm"),
+        "{}",
+        r.summary
+    );
     save_plot(&r, "injected_ops.png");
 }
 
@@ -482,12 +507,17 @@ fn a_nan_is_a_mismatch_at_its_layer_with_counts() {
         Some(format!("layers.{k}").as_str())
     );
     let hit = row(&r, &format!("layers.{k}"));
-    assert_eq!(hit.verdict, Verdict::Mismatch);
-    assert!(hit.nan_a > 0, "{hit:?}");
-    assert_eq!(hit.nan_b, 0);
-    assert!(r.summary.contains("NaN"), "{}", r.summary);
+    assert_eq!(hit.judgement.verdict, Verdict::Mismatch);
+    assert!(hit.stats.nan_a > 0, "{hit:?}");
+    assert_eq!(hit.stats.nan_b, 0);
+    assert!(r.summary.to_string().contains("NaN"), "{}", r.summary);
     for t in r.tensors.iter().filter(|t| t.layer.is_some_and(|l| l < k)) {
-        assert_eq!(t.verdict, Verdict::Ok, "{} before the fault", t.name);
+        assert_eq!(
+            t.judgement.verdict,
+            Verdict::Ok,
+            "{} before the fault",
+            t.name
+        );
     }
     // Every renderer copes with the non-finite values.
     let json: serde_json::Value = serde_json::from_str(&text(&Json, &r)).expect("valid JSON");
@@ -525,7 +555,7 @@ fn plot_writes_svg_and_png_and_refuses_bad_paths() {
     let mut long = r.clone();
     long.inputs.tokens = 20_000;
     for t in &mut long.tensors {
-        t.per_token_rel = (0..20_000).map(|i| 1e-3 * (1.0 + (i % 7) as f64)).collect();
+        t.stats.per_token_rel = (0..20_000).map(|i| 1e-3 * (1.0 + (i % 7) as f64)).collect();
     }
     let long_svg = text(&Plot(PlotFormat::Svg), &long);
     assert!(long_svg.len() < 3_000_000, "{} bytes", long_svg.len());
@@ -544,7 +574,7 @@ fn plot_writes_svg_and_png_and_refuses_bad_paths() {
         dir.path().join("missing/dir/r.svg"),
     ] {
         match write_plot(&r, &bad) {
-            Err(e @ Error::File { .. }) => {
+            Err(e @ Error::Output(_)) => {
                 let msg = e.to_string();
                 assert!(!msg.contains('\n'), "one line: {msg}");
                 assert!(msg.contains(&*bad.to_string_lossy()), "{msg}");
@@ -603,41 +633,49 @@ fn synthetic_row(
         name: name.into(),
         kind,
         layer,
-        mean_abs: rel_l2 * 0.8,
-        max_abs: rel_l2 * 9.0,
-        max_abs_at: Location {
-            token: 2,
-            channel: 17,
+        stats: DiffStats {
+            elements: 4 * 32,
+            mean_abs: rel_l2 * 0.8,
+            max_abs: rel_l2 * 9.0,
+            max_abs_at: Location {
+                token: 2,
+                channel: 17,
+            },
+            rel_l2,
+            cosine: 1.0 - rel_l2 * rel_l2 / 2.0,
+            cosine_min: 1.0 - 2.0 * rel_l2 * rel_l2,
+            cosine_min_token: 2,
+            nan_a,
+            inf_a: 0,
+            nan_b: 0,
+            inf_b: 0,
+            non_finite_disagree: nan_a,
+            non_finite_disagree_at: (nan_a > 0).then_some(Location {
+                token: 1,
+                channel: 5,
+            }),
+            non_finite_both: 0,
+            non_finite_both_at: None,
+            per_token_rel,
+            norm_b: 1.0,
+            token_sq_diff: Vec::new(),
+            token_sq_b: Vec::new(),
         },
-        rel_l2,
-        cosine: 1.0 - rel_l2 * rel_l2 / 2.0,
-        cosine_min: 1.0 - 2.0 * rel_l2 * rel_l2,
-        cosine_min_token: 2,
-        floor,
-        ratio_to_floor: floor.filter(|f| *f > 0.0).map(|f| rel_l2 / f),
-        floor_a: floor,
-        floor_b: floor,
-        set_aside_tokens: Vec::new(),
-        rel_l2_judged: None,
-        floor_judged: None,
-        depth: layer.map_or(3, |l| l + 1),
-        band: None,
-        expected_floor: None,
-        a_vs_truth: floor.map(|f| f * 1.1 + rel_l2 / 2.0),
-        b_vs_truth: floor,
-        nan_a,
-        inf_a: 0,
-        nan_b: 0,
-        inf_b: 0,
-        non_finite_disagree: nan_a,
-        non_finite_disagree_at: (nan_a > 0).then_some(Location {
-            token: 1,
-            channel: 5,
-        }),
-        non_finite_both: 0,
-        non_finite_both_at: None,
-        verdict,
-        per_token_rel,
+        judgement: Judgement {
+            floor,
+            ratio_to_floor: floor.filter(|f| *f > 0.0).map(|f| rel_l2 / f),
+            floor_a: floor,
+            floor_b: floor,
+            set_aside_tokens: Vec::new(),
+            rel_l2_judged: None,
+            floor_judged: None,
+            depth: layer.map_or(3, |l| l + 1),
+            band: None,
+            expected_floor: None,
+            a_vs_truth: floor.map(|f| f * 1.1 + rel_l2 / 2.0),
+            b_vs_truth: floor,
+            verdict,
+        },
     }
 }
 
@@ -719,7 +757,12 @@ fn synthetic_report() -> Report {
     Report {
         schema: SCHEMA.into(),
         verdict: Verdict::Mismatch,
-        summary: "mismatch: fused and reference part at layers.2.gated_norm_out (in the gated norm of layer 2), rel L2 9.00e-2 = 9× the bf16 floor".into(),
+        summary: Summary {
+            lead: Some(Lead::Flagged(Verdict::Mismatch)),
+            clauses: vec![
+                "fused and reference part at layers.2.gated_norm_out (in the gated norm of layer 2), rel L2 9.00e-2 = 9× the bf16 floor".into(),
+            ],
+        },
         mode: "propagate".into(),
         a: synthetic_side("fused", "fused/cpu"),
         b: synthetic_side("reference", "reference/cpu-candle"),

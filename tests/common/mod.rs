@@ -11,8 +11,8 @@ use std::process::{Command, Output};
 
 use candle_core::{DType, Device, Tensor};
 use hsdiff::backends::LinearAttentionBackend;
-use hsdiff::capture::Captures;
 use hsdiff::capture::dump::Dump;
+use hsdiff::capture::{Captures, Key};
 use hsdiff::model::{Model, RunOptions};
 use hsdiff::progress::Progress;
 use safetensors::SafeTensors;
@@ -177,6 +177,11 @@ pub fn raw_bits(t: &Tensor) -> Vec<u8> {
             .flat_map(|x| x.to_le_bytes())
             .collect(),
     }
+}
+
+/// The key a golden file's tensor name stands for (every name there is one).
+pub fn key(name: &str) -> Key {
+    name.parse().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// One forward pass on the CPU.

@@ -59,7 +59,7 @@ fn the_f64_run_equals_transformers_strict_f64_run_of_the_dequantised_weights() {
         let mut worst = (0.0f64, "");
         for &name in &names {
             let got = caps
-                .get(name)
+                .get(key(name))
                 .unwrap_or_else(|| panic!("{backend}: no {name}"));
             let rel = rel_l2(got, truth.get(name));
             if rel.is_nan() || rel > worst.0 {

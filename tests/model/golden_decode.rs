@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Tensor};
 use common::*;
 use hsdiff::backends::{LinearAttentionBackend, available_backends, backend_by_name};
 use hsdiff::capture::dump::Dump;
-use hsdiff::capture::{Captures, names};
+use hsdiff::capture::{Captures, Key};
 use hsdiff::metrics::diff_stats;
 use hsdiff::model::{DecodePlan, Model, RunOptions};
 use hsdiff::progress::Progress;
@@ -42,7 +42,7 @@ fn plan_of(golden: &State) -> DecodePlan {
     let meta = dump.fingerprint.expect("hsdiff metadata").extra;
     let from = meta["decode_from"].as_u64().expect("decode_from") as usize;
     let steps = golden
-        .get(names::DECODE_LOGITS)
+        .get(&Key::DecodeLogits.to_string())
         .dim(1)
         .expect("decode.logits [1, K, V]");
     assert_eq!(meta["decode_steps"].as_u64(), Some(steps as u64));
@@ -105,7 +105,7 @@ fn f64_decode_of_every_backend_matches_transformers_strict_f64_decode() {
             let mut checked = 0;
             for name in golden.float_names() {
                 let got = caps
-                    .get(name)
+                    .get(key(name))
                     .unwrap_or_else(|| panic!("{}: decode captured no `{name}`", b.name()));
                 assert_eq!(got.dtype(), DType::F64, "{name}");
                 let err = rel_l2(got, golden.get(name));
@@ -172,25 +172,23 @@ fn f32_and_bf16_decode_lie_within_the_rounding_floor() {
             );
             let mut caps = Captures::new(theirs.ids.clone());
             for (name, t) in &theirs.tensors {
-                caps.push(name.clone(), t.clone());
+                caps.insert(key(name), t.clone());
             }
             sides.push((format!("transformers-{mode}"), caps));
             for (side, caps) in &sides {
-                for (decoded, prefill) in
-                    std::iter::once((names::DECODE_LOGITS.to_string(), names::LOGITS.to_string()))
-                        .chain(
-                            (0..model.config.num_hidden_layers)
-                                .map(|i| (names::decode_layer(i), names::layer(i))),
-                        )
-                {
+                for (decoded, prefill) in std::iter::once((Key::DecodeLogits, Key::Logits)).chain(
+                    (0..model.config.num_hidden_layers)
+                        .map(|i| (Key::DecodeLayer(i), Key::Layer(i))),
+                ) {
                     let got = caps
-                        .get(&decoded)
+                        .get(decoded)
                         .unwrap_or_else(|| panic!("{side}: no {decoded}"));
+                    let decoded = decoded.to_string();
                     let stats = diff_stats(&decoded, got, truth.get(&decoded)).expect("stats");
                     let floor = diff_stats(
-                        &prefill,
-                        &window(floor_run.get(&prefill).expect("floor"), plan),
-                        &window(truth_run.get(&prefill).expect("truth"), plan),
+                        &prefill.to_string(),
+                        &window(floor_run.get(prefill).expect("floor"), plan),
+                        &window(truth_run.get(prefill).expect("truth"), plan),
                     )
                     .expect("floor stats")
                     .rel_l2;
@@ -202,7 +200,7 @@ fn f32_and_bf16_decode_lie_within_the_rounding_floor() {
                         dtype,
                     };
                     let verdict = classify(judged, thresholds(dtype));
-                    if decoded == names::DECODE_LOGITS {
+                    if decoded == Key::DecodeLogits.to_string() {
                         eprintln!(
                             "{model_name:<20} {side:<18} {dtype:?} decode.logits vs truth {:.2e}, floor {floor:.2e}",
                             stats.rel_l2

@@ -14,6 +14,7 @@ use crate::common;
 use candle_core::{DType, Device};
 use common::*;
 use hsdiff::backends::{LinearAttentionBackend, available_backends, backend_by_name};
+use hsdiff::capture::{Key, RouterField};
 use hsdiff::input::{Tokenizer, builtin_prompt};
 
 /// Bound on ‖hsdiff − truth‖ / ‖truth‖ for every tensor of an f64 run.
@@ -89,10 +90,10 @@ fn f64_and_f32_runs_match_the_float64_truth() {
                     // The capture contract: exactly the golden file's hidden states (plus the
                     // router choices and hsdiff's own router margins, which transformers does
                     // not report), nothing missing, nothing extra.
-                    let mut cap_floats: Vec<&str> = caps
+                    let mut cap_floats: Vec<String> = caps
                         .iter()
-                        .filter(|(n, t)| t.dtype().is_float() && !is_router_margin(n))
-                        .map(|(n, _)| n)
+                        .filter(|(k, t)| t.dtype().is_float() && !is_router_margin(*k))
+                        .map(|(k, _)| k.to_string())
                         .collect();
                     cap_floats.sort();
                     let mut want = names.clone();
@@ -105,7 +106,7 @@ fn f64_and_f32_runs_match_the_float64_truth() {
                     let (mut max_rel, mut max_name, mut logits_rel) = (0.0f64, "", f64::NAN);
                     for &name in &names {
                         let want = truth.get(name);
-                        let Some(got) = caps.get(name) else {
+                        let Some(got) = caps.get(key(name)) else {
                             continue; // reported above
                         };
                         checked += 1;
@@ -201,10 +202,10 @@ fn moe_router_choices_match_at_f64() {
             for (bname, backend) in &backends {
                 let caps = run_model(&model, &truth.ids, DType::F64, backend.as_ref(), false);
                 let tag = format!("{model_name}/{prompt}/f64/{bname}");
-                let mut got_routers: Vec<&str> = caps
-                    .names()
-                    .into_iter()
-                    .filter(|n| n.starts_with("router.") && !is_router_margin(n))
+                let mut got_routers: Vec<String> = caps
+                    .keys()
+                    .filter(|k| matches!(k, Key::Router(..)) && !is_router_margin(*k))
+                    .map(String::from)
                     .collect();
                 got_routers.sort();
                 let mut want_routers = routers.clone();
@@ -215,7 +216,9 @@ fn moe_router_choices_match_at_f64() {
                     ));
                 }
                 for &name in &routers {
-                    let Some(got) = caps.get(name) else { continue };
+                    let Some(got) = caps.get(key(name)) else {
+                        continue;
+                    };
                     checked += 1;
                     let want = truth.get(name);
                     if got.dims() != want.dims() {
@@ -286,7 +289,7 @@ fn bf16_is_as_close_to_the_truth_as_transformers_bf16() {
                 let tag = format!("{model_name}/{prompt}/bf16/{bname}");
                 let mut max_layer = 0.0f64;
                 for name in truth.float_names() {
-                    let Some(got) = caps.get(name) else {
+                    let Some(got) = caps.get(key(name)) else {
                         failures.push(format!("{tag}: no `{name}` captured"));
                         continue;
                     };
@@ -314,7 +317,7 @@ fn bf16_is_as_close_to_the_truth_as_transformers_bf16() {
                         max_layer = max_layer.max(err);
                     }
                 }
-                let Some(logits) = caps.get("logits") else {
+                let Some(logits) = caps.get(Key::Logits) else {
                     continue;
                 };
                 checked += 1;
@@ -422,7 +425,7 @@ fn capturing_ops_changes_no_result() {
                 for (name, t) in ops.iter() {
                     if plain.get(name).is_none() {
                         assert!(
-                            hsdiff::capture::names::parse_op(name).is_some(),
+                            matches!(name, Key::Op(..)),
                             "{tag}: unexpected capture `{name}`"
                         );
                         if t.dtype().is_float() {
@@ -437,6 +440,6 @@ fn capturing_ops_changes_no_result() {
 
 /// hsdiff's per-token router margins (`router.{i}.margin`): a diagnostic of its own, absent from
 /// transformers' outputs.
-fn is_router_margin(name: &str) -> bool {
-    name.starts_with("router.") && name.ends_with(".margin")
+fn is_router_margin(key: Key) -> bool {
+    matches!(key, Key::Router(_, RouterField::Margin))
 }

@@ -57,7 +57,7 @@ fn text_only_layout_gives_bit_identical_captures() {
         for ops in [false, true] {
             let a = run_model(&vl, &ids, dtype, backend.as_ref(), ops);
             let b = run_model(&text, &ids, dtype, backend.as_ref(), ops);
-            assert_eq!(a.names(), b.names(), "{dtype:?} ops={ops}: capture names");
+            assert!(a.keys().eq(b.keys()), "{dtype:?} ops={ops}: capture names");
             assert!(!a.is_empty());
             for (name, ta) in a.iter() {
                 let tb = b.get(name).unwrap();

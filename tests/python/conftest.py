@@ -158,7 +158,7 @@ def fizzbuzz_args() -> list[str]:
 def absent_dump(tmp_path_factory, fizzbuzz_args) -> Path:
     """The default capture where neither fla nor causal_conv1d is importable."""
     out = tmp_path_factory.mktemp("absent") / "absent.safetensors"
-    r = run_cli(fizzbuzz_args + ["--out", str(out)])
+    r = run_cli([*fizzbuzz_args, "--out", str(out)])
     assert r.returncode == 0, r.stderr
     return out
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import stat
 
-from conftest import (assert_bit_identical, hsdiff_binary, path_with, path_without_hsdiff, read_dump,
-                      run_cli)
+from conftest import assert_bit_identical, hsdiff_binary, path_with, path_without_hsdiff, read_dump, run_cli
 
 
 def test_ab_with_the_real_hsdiff_flags_the_standin(tmp_path, standin, fizzbuzz_args, absent_dump):
     prefix = tmp_path / "ab"
-    r = run_cli(fizzbuzz_args + ["--ab", "--out", str(prefix)], standin=standin,
+    r = run_cli([*fizzbuzz_args, "--ab", "--out", str(prefix)], standin=standin,
                 path=path_with(hsdiff_binary().parent))
     auto, torch_ = tmp_path / "ab.auto.safetensors", tmp_path / "ab.torch.safetensors"
     # The stand-in's 25 % is a divergence: compare says so with exit code 1.
@@ -31,7 +30,7 @@ def test_ab_passes_compare_exit_code_through(tmp_path, fizzbuzz_args):
     fake = bindir / "hsdiff"
     fake.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/args\nexit 2\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    r = run_cli(fizzbuzz_args + ["--ab", "auto,torch", "--out", str(tmp_path / "x.safetensors")],
+    r = run_cli([*fizzbuzz_args, "--ab", "auto,torch", "--out", str(tmp_path / "x.safetensors")],
                 path=path_with(bindir))
     assert r.returncode == 2, r.stderr
     assert (tmp_path / "args").read_text().split() == [
@@ -43,7 +42,7 @@ def test_ab_passes_compare_exit_code_through(tmp_path, fizzbuzz_args):
 
 
 def test_ab_without_hsdiff_on_path_writes_both_and_says_how_to_compare(tmp_path, fizzbuzz_args):
-    r = run_cli(fizzbuzz_args + ["--ab", "--out", str(tmp_path / "y")], path=path_without_hsdiff(tmp_path))
+    r = run_cli([*fizzbuzz_args, "--ab", "--out", str(tmp_path / "y")], path=path_without_hsdiff(tmp_path))
     assert r.returncode == 0, r.stderr
     assert "hsdiff is not on PATH; compare with: hsdiff compare" in r.stderr
     assert (tmp_path / "y.auto.safetensors").is_file() and (tmp_path / "y.torch.safetensors").is_file()

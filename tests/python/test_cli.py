@@ -32,7 +32,7 @@ def test_default_capture_is_the_golden_transformers_capture(absent_dump, golden_
 
 def test_wrapper_script_writes_the_same_dump(tmp_path, fizzbuzz_args, absent_dump):
     out = tmp_path / "script.safetensors"
-    r = run_cli(fizzbuzz_args + ["--out", str(out)], script=True)
+    r = run_cli([*fizzbuzz_args, "--out", str(out)], script=True)
     assert r.returncode == 0, r.stderr
     assert "capture_hf: wrote 12 tensors" in r.stderr
     assert_bit_identical(read_dump(out)[0], read_dump(absent_dump)[0])
@@ -41,9 +41,9 @@ def test_wrapper_script_writes_the_same_dump(tmp_path, fizzbuzz_args, absent_dum
 def test_forced_torch_is_bit_identical_to_an_environment_without_the_packages(
         tmp_path, standin, fizzbuzz_args, absent_dump):
     auto, forced = tmp_path / "auto.safetensors", tmp_path / "torch.safetensors"
-    r = run_cli(fizzbuzz_args + ["--out", str(auto)], standin=standin)
+    r = run_cli([*fizzbuzz_args, "--out", str(auto)], standin=standin)
     assert r.returncode == 0, r.stderr
-    r = run_cli(fizzbuzz_args + ["--linear-attention", "torch", "--out", str(forced)], standin=standin)
+    r = run_cli([*fizzbuzz_args, "--linear-attention", "torch", "--out", str(forced)], standin=standin)
     assert r.returncode == 0, r.stderr
     absent, _ = read_dump(absent_dump)
 
@@ -71,7 +71,7 @@ def test_forced_torch_is_bit_identical_to_an_environment_without_the_packages(
 
 def test_per_function_forcing(tmp_path, standin, fizzbuzz_args, absent_dump):
     out = tmp_path / "core.safetensors"
-    r = run_cli(fizzbuzz_args + ["--conv", "torch", "--core", "fla", "--norm", "fla", "--out", str(out)],
+    r = run_cli([*fizzbuzz_args, "--conv", "torch", "--core", "fla", "--norm", "fla", "--out", str(out)],
                 standin=standin)
     assert r.returncode == 0, r.stderr
     t, m = read_dump(out)
@@ -90,7 +90,8 @@ def test_per_function_forcing(tmp_path, standin, fizzbuzz_args, absent_dump):
 
 
 def test_a_package_that_does_not_import_is_an_error_not_a_fallback(tmp_path, fizzbuzz_args):
-    for flags, pkg in ((["--core", "fla"], "fla.ops.gated_delta_rule"), (["--linear-attention", "fla"], "causal_conv1d"),
+    for flags, pkg in ((["--core", "fla"], "fla.ops.gated_delta_rule"),
+                       (["--linear-attention", "fla"], "causal_conv1d"),
                        (["--norm", "fla"], "fla.modules")):
         out = tmp_path / "never.safetensors"
         r = run_cli(fizzbuzz_args + flags + ["--out", str(out)])

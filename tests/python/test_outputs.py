@@ -14,11 +14,10 @@ import threading
 import time
 from pathlib import Path
 
+import hsdiff_capture
 import pytest
 import torch
 import transformers
-
-import hsdiff_capture
 from conftest import GOLDEN_MODEL, cli_command, read_dump, run_cli
 from hsdiff_capture import CaptureError, engines, outputs
 
@@ -205,8 +204,8 @@ def test_sigterm_during_the_model_load_leaves_no_temp_file(tmp_path):
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.Popen(cli_command() + ["--model", str(GOLDEN_MODEL), "--tokens", "1,2,3", "--out",
-                                             str(out_dir / "run.safetensors")],
+    proc = subprocess.Popen([*cli_command(), "--model", str(GOLDEN_MODEL), "--tokens", "1,2,3", "--out",
+                             str(out_dir / "run.safetensors")],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not any(out_dir.iterdir()):  # the reservation: made before torch is imported

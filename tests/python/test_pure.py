@@ -6,11 +6,21 @@ from __future__ import annotations
 import inspect
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
-
 from conftest import REPO
-from hsdiff_capture import CaptureError, capture, cli, fingerprint, outputs, recorder, recording
+from hsdiff_capture import (
+    CaptureError,
+    capture,
+    cli,
+    engines,
+    fingerprint,
+    names,
+    outputs,
+    recording,
+    states,
+)
 
 TORCH_NAME = {"f64": "float64", "f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 
@@ -99,9 +109,39 @@ def test_names():
     assert [p.name for p in cli.ab_paths(REPO / "run", ["fla", "torch"])] == ["run.fla.safetensors",
                                                                             "run.torch.safetensors"]
     # Router tensors in layer order, numerically.
-    names = ["router.10.logits", "router.2.topk_ids", "router.2.logits", "router.1.topk_ids"]
-    assert sorted(names, key=recorder.router_key) == [
+    routers = ["router.10.logits", "router.2.topk_ids", "router.2.logits", "router.1.topk_ids"]
+    assert sorted(routers, key=names.router_key) == [
         "router.1.topk_ids", "router.2.logits", "router.2.topk_ids", "router.10.logits"]
+
+
+def golden_tensor_names() -> list[str]:
+    """tests/fixtures/tensor_names.txt: every kind of name hsdiff reads, for a 3-layer hybrid MoE
+    model (layers 0 and 1 linear attention), which src/capture/key.rs's tests parse."""
+    lines = (REPO / "tests/fixtures/tensor_names.txt").read_text().splitlines()
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def test_tensor_names_are_hsdiffs():
+    golden = golden_tensor_names()
+    layers, linear = range(3), [0, 1]
+    written = [names.INPUT_IDS, names.EMBED, names.FINAL_NORM, names.LOGITS]
+    written += [names.layer(i) for i in layers]
+    written += [f(i) for i in layers for f in (names.router_topk_ids, names.router_logits)]
+    written += [f(i) for i in linear for f in (names.state_conv, names.state_recurrent)]
+    # What the writers name, through the same functions: the final states from a cache ...
+    cache = SimpleNamespace(layers=[SimpleNamespace(conv_states={0: f"conv{i}"}, recurrent_states={0: f"rec{i}"})
+                                    for i in layers])
+    found = states.final_states(cache, linear)
+    assert list(found.values()) == ["conv0", "rec0", "conv1", "rec1"]
+    written += list(found)
+    # ... and an engine's spooled modules.
+    written += list(engines.tensor_modules(len(layers)))
+    missing = [n for n in written if n not in golden]
+    assert not missing, f"written by hsdiff-capture but not hsdiff's names: {missing}"
+    # The recorder's predicates pick out of the list exactly the states and routers it writes.
+    assert [n for n in golden if names.is_state(n)] == list(found)
+    routers = [f(i) for i in layers for f in (names.router_topk_ids, names.router_logits)]
+    assert [n for n in golden if names.is_router(n) and n in written] == routers
 
 
 def test_output_policy(tmp_path):

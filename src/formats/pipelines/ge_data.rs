@@ -4,7 +4,7 @@
 //! dump without `--enable-aux-hidden-states` has the same keys (`[1, T, H]`).
 
 use super::{Index, Part, Pipeline, Plan, ReadOptions, check_ids, check_width, seq_shape};
-use crate::capture::names;
+use crate::capture::Key;
 
 pub(super) fn detect(index: &Index) -> bool {
     index.has("input_ids")
@@ -27,7 +27,7 @@ pub(super) fn plan(index: &Index, opts: &ReadOptions) -> Result<Plan, String> {
             "eagle-ge-data: `hidden_state` {shape:?} read as final_norm (after the final norm)"
         ),
         parts: vec![Part {
-            name: names::FINAL_NORM.to_string(),
+            name: Key::FinalNorm.to_string(),
             stored: "hidden_state",
             ops: Vec::new(),
             label: "hidden_state".to_string(),
@@ -35,6 +35,6 @@ pub(super) fn plan(index: &Index, opts: &ReadOptions) -> Result<Plan, String> {
         batched,
         batch,
         positions: t,
-        last_state: Some(names::FINAL_NORM.to_string()),
+        last_state: Some(Key::FinalNorm.to_string()),
     })
 }

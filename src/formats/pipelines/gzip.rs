@@ -40,8 +40,7 @@ pub fn inflate(path: &Path, map: &[u8]) -> Result<Mmap> {
     if out.is_empty() {
         return Err(Error::file(path, "an empty gzip stream"));
     }
-    let mut anon = MmapMut::map_anon(out.len()).map_err(|e| Error::file(path, e.to_string()))?;
+    let mut anon = MmapMut::map_anon(out.len()).map_err(|e| Error::io(path, e))?;
     anon.copy_from_slice(&out);
-    anon.make_read_only()
-        .map_err(|e| Error::file(path, e.to_string()))
+    anon.make_read_only().map_err(|e| Error::io(path, e))
 }

@@ -5,7 +5,7 @@
 
 use super::Pipeline;
 use crate::alignment::{FAR_BETTER, SAMPLE_TOKENS};
-use crate::capture::names;
+use crate::capture::Key;
 use crate::compare::TensorSource;
 use crate::error::Result;
 use crate::formats::FileSource;
@@ -21,17 +21,17 @@ pub fn check_last_state(
     let Some(info) = &src.pipeline else {
         return Ok(None);
     };
-    let last_layer = names::layer(num_layers.saturating_sub(1));
+    let last_layer = Key::Layer(num_layers.saturating_sub(1)).to_string();
     let claimed = match (&info.last_state, info.pipeline) {
         (Some(n), _) => n.clone(),
         // vLLM's id L, named only once L is known.
         (None, Pipeline::Speculators) if src.has(&last_layer) => last_layer.clone(),
         (None, _) => return Ok(None),
     };
-    let other = if claimed == names::FINAL_NORM {
+    let other = if Key::of(&claimed) == Some(Key::FinalNorm) {
         last_layer
     } else {
-        names::FINAL_NORM.to_string()
+        Key::FinalNorm.to_string()
     };
     let raw = src.raw_name(&claimed).unwrap_or_default().to_string();
     let Some(t) = src.tensor_head(&claimed, SAMPLE_TOKENS)? else {
@@ -51,7 +51,7 @@ pub fn check_last_state(
         rel_l2_tensors_over_finite(&t, &as_other)?,
     );
     let side = |n: &str| {
-        if n == names::FINAL_NORM {
+        if Key::of(n) == Some(Key::FinalNorm) {
             "after the final norm (final_norm)".to_string()
         } else {
             format!("the last layer's output before the final norm ({n})")

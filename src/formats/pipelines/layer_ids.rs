@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::capture::names;
+use crate::capture::Key;
 use crate::error::{Error, Result};
 
 /// What a pipeline's layer id means.
@@ -27,9 +27,9 @@ impl Convention {
     /// The hsdiff name of id `id`.
     pub fn name(self, id: usize) -> String {
         match (self, id) {
-            (Convention::OutputOf, n) => names::layer(n),
-            (Convention::HiddenStatesIndex, 0) => names::EMBED.to_string(),
-            (Convention::HiddenStatesIndex, n) => names::layer(n - 1),
+            (Convention::OutputOf, n) => Key::Layer(n).to_string(),
+            (Convention::HiddenStatesIndex, 0) => Key::Embed.to_string(),
+            (Convention::HiddenStatesIndex, n) => Key::Layer(n - 1).to_string(),
         }
     }
 

@@ -32,7 +32,7 @@ use std::path::Path;
 use candle_core::{DType, Tensor};
 
 use super::{Entry, FileSource};
-use crate::capture::names;
+use crate::capture::Key;
 use crate::error::{Error, Result};
 use layer_ids::Convention;
 use view::{Op, View};
@@ -295,7 +295,7 @@ impl FileSource {
         };
         // Token ids and the loss mask: [T] or [B, T].
         for (raw, name) in [
-            (plan.ids, Some(names::INPUT_IDS.to_string())),
+            (plan.ids, Some(Key::InputIds.to_string())),
             (plan.loss_mask, None),
         ] {
             let Some(e) = raw.and_then(find) else {
@@ -341,7 +341,7 @@ impl FileSource {
         self.index_keyed = plan
             .parts
             .iter()
-            .any(|p| names::parse_layer(&p.name).is_some());
+            .any(|p| matches!(Key::of(&p.name), Some(Key::Layer(_))));
         self.pipeline = Some(PipelineInfo {
             pipeline: plan.pipeline,
             description,

@@ -10,7 +10,7 @@ use super::{
     Index, Part, Pipeline, Plan, ReadOptions, check_ids, check_width, concatenated, list,
     resolve_ids, seq_shape,
 };
-use crate::capture::names;
+use crate::capture::Key;
 
 fn last_key(index: &Index) -> Option<&'static str> {
     ["hidden_states", "hidden_state"]
@@ -50,7 +50,7 @@ pub(super) fn plan(index: &Index, opts: &ReadOptions) -> Result<Plan, String> {
     let axis = if batched { 2 } else { 1 };
     let mut parts = concatenated("aux_hidden_states", axis, h, &ids, Convention::OutputOf);
     parts.push(Part {
-        name: names::FINAL_NORM.to_string(),
+        name: Key::FinalNorm.to_string(),
         stored: if key == "hidden_state" {
             "hidden_state"
         } else {
@@ -72,6 +72,6 @@ pub(super) fn plan(index: &Index, opts: &ReadOptions) -> Result<Plan, String> {
         batched,
         batch,
         positions: t,
-        last_state: Some(names::FINAL_NORM.to_string()),
+        last_state: Some(Key::FinalNorm.to_string()),
     })
 }

@@ -10,7 +10,7 @@ use super::{
     Index, Part, Pipeline, Plan, ReadOptions, check_ids, check_width, concatenated, list,
     resolve_ids, seq_shape,
 };
-use crate::capture::names;
+use crate::capture::Key;
 
 pub(super) fn detect_dflash(index: &Index) -> bool {
     index.has("input_ids")
@@ -95,7 +95,7 @@ pub(super) fn plan_eagle3(index: &Index, opts: &ReadOptions) -> Result<Plan, Str
     let (ids, from) = resolve_ids(&what, k, opts, default, Convention::OutputOf)?;
     let mut parts = concatenated("aux_hidden_state", 2, h, &ids, Convention::OutputOf);
     parts.push(Part {
-        name: names::FINAL_NORM.to_string(),
+        name: Key::FinalNorm.to_string(),
         stored: "hidden_state",
         ops: Vec::new(),
         label: "hidden_state".to_string(),
@@ -113,7 +113,7 @@ pub(super) fn plan_eagle3(index: &Index, opts: &ReadOptions) -> Result<Plan, Str
         batched: true,
         batch,
         positions: t,
-        last_state: Some(names::FINAL_NORM.to_string()),
+        last_state: Some(Key::FinalNorm.to_string()),
     })
 }
 

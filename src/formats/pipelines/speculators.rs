@@ -8,7 +8,7 @@
 use super::layer_ids::Convention;
 use super::view::Op;
 use super::{Index, Part, Pipeline, Plan, ReadOptions, check_ids, check_width, list, resolve_ids};
-use crate::capture::names;
+use crate::capture::Key;
 
 pub(super) fn detect(index: &Index) -> bool {
     match (index.shape("token_ids"), index.shape("hidden_states")) {
@@ -53,7 +53,7 @@ pub(super) fn plan(index: &Index, opts: &ReadOptions) -> Result<Plan, String> {
     let last_state = opts
         .num_layers
         .filter(|l| ids.contains(l))
-        .map(|l| names::layer(l - 1));
+        .map(|l| Key::Layer(l - 1).to_string());
     Ok(Plan {
         pipeline: Pipeline::Speculators,
         ids: Some("token_ids"),

@@ -8,15 +8,16 @@
 use candle_core::DType;
 
 use super::view::{Op, View};
-use crate::capture::names;
+use crate::capture::Key;
 use crate::error::Result;
 use crate::formats::FileSource;
 
 /// The hidden states a padding decision reads: the embedding, layers and final norm.
 fn is_hidden(name: &str) -> bool {
-    name == names::EMBED
-        || name == names::FINAL_NORM
-        || names::parse_layer(name).is_some_and(|n| names::layer(n) == name)
+    matches!(
+        Key::of(name),
+        Some(Key::Embed | Key::FinalNorm | Key::Layer(_))
+    )
 }
 
 /// Per position (of T), whether it is all-zero in every hidden state of `src`. None when the
@@ -102,7 +103,7 @@ impl FileSource {
         let named = self
             .names
             .iter()
-            .map(|(n, &i)| (n.as_str() == names::INPUT_IDS, i));
+            .map(|(n, &i)| (Key::of(n) == Some(Key::InputIds), i));
         for (ids_like, idx) in named.chain(loss.map(|i| (true, i))) {
             let (ops, shape) = match self.views.get(&idx) {
                 Some(v) => (v.ops.clone(), v.shape.clone()),

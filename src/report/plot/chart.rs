@@ -83,12 +83,23 @@ pub(super) fn draw<DB: DrawingBackend>(
     let mismatch_line: Vec<Option<f64>> = r
         .tensors
         .iter()
-        .map(|t| t.floor.map(|f| (th.k_mismatch * f).max(th.bands.ok)))
+        .map(|t| {
+            t.judgement
+                .floor
+                .map(|f| (th.k_mismatch * f).max(th.bands.ok))
+        })
         .collect();
     let all = positives(
         r.tensors
             .iter()
-            .flat_map(|t| [Some(t.rel_l2), t.floor, t.a_vs_truth, t.b_vs_truth])
+            .flat_map(|t| {
+                [
+                    Some(t.stats.rel_l2),
+                    t.judgement.floor,
+                    t.judgement.a_vs_truth,
+                    t.judgement.b_vs_truth,
+                ]
+            })
             .flatten()
             .chain([th.bands.ok, th.bands.fail])
             .chain(mismatch_line.iter().flatten().copied()),
@@ -180,7 +191,7 @@ pub(super) fn draw<DB: DrawingBackend>(
             "fail band ({}): rel L2 > {:.0e}{}",
             th.dtype,
             th.bands.fail,
-            if r.tensors.iter().any(|t| t.floor.is_some()) {
+            if r.tensors.iter().any(|t| t.judgement.floor.is_some()) {
                 " (decides only without a floor)"
             } else {
                 ""
@@ -189,7 +200,7 @@ pub(super) fn draw<DB: DrawingBackend>(
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], FAIL_RED.stroke_width(2)));
 
     // The floor and the mismatch line it implies.
-    let floors: Vec<Option<f64>> = r.tensors.iter().map(|t| t.floor).collect();
+    let floors: Vec<Option<f64>> = r.tensors.iter().map(|t| t.judgement.floor).collect();
     for (j, seg) in segments(&floors, &new_line, lo).into_iter().enumerate() {
         let s = chart.draw_series(DashedLineSeries::new(seg, 8, 5, FLOOR_GREY.stroke_width(2)))?;
         if j == 0 {
@@ -224,12 +235,18 @@ pub(super) fn draw<DB: DrawingBackend>(
     // Each side against the truth.
     for (values, color, label) in [
         (
-            r.tensors.iter().map(|t| t.a_vs_truth).collect::<Vec<_>>(),
+            r.tensors
+                .iter()
+                .map(|t| t.judgement.a_vs_truth)
+                .collect::<Vec<_>>(),
             A_TRUTH,
             format!("A ({}) vs f64 truth", r.a.label),
         ),
         (
-            r.tensors.iter().map(|t| t.b_vs_truth).collect::<Vec<_>>(),
+            r.tensors
+                .iter()
+                .map(|t| t.judgement.b_vs_truth)
+                .collect::<Vec<_>>(),
             B_TRUTH,
             format!("B ({}) vs f64 truth", r.b.label),
         ),
@@ -245,7 +262,7 @@ pub(super) fn draw<DB: DrawingBackend>(
     }
 
     // A vs B, the primary line, with points coloured by verdict.
-    let rel: Vec<Option<f64>> = r.tensors.iter().map(|t| Some(t.rel_l2)).collect();
+    let rel: Vec<Option<f64>> = r.tensors.iter().map(|t| Some(t.stats.rel_l2)).collect();
     for (j, seg) in segments(&rel, &new_line, lo).into_iter().enumerate() {
         let s = chart.draw_series(LineSeries::new(seg, BLUE_A_VS_B.stroke_width(3)))?;
         if j == 0 {
@@ -259,13 +276,13 @@ pub(super) fn draw<DB: DrawingBackend>(
     }
     chart.draw_series(r.tensors.iter().enumerate().map(|(i, t)| {
         let radius = if t.kind == Kind::Op { 3 } else { 5 };
-        let y = if t.rel_l2.is_finite() {
-            t.rel_l2.max(lo)
+        let y = if t.stats.rel_l2.is_finite() {
+            t.stats.rel_l2.max(lo)
         } else {
             hi
         };
-        let color = verdict_color(t.verdict);
-        if t.rel_l2 > 0.0 {
+        let color = verdict_color(t.judgement.verdict);
+        if t.stats.rel_l2 > 0.0 {
             Circle::new((i as i32, y), radius, color.filled())
         } else {
             // Exactly equal: drawn hollow at the bottom of the axis.
@@ -278,7 +295,7 @@ pub(super) fn draw<DB: DrawingBackend>(
     let non_finite: Vec<usize> = (0..n)
         .filter(|&i| {
             let t = &r.tensors[i];
-            t.nan_a + t.inf_a + t.nan_b + t.inf_b > 0
+            t.non_finite() != (0, 0)
         })
         .collect();
     if let Some(&first) = non_finite.first() {
@@ -302,8 +319,8 @@ pub(super) fn draw<DB: DrawingBackend>(
                     format!(
                         "{}: NaN/Inf A {}, B {}",
                         t.name,
-                        t.nan_a + t.inf_a,
-                        t.nan_b + t.inf_b
+                        t.stats.nan_a + t.stats.inf_a,
+                        t.stats.nan_b + t.stats.inf_b
                     ),
                     (dx, 10),
                     ("sans-serif", 13)

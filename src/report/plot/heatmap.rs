@@ -15,13 +15,13 @@ pub(super) fn rows(report: &Report) -> Vec<&TensorRow> {
     let rows: Vec<&TensorRow> = report
         .tensors
         .iter()
-        .filter(|t| t.kind != Kind::Op && !t.per_token_rel.is_empty())
+        .filter(|t| t.kind != Kind::Op && !t.stats.per_token_rel.is_empty())
         .collect();
     if rows.is_empty() {
         report
             .tensors
             .iter()
-            .filter(|t| !t.per_token_rel.is_empty())
+            .filter(|t| !t.stats.per_token_rel.is_empty())
             .collect()
     } else {
         rows
@@ -61,11 +61,14 @@ pub(super) fn draw<DB: DrawingBackend>(
     }
     let tokens = rows
         .iter()
-        .map(|t| t.per_token_rel.len())
+        .map(|t| t.stats.per_token_rel.len())
         .max()
         .unwrap_or(0);
     let m = rows.len();
-    let pos = positives(rows.iter().flat_map(|t| t.per_token_rel.iter().copied()));
+    let pos = positives(
+        rows.iter()
+            .flat_map(|t| t.stats.per_token_rel.iter().copied()),
+    );
     let mut sorted = pos.clone();
     sorted.sort_by(f64::total_cmp);
     // Colour scale from the 1st percentile (one tiny value should not wash out the rest) to the
@@ -128,7 +131,8 @@ pub(super) fn draw<DB: DrawingBackend>(
         .draw()?;
     chart.draw_series(rows.iter().enumerate().flat_map(|(i, t)| {
         let y0 = row_y(i);
-        t.per_token_rel
+        t.stats
+            .per_token_rel
             .chunks(bin)
             .enumerate()
             .map(move |(j, values)| {
@@ -142,7 +146,7 @@ pub(super) fn draw<DB: DrawingBackend>(
     // Tensors with NaN/Inf: their per-token errors cover the finite elements only, so outline
     // them in magenta.
     for (i, t) in rows.iter().enumerate() {
-        if t.nan_a + t.inf_a + t.nan_b + t.inf_b > 0 {
+        if t.non_finite() != (0, 0) {
             let y0 = row_y(i);
             chart.draw_series(std::iter::once(Rectangle::new(
                 [(0, y0), (tokens as i32, y0 + 2)],

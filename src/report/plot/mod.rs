@@ -19,8 +19,9 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::{FontStyle, RGBColor, register_font};
 
-use super::{Render, Report};
+use super::Report;
 use crate::error::{Error, Result};
+use crate::render::Render;
 use crate::verdict::Verdict;
 
 mod chart;
@@ -58,13 +59,13 @@ pub fn check_path(path: &Path) -> Result<PlotFormat> {
         Some("svg") => PlotFormat::Svg,
         Some("png") => PlotFormat::Png,
         Some(other) => {
-            return Err(Error::file(
+            return Err(Error::output(
                 path,
                 format!("--plot writes .svg or .png files, not .{other}"),
             ));
         }
         None => {
-            return Err(Error::file(
+            return Err(Error::output(
                 path,
                 "--plot needs a file name ending in .svg or .png",
             ));
@@ -73,7 +74,7 @@ pub fn check_path(path: &Path) -> Result<PlotFormat> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
         && !dir.is_dir()
     {
-        return Err(Error::file(
+        return Err(Error::output(
             path,
             format!(
                 "cannot write the plot: folder {} does not exist",
@@ -88,7 +89,7 @@ pub fn check_path(path: &Path) -> Result<PlotFormat> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plot(pub PlotFormat);
 
-impl Render for Plot {
+impl Render<Report> for Plot {
     fn render(&self, report: &Report) -> Result<Vec<u8>> {
         // Labels from files are drawn with control characters as visible escapes (they are not
         // allowed in XML even escaped) and long ones shortened; the SVG writer escapes markup.
@@ -182,7 +183,7 @@ fn draw_title<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report) -> 
         r.thresholds.dtype,
         r.inputs.tokens
     );
-    draw_heading(area, head, &r.summary, r.verdict)
+    draw_heading(area, head, &r.summary.to_string(), r.verdict)
 }
 
 /// A figure's heading: its first line in the verdict's colour, then the summary wrapped on at

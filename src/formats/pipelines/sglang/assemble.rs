@@ -8,7 +8,7 @@ use std::path::Path;
 use candle_core::{DType, Tensor};
 use memmap2::MmapMut;
 
-use crate::capture::names;
+use crate::capture::Key;
 use crate::error::{Error, Result};
 use crate::formats::{Entry, FileFormat, FileSource, Loc};
 use crate::limits;
@@ -107,7 +107,7 @@ pub fn source(
     let mut entries = Vec::new();
     let mut index = BTreeMap::new();
     for (name, t) in &sample.tensors {
-        let t = if name == names::INPUT_IDS {
+        let t = if Key::of(name) == Some(Key::InputIds) {
             t.to_dtype(DType::I64)?
         } else {
             t.clone()
@@ -137,11 +137,9 @@ pub fn source(
     }
     // A map cannot be empty; one spare byte keeps every range inside it.
     bytes.push(0);
-    let mut anon = MmapMut::map_anon(bytes.len()).map_err(|e| Error::file(path, e.to_string()))?;
+    let mut anon = MmapMut::map_anon(bytes.len()).map_err(|e| Error::io(path, e))?;
     anon.copy_from_slice(&bytes);
-    let map = anon
-        .make_read_only()
-        .map_err(|e| Error::file(path, e.to_string()))?;
+    let map = anon.make_read_only().map_err(|e| Error::io(path, e))?;
     let mut src = FileSource::empty(path, FileFormat::Torch, FileMap::anonymous(map));
     src.entries = entries;
     src.names = index;

@@ -21,7 +21,7 @@ use super::dump_file;
 use super::requests;
 use super::tags::{self, Tags};
 use super::tp::{self, Join, Shard};
-use crate::capture::names;
+use crate::capture::Key;
 use crate::error::{Error, Result};
 use crate::formats::pipelines::ReadOptions;
 use crate::limits;
@@ -80,11 +80,10 @@ fn role(name: &str) -> Option<Role> {
 
 /// The dumper files in `dir` of the forward pass `step`.
 fn pass_files(dir: &Path, step_key: &str, step: &str) -> Result<Vec<(Tags, PathBuf)>> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| Error::file(dir, crate::input::io_words(&e)))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     let mut out = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| Error::file(dir, crate::input::io_words(&e)))?;
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
         let path = entry.path();
         if let Some(t) = tags::parse(&path)
             && t.get(step_key) == Some(step)
@@ -168,7 +167,10 @@ pub fn read(path: &Path, tags: &Tags, opts: &ReadOptions) -> Result<Sample> {
         got.insert(r, (name, tensor));
     }
     let (tensors, reading) = reconstruct(&got, opts).map_err(&refuse)?;
-    if tensors.iter().all(|(n, _)| n == names::INPUT_IDS) {
+    if tensors
+        .iter()
+        .all(|(n, _)| Key::of(n) == Some(Key::InputIds))
+    {
         let mut seen: Vec<String> = got.values().map(|(n, _)| n.clone()).collect();
         seen.extend(left_out.iter().take(8).cloned());
         return Err(refuse(format!(
@@ -198,7 +200,7 @@ pub fn read(path: &Path, tags: &Tags, opts: &ReadOptions) -> Result<Sample> {
     }
     let tokens = tensors
         .iter()
-        .find(|(n, _)| n != names::INPUT_IDS)
+        .find(|(n, _)| Key::of(n) != Some(Key::InputIds))
         .and_then(|(_, t)| t.dims().first().copied())
         .unwrap_or(0);
     let seq_lens = got.get(&Role::SeqLens).map(|(n, t)| (n.as_str(), t));
@@ -283,7 +285,7 @@ fn reconstruct(
             (0, Some((hn, h)), None) => {
                 if !got.contains_key(&Role::Embed) {
                     check(&format!("`{hn}`"), h)?;
-                    out.push((names::EMBED.to_string(), h.clone()));
+                    out.push((Key::Embed.to_string(), h.clone()));
                     how.push(format!("embed = `{hn}`"));
                 }
             }
@@ -318,7 +320,7 @@ fn reconstruct(
     }
     if let Some((name, t)) = got.get(&Role::Embed) {
         check(&format!("`{name}`"), t)?;
-        out.push((names::EMBED.to_string(), t.clone()));
+        out.push((Key::Embed.to_string(), t.clone()));
         how.push(format!("embed = `{name}`"));
     }
     if !layers.is_empty() {
@@ -335,11 +337,11 @@ fn reconstruct(
         ));
     }
     for (n, t) in layers {
-        out.push((names::layer(n), t));
+        out.push((Key::Layer(n).to_string(), t));
     }
     if let Some((name, t)) = got.get(&Role::FinalNorm) {
         check(&format!("`{name}`"), t)?;
-        out.push((names::FINAL_NORM.to_string(), t.clone()));
+        out.push((Key::FinalNorm.to_string(), t.clone()));
         how.push(format!("final_norm = `{name}`"));
     }
     if let Some((name, t)) = got.get(&Role::Ids) {
@@ -354,7 +356,7 @@ fn reconstruct(
                 "`{name}` holds {n} tokens, the hidden states {tokens}"
             ));
         }
-        out.push((names::INPUT_IDS.to_string(), t.clone()));
+        out.push((Key::InputIds.to_string(), t.clone()));
     }
     Ok((out, how.join(", ")))
 }

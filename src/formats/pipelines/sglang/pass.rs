@@ -19,7 +19,7 @@ use candle_core::Tensor;
 use super::assemble::{self, Sample, check_hidden};
 use super::dump_file;
 use super::requests;
-use crate::capture::names;
+use crate::capture::Key;
 use crate::error::{Error, Result};
 use crate::formats::FileSource;
 use crate::formats::pipelines::ReadOptions;
@@ -147,7 +147,7 @@ fn read(path: &Path, opts: &ReadOptions) -> Result<Sample> {
     let mut layer_list = Vec::new();
     if let Some((name, t)) = got.get(&Role::Embed) {
         check(name, t)?;
-        tensors.push((names::EMBED.to_string(), t.clone()));
+        tensors.push((Key::Embed.to_string(), t.clone()));
     }
     for n in 1..=num_layers {
         let role = if n == num_layers {
@@ -157,13 +157,13 @@ fn read(path: &Path, opts: &ReadOptions) -> Result<Sample> {
         };
         if let Some((name, t)) = got.get(&role) {
             check(name, t)?;
-            tensors.push((names::layer(n - 1), t.clone()));
+            tensors.push((Key::Layer(n - 1).to_string(), t.clone()));
             layer_list.push((n - 1).to_string());
         }
     }
     if let Some((name, t)) = got.get(&Role::FinalNorm) {
         check(name, t)?;
-        tensors.push((names::FINAL_NORM.to_string(), t.clone()));
+        tensors.push((Key::FinalNorm.to_string(), t.clone()));
     }
     if layer_list.is_empty() {
         return Err(refuse(
@@ -180,7 +180,7 @@ fn read(path: &Path, opts: &ReadOptions) -> Result<Sample> {
                 shape
             )));
         }
-        tensors.push((names::INPUT_IDS.to_string(), t.clone()));
+        tensors.push((Key::InputIds.to_string(), t.clone()));
     }
     let seq_lens = got.get(&Role::SeqLens).map(|(n, t)| (n.as_str(), t));
     let requests = requests::lengths(seq_lens, shape.map_or(0, |s| s.0)).map_err(&refuse)?;
