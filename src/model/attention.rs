@@ -5,7 +5,7 @@
 use candle_core::{D, Tensor};
 
 use super::Weights;
-use super::linear::Linear;
+use super::linear::{Linear, forward_shared};
 use super::norm::RmsNorm;
 use super::rope::Rope;
 use crate::backends::accumulation_dtype;
@@ -58,7 +58,9 @@ impl Attention {
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (hq, hkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        let qg = self.q_proj.forward(x)?.reshape((b, t, hq, 2 * d))?;
+        // One input for the three products: laid out for the kernels once.
+        let [qg, k, v] = forward_shared(x, [&self.q_proj, &self.k_proj, &self.v_proj])?;
+        let qg = qg.reshape((b, t, hq, 2 * d))?;
         let q = qg.narrow(3, 0, d)?;
         let gate = qg.narrow(3, d, d)?.reshape((b, t, hq * d))?;
         let q = self
@@ -66,14 +68,9 @@ impl Attention {
             .forward(&q.contiguous()?)?
             .transpose(1, 2)?
             .contiguous()?;
-        let k = self.k_proj.forward(x)?.reshape((b, t, hkv, d))?;
+        let k = k.reshape((b, t, hkv, d))?;
         let k = self.k_norm.forward(&k)?.transpose(1, 2)?.contiguous()?;
-        let v = self
-            .v_proj
-            .forward(x)?
-            .reshape((b, t, hkv, d))?
-            .transpose(1, 2)?
-            .contiguous()?;
+        let v = v.reshape((b, t, hkv, d))?.transpose(1, 2)?.contiguous()?;
         let q = rope.apply(&q)?;
         let k = rope.apply(&k)?;
         let (k, v) = match kv.take() {

@@ -8,7 +8,7 @@
 use candle_core::{DType, Tensor};
 
 use super::Weights;
-use super::linear::Linear;
+use super::linear::{Linear, forward_shared};
 use crate::backends::{
     GdnDims, GdnInputs, GdnOps, GdnOutputs, GdnState, LinearAttentionBackend, accumulation_dtype,
     next_conv_state,
@@ -186,13 +186,17 @@ impl GatedDeltaNet {
     fn prepare(&self, x: &Tensor) -> Result<Prepared> {
         let (b, t, _) = x.dims3()?;
         let l = &self.geometry;
-        let mixed_qkv = self.in_proj_qkv.forward(x)?;
-        let z = self
-            .in_proj_z
-            .forward(x)?
-            .reshape((b, t, l.num_value_heads, l.value_head_dim))?;
-        let beta = candle_nn::ops::sigmoid(&self.in_proj_b.forward(x)?)?;
-        let g = self.log_decay(&self.in_proj_a.forward(x)?)?;
+        // One input for the four products: laid out for the kernels once.
+        let projections = [
+            &self.in_proj_qkv,
+            &self.in_proj_z,
+            &self.in_proj_b,
+            &self.in_proj_a,
+        ];
+        let [mixed_qkv, z, b_proj, a_proj] = forward_shared(x, projections)?;
+        let z = z.reshape((b, t, l.num_value_heads, l.value_head_dim))?;
+        let beta = candle_nn::ops::sigmoid(&b_proj)?;
+        let g = self.log_decay(&a_proj)?;
         let dims = GdnDims {
             batch: b,
             seq: t,

@@ -71,12 +71,20 @@ impl Linear {
         }
     }
 
+    /// The weight's rows: the output's width.
+    fn out_features(&self) -> usize {
+        match &self.weight {
+            Weight::Tensor(w) => w.dims().first().copied().unwrap_or(0),
+            Weight::PackedBf16(w) => w.rows(),
+            Weight::Fp8(w, _) => w.rows(),
+        }
+    }
+
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         // 2·m·k per output column: `x`'s elements times the weight's rows.
         let n = match &self.weight {
             Weight::Tensor(w) => w.elem_count() / x.dim(candle_core::D::Minus1)?.max(1),
-            Weight::PackedBf16(w) => w.rows(),
-            Weight::Fp8(w, _) => w.rows(),
+            _ => self.out_features(),
         };
         PRODUCT_FLOPS.fetch_add(2 * (x.elem_count() * n) as u64, Ordering::Relaxed);
         let y = match &self.weight {
@@ -89,6 +97,44 @@ impl Linear {
             None => Ok(y),
         }
     }
+}
+
+/// `x · Wᵀ (+ b)` of one input `x` for each of `layers` (all of `x`'s width): where every layer
+/// holds a packed bf16 weight and runs on the CPU in bf16 / f32 / f64, `x` is laid out for the
+/// kernels once and the products share one pass of the workers ([`bf16_gemm::matmul_many`],
+/// [`bf16_gemm::matmul_wide_many`]: q/k/v/z/b/a, gate/up); otherwise one
+/// [`Linear::forward`] each. The values are those of one [`Linear::forward`] per layer.
+pub fn forward_shared<const N: usize>(x: &Tensor, layers: [&Linear; N]) -> Result<[Tensor; N]> {
+    forward_many(x, &layers)?
+        .try_into()
+        .map_err(|_| Error::Internal(format!("{N} products of one input: not {N} outputs")))
+}
+
+/// [`forward_shared`] of any number of layers.
+fn forward_many(x: &Tensor, layers: &[&Linear]) -> Result<Vec<Tensor>> {
+    let packed: Option<Vec<&PackedBf16>> = layers
+        .iter()
+        .map(|l| match &l.weight {
+            Weight::PackedBf16(w) => Some(&**w),
+            _ => None,
+        })
+        .collect();
+    let Some(ws) = packed else {
+        return layers.iter().map(|l| l.forward(x)).collect();
+    };
+    let ys = packed_forward_many(x, &ws)?;
+    let mut out = Vec::with_capacity(ys.len());
+    for (y, l) in ys.into_iter().zip(layers) {
+        PRODUCT_FLOPS.fetch_add(
+            2 * (x.elem_count() * l.out_features()) as u64,
+            Ordering::Relaxed,
+        );
+        out.push(match &l.bias {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        });
+    }
+    Ok(out)
 }
 
 impl Weight {
@@ -109,9 +155,16 @@ pub(super) fn pack_tensor(weight: &Tensor) -> Result<PackedBf16> {
 /// `x · wᵀ` over the last dimension of a CPU `x` (any leading dimensions) in bf16 (the bf16 GEMM)
 /// or f32 / f64 (`matmul_wide`).
 fn packed_forward(x: &Tensor, w: &PackedBf16) -> Result<Tensor> {
+    let mut ys = packed_forward_many(x, &[w])?;
+    ys.pop()
+        .ok_or_else(|| Error::Internal("a product of one weight returned none".into()))
+}
+
+/// [`packed_forward`] of one `x` with each of `ws`, `x` laid out once.
+fn packed_forward_many(x: &Tensor, ws: &[&PackedBf16]) -> Result<Vec<Tensor>> {
     let dims = x.dims();
     let k = *dims.last().unwrap_or(&0);
-    if k != w.cols() {
+    if let Some(w) = ws.iter().find(|w| w.cols() != k) {
         return Err(candle_core::Error::ShapeMismatchBinaryOp {
             lhs: x.shape().clone(),
             rhs: (w.rows(), w.cols()).into(),
@@ -120,24 +173,43 @@ fn packed_forward(x: &Tensor, w: &PackedBf16) -> Result<Tensor> {
         .into());
     }
     let m = x.elem_count() / k.max(1);
-    let mut out_dims = dims.to_vec();
-    if let Some(last) = out_dims.last_mut() {
-        *last = w.rows();
-    }
-    match x.dtype() {
+    let ys = match x.dtype() {
         DType::BF16 => {
-            let y = with_slice(x, |x: &[bf16]| bf16_gemm::matmul(x, m, w))?;
-            Ok(Tensor::from_vec(y, out_dims, x.device())?)
+            let ys = with_slice(x, |x: &[bf16]| bf16_gemm::matmul_many(x, m, ws))?;
+            as_tensors(ys, dims, ws, x.device())?
         }
-        DType::F32 => wide_forward::<f32>(x, m, w, out_dims),
-        DType::F64 => wide_forward::<f64>(x, m, w, out_dims),
-        other => Err(candle_core::Error::DTypeMismatchBinaryOp {
-            lhs: other,
-            rhs: DType::BF16,
-            op: "linear (bf16 weight)",
+        DType::F32 => wide_forward::<f32>(x, m, ws)?,
+        DType::F64 => wide_forward::<f64>(x, m, ws)?,
+        other => {
+            return Err(candle_core::Error::DTypeMismatchBinaryOp {
+                lhs: other,
+                rhs: DType::BF16,
+                op: "linear (bf16 weight)",
+            }
+            .into());
         }
-        .into()),
-    }
+    };
+    Ok(ys)
+}
+
+/// Product j's values `ys[j]` as a tensor of `x`'s dimensions `dims` with the last one
+/// `ws[j].rows()`.
+fn as_tensors<T: WithDType>(
+    ys: Vec<Vec<T>>,
+    dims: &[usize],
+    ws: &[&PackedBf16],
+    device: &candle_core::Device,
+) -> Result<Vec<Tensor>> {
+    ys.into_iter()
+        .zip(ws)
+        .map(|(y, w)| {
+            let mut out_dims = dims.to_vec();
+            if let Some(last) = out_dims.last_mut() {
+                *last = w.rows();
+            }
+            Ok(Tensor::from_vec(y, out_dims, device)?)
+        })
+        .collect()
 }
 
 /// `x · wᵀ` over the last dimension of a bf16 `x` on any device, served in W8A8 on the host
@@ -166,17 +238,16 @@ fn fp8_forward(x: &Tensor, w: &Fp8Weight, act: ActScale) -> Result<Tensor> {
     Ok(Tensor::from_vec(y, out_dims, &candle_core::Device::Cpu)?.to_device(x.device())?)
 }
 
-/// [`packed_forward`] of an f32 / f64 `x` (`m` rows) on `bf16_gemm::matmul_wide`.
+/// [`packed_forward_many`] of an f32 / f64 `x` (`m` rows) on `bf16_gemm::matmul_wide_many`.
 fn wide_forward<E: WideFloat + WithDType>(
     x: &Tensor,
     m: usize,
-    w: &PackedBf16,
-    out_dims: Vec<usize>,
-) -> Result<Tensor> {
-    let y = with_slice(x, |x: &[E]| bf16_gemm::matmul_wide(x, m, w))?.ok_or_else(|| {
+    ws: &[&PackedBf16],
+) -> Result<Vec<Tensor>> {
+    let ys = with_slice(x, |x: &[E]| bf16_gemm::matmul_wide_many(x, m, ws))?.ok_or_else(|| {
         Error::Internal("a weight was packed for a CPU without AVX-512F or AVX2 + FMA".into())
     })?;
-    Ok(Tensor::from_vec(y, out_dims, x.device())?)
+    as_tensors(ys, x.dims(), ws, x.device())
 }
 
 /// `f` on the elements of a CPU tensor of element type `T` in row-major order: borrowed from its

@@ -3,7 +3,7 @@
 use candle_core::{D, Tensor};
 
 use super::Weights;
-use super::linear::Linear;
+use super::linear::{Linear, forward_shared};
 use crate::backends::accumulation_dtype;
 use crate::config::{ModelConfig, MoeConfig};
 use crate::error::Result;
@@ -33,8 +33,10 @@ impl Mlp {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gate = candle_nn::ops::silu(&self.gate_proj.forward(x)?)?;
-        self.down_proj.forward(&(gate * self.up_proj.forward(x)?)?)
+        // One input for both products: laid out for the kernels once.
+        let [gate, up] = forward_shared(x, [&self.gate_proj, &self.up_proj])?;
+        self.down_proj
+            .forward(&(candle_nn::ops::silu(&gate)? * up)?)
     }
 }
 

@@ -1,4 +1,4 @@
-//! The float64 microkernel of [`super::matmul_wide`]: f64 FMAs on AVX-512F, weights widened from
+//! The float64 microkernel of [`super::matmul_wide_many`]: f64 FMAs on AVX-512F, weights widened from
 //! bf16 (exact). Per output element, pair by pair, the odd product is fused into the accumulator
 //! and then the even one, with gradual underflow; each block of pairs is summed on its own and
 //! then added to the running sum. Eight f64 lanes per vector, so a row of one

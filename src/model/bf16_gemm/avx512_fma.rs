@@ -6,7 +6,7 @@
 //! flush-to-zero bits set ([`super::mxcsr::FlushDenormals`]), and its results are then bit-identical to
 //! `vdpbf16ps`'s: two FMAs do the work of one `vdpbf16ps`, but on Intel cores (two 512-bit FMA
 //! ports, `vdpbf16ps` at half that rate) this is the faster kernel. For an f32 product
-//! ([`super::matmul_wide`]) it runs with gradual underflow, as any f32 GEMM.
+//! ([`super::matmul_wide_many`]) it runs with gradual underflow, as any f32 GEMM.
 
 use std::arch::x86_64::*;
 
