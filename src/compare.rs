@@ -172,23 +172,46 @@ impl OneSided {
     }
 }
 
+/// "N tensors of A read as no hsdiff name (x, y, … and K more), not compared: …" for each side
+/// that stores some ([`crate::formats::FileSource::unnamed`]), joined by "; ".
+pub fn unnamed_note(in_a: &[String], in_b: &[String]) -> Option<String> {
+    let part = |side: &str, list: &[String]| -> Option<String> {
+        (!list.is_empty()).then(|| {
+            format!(
+                "{} tensor{} of {side} read as no hsdiff name ({}), not compared: name them \
+                 with --map A_NAME=B_NAME (docs/file-formats.md lists the names)",
+                list.len(),
+                if list.len() == 1 { "" } else { "s" },
+                shown_list(list),
+            )
+        })
+    };
+    let parts: Vec<String> = [part("A", in_a), part("B", in_b)]
+        .into_iter()
+        .flatten()
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// The first four of `list`, and how many more.
+fn shown_list(list: &[String]) -> String {
+    let shown: Vec<&str> = list.iter().take(4).map(String::as_str).collect();
+    match list.len().saturating_sub(shown.len()) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
+}
+
 /// "N WHATs only in A (x, y, … and K more), not compared: B holds no such tensor" for each side
 /// that has some, joined by "; ".
 pub fn one_sided_note(what: &str, in_a: &[String], in_b: &[String]) -> Option<String> {
     let part = |side: &str, other: &str, list: &[String]| -> Option<String> {
         (!list.is_empty()).then(|| {
-            let shown: Vec<&str> = list.iter().take(4).map(String::as_str).collect();
-            let more = list.len().saturating_sub(shown.len());
-            let more = if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            };
             format!(
-                "{} {what}{} only in {side} ({}{more}), not compared: {other} holds no such tensor",
+                "{} {what}{} only in {side} ({}), not compared: {other} holds no such tensor",
                 list.len(),
                 if list.len() == 1 { "" } else { "s" },
-                shown.join(", "),
+                shown_list(list),
             )
         })
     };
@@ -331,6 +354,21 @@ mod tests {
         );
         assert!(conv_window_note(&a, &b).is_some_and(|n| n.starts_with("1 conv window ")));
         assert_eq!(conv_window_note(&a, &owned(&["layers.0"])), None);
+    }
+
+    #[test]
+    fn unnamed_tensors_are_listed_per_side() {
+        assert_eq!(unnamed_note(&[], &[]), None);
+        let b = owned(&["a", "b", "c", "d", "e", "f"]);
+        assert_eq!(
+            unnamed_note(&owned(&["layers.3.mlp"]), &b).as_deref(),
+            Some(
+                "1 tensor of A read as no hsdiff name (layers.3.mlp), not compared: name them \
+                 with --map A_NAME=B_NAME (docs/file-formats.md lists the names); 6 tensors of B \
+                 read as no hsdiff name (a, b, c, d and 2 more), not compared: name them with \
+                 --map A_NAME=B_NAME (docs/file-formats.md lists the names)"
+            )
+        );
     }
 
     #[test]

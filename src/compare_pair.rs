@@ -325,6 +325,11 @@ fn compare_on(
         say(&note);
         notes.push(note);
     }
+    // Tensors no name rule read (and no --map named) are not compared: said, never dropped.
+    if let Some(note) = crate::compare::unnamed_note(&a.unnamed(), &b.unnamed()) {
+        say(&note);
+        notes.push(note);
+    }
     // Files of different layers have no diagonal to shift.
     let alignment = alignment.filter(|_| one_sided.is_none());
     if let Some(last) = last_layer {

@@ -121,6 +121,27 @@ impl FileSource {
         self.entries.iter().map(|e| e.raw.clone()).collect()
     }
 
+    /// Tensors stored in the file that no name rule reads as one of hsdiff's names and no
+    /// `--map` names, in file order: they are not compared, and the report says so. A drafter
+    /// pipeline's reader picks the tensors it reads and describes them, so its files list none.
+    pub fn unnamed(&self) -> Vec<String> {
+        if self.pipeline.is_some() {
+            return Vec::new();
+        }
+        let named: std::collections::BTreeSet<usize> = self
+            .names
+            .values()
+            .chain(self.clashes.values().flatten())
+            .copied()
+            .collect();
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !named.contains(i))
+            .map(|(_, e)| e.raw.clone())
+            .collect()
+    }
+
     /// hsdiff names of the tensors this file holds.
     pub fn names(&self) -> Vec<String> {
         self.names.keys().cloned().collect()

@@ -338,6 +338,32 @@ fn map_names_tensors_no_convention_knows() {
     assert_eq!(code, 0, "{}", r["summary"]);
     assert_eq!(common::row_names(&r), ["embed", "layers.3"]);
     assert_eq!(max_rel(&r), 0.0);
+    assert!(
+        !r["notes"].to_string().contains("read as no hsdiff name"),
+        "{}",
+        r["notes"]
+    );
+    // A tensor neither a convention nor --map names is not compared, and the report says so.
+    let (code, r) = compare_json(
+        "dump_f32.safetensors",
+        "custom.npz",
+        &["--map", "layers.3=block3"],
+    );
+    assert_eq!(code, 0, "{}", r["summary"]);
+    assert_eq!(common::row_names(&r), ["layers.3"]);
+    let notes: Vec<&str> = r["notes"]
+        .as_array()
+        .expect("notes")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        notes.contains(
+            &"1 tensor of B read as no hsdiff name (emb), not compared: name them with --map \
+              A_NAME=B_NAME (docs/file-formats.md lists the names)"
+        ),
+        "{notes:?}"
+    );
     // Mapping the wrong tensor shows up as a mismatch.
     let (code, _) = compare_json(
         "dump_f32.safetensors",
