@@ -11,7 +11,6 @@
 //! weight — the same work per column in calls short enough that, on a loaded machine, the best
 //! of many still runs undisturbed.
 
-use std::path::Path;
 use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
@@ -23,7 +22,7 @@ use super::runner::machine_summary;
 use crate::device::dtype_label;
 use crate::error::{Error, Result};
 use crate::model::{Bf16Kernel, Linear, WideKernel};
-use crate::output::write_bytes;
+use crate::render::{JsonDocument, Render};
 use crate::sysinfo::{load_average, process_cpu_ns};
 use crate::testdata::SplitMix;
 
@@ -160,7 +159,7 @@ impl GemmBench {
 
     /// Measures the peak and every product, and prints the header, the table and the lines
     /// below it (and the JSON document to `json`).
-    pub fn run_and_print(&self, markdown: bool, json: Option<&Path>) -> Result<()> {
+    pub fn run_and_report(&self) -> Result<GemmResults> {
         // rayon's pool and candle's matmul both read RAYON_NUM_THREADS.
         let threads = rayon::current_num_threads();
         let load = || load_average().unwrap_or_else(|| "unknown".into());
@@ -185,25 +184,16 @@ impl GemmBench {
             println!("warning: this hsdiff is a debug build; build with --release to benchmark");
         }
         let rows = self.run(peaks.as_ref(), threads)?;
-        println!("\n{}", table(&rows, markdown));
-        let load_after = load();
-        println!("load after the run: {load_after}");
-        if let Some(path) = json {
-            let doc = serde_json::json!({
-                "kind": "gemm",
-                "machine": machine,
-                "threads": threads,
-                "seq": self.seq,
-                "fma_peak": peaks.as_ref().map(|p| &p.peaks),
-                "load_before": load_before,
-                "load_after": load_after,
-                "rows": rows,
-            });
-            let text = serde_json::to_string_pretty(&doc)
-                .map_err(|e| Error::Internal(format!("cannot serialise the results: {e}")))?;
-            write_bytes(path, (text + "\n").as_bytes())?;
-        }
-        Ok(())
+        Ok(GemmResults {
+            kind: "gemm",
+            machine,
+            threads,
+            seq: self.seq,
+            fma_peak: peaks.map(|p| p.peaks),
+            load_before,
+            load_after: load(),
+            rows,
+        })
     }
 
     /// Every shape × dtype × implementation; `threads` is the process's thread count.
@@ -330,8 +320,54 @@ fn row(r: RowInput) -> GemmRow {
     }
 }
 
+/// What `bench gemm` measured, with the run's settings: the document its table
+/// ([`GemmTable`]) and `--json` ([`GemmJson`]) render.
+#[derive(Debug, Serialize)]
+pub struct GemmResults {
+    pub kind: &'static str,
+    pub machine: String,
+    pub threads: usize,
+    pub seq: usize,
+    pub fma_peak: Option<Vec<Peak>>,
+    pub load_before: String,
+    pub load_after: String,
+    pub rows: Vec<GemmRow>,
+}
+
+/// `--json`'s document: the results with their keys sorted at every level, as `bench gemm`
+/// has written them since its first version (through serde_json's sorted map).
+pub struct GemmJson<'a>(pub &'a GemmResults);
+
+impl Serialize for GemmJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        serde_json::to_value(self.0)
+            .map_err(serde::ser::Error::custom)?
+            .serialize(s)
+    }
+}
+
+impl JsonDocument for GemmJson<'_> {
+    const WHAT: &'static str = "the gemm bench results";
+}
+
+/// The results table (Unicode or Markdown), then the load after the run.
+pub struct GemmTable {
+    pub markdown: bool,
+}
+
+impl Render<GemmResults> for GemmTable {
+    fn render(&self, r: &GemmResults) -> Result<Vec<u8>> {
+        Ok(format!(
+            "\n{}\nload after the run: {}\n",
+            table(&r.rows, self.markdown),
+            r.load_after
+        )
+        .into_bytes())
+    }
+}
+
 /// The rows as a table (Markdown when asked).
-pub fn table(rows: &[GemmRow], markdown: bool) -> String {
+fn table(rows: &[GemmRow], markdown: bool) -> String {
     use comfy_table::presets::{ASCII_MARKDOWN, UTF8_FULL_CONDENSED};
     let mut table = comfy_table::Table::new();
     table.load_preset(if markdown {

@@ -10,7 +10,7 @@ use super::bench_case::{CaseArgs, GemmArgs, run_case_args};
 
 use crate::bench::delta_rule::CoreGeometry;
 use crate::bench::forward::ForwardBench;
-use crate::bench::gemm::{GemmBench, shapes_named};
+use crate::bench::gemm::{GemmBench, GemmJson, GemmTable, shapes_named};
 use crate::bench::plan::{Plan, PlanRequest};
 use crate::bench::render::renderer;
 use crate::bench::results::{BenchRow, exit_code};
@@ -89,7 +89,14 @@ fn run_gemm(args: &GemmArgs) -> Result<i32> {
         // Reserved before any product runs, by the one output policy.
         reserve_all(&[(path, "--json")], &[])?;
     }
-    gemm.run_and_print(args.markdown, args.json.as_deref())?;
+    let results = gemm.run_and_report()?;
+    let table = GemmTable {
+        markdown: args.markdown,
+    };
+    write_stdout(&table.render(&results)?)?;
+    if let Some(path) = &args.json {
+        write_bytes(path, &Json.render(&GemmJson(&results))?)?;
+    }
     Ok(0)
 }
 

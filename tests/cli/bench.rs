@@ -250,3 +250,72 @@ fn bench_case_never_writes_over_its_inputs() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).expect("lists").collect();
     assert_eq!(left.len(), 2, "stray files: {left:?}");
 }
+
+/// `bench gemm` on one narrow product: the table and the closing line on stdout, and a JSON
+/// document whose rows carry GFLOP/s against the measured peak, keys sorted as ever. No timing
+/// is asserted.
+#[test]
+fn bench_gemm_prints_a_table_and_writes_json_against_the_peak() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("gemm.json");
+    let out = hsdiff(&[
+        "bench",
+        "gemm",
+        "--seq",
+        "8",
+        "--columns",
+        "16",
+        "--shapes",
+        "gate_proj",
+        "--dtypes",
+        "f32,f64",
+        "--repeats",
+        "1",
+        "--json",
+        json.to_str().expect("utf-8 path"),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("gate_proj (8 × 16 × 5120)"), "{stdout}");
+    assert!(
+        stdout
+            .trim_end()
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .starts_with("load after the run: "),
+        "{stdout}"
+    );
+    let text = std::fs::read_to_string(&json).expect("the JSON file");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(doc["kind"], "gemm");
+    assert_eq!(doc["seq"], 8);
+    let rows = doc["rows"].as_array().expect("rows");
+    // Each dtype: hsdiff's product and candle's.
+    assert_eq!(rows.len(), 4, "{text}");
+    for r in rows {
+        let g = r["gflops"].as_f64().expect("gflops");
+        assert!(g.is_finite() && g > 0.0, "{r}");
+        assert_eq!(
+            (r["m"].as_u64(), r["n"].as_u64()),
+            (Some(8), Some(16)),
+            "{r}"
+        );
+    }
+    // serde_json's sorted map wrote the first versions' files: the keys keep that order.
+    let at = |key: &str| text.find(&format!("\"{key}\"")).expect(key);
+    assert!(
+        at("fma_peak") < at("kind") && at("kind") < at("rows"),
+        "{text}"
+    );
+    assert!(
+        at("dtype") < at("gflops") && at("gflops") < at("isa"),
+        "{text}"
+    );
+    assert!(text.ends_with("}\n"), "one trailing newline");
+}
