@@ -459,15 +459,18 @@ mod tests {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden");
         let mut seen = 0;
         for dir in ["states", "decode"] {
-            for model in std::fs::read_dir(root.join(dir)).unwrap() {
-                let model = model.unwrap().path();
+            for model in std::fs::read_dir(root.join(dir)).expect("list golden/{states,decode}") {
+                let model = model.expect("a golden folder entry").path();
                 if !model.is_dir() {
                     continue;
                 }
-                for file in std::fs::read_dir(&model).unwrap() {
-                    let file = file.unwrap().path();
+                for file in std::fs::read_dir(&model).expect("list a golden model folder") {
+                    let file = file.expect("a golden file entry").path();
                     if file.extension().is_some_and(|e| e == "safetensors") {
-                        for name in SafetensorsFile::open(&file).unwrap().names() {
+                        for name in SafetensorsFile::open(&file)
+                            .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+                            .names()
+                        {
                             let key: Key = name
                                 .parse()
                                 .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
