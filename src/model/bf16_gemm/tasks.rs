@@ -8,34 +8,33 @@ use super::planes::Planes;
 use super::{KC_PAIRS, Kernel, MR, NR, WideFloat, WideKernel, portable};
 
 /// Asks the CPU to bring `data` into its caches ahead of its use: a hint, with no effect on any
-/// value.
+/// value. `HINT` is `_mm_prefetch`'s level: [`L1`] (and the outer levels) or [`L2`].
 #[inline]
-fn prefetch<T>(data: &[T]) {
+fn prefetch_into<const HINT: i32, T>(data: &[T]) {
     #[cfg(target_arch = "x86_64")]
     for line in data.chunks((64 / size_of::<T>()).max(1)) {
         // SAFETY: a prefetch reads nothing architecturally; the address is inside `data`.
-        unsafe {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast());
-        }
+        unsafe { std::arch::x86_64::_mm_prefetch::<HINT>(line.as_ptr().cast()) }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = data;
 }
 
+/// `_MM_HINT_T0`: into L1 and every outer level.
+pub(super) const L1: i32 = 3;
+/// `_MM_HINT_T1`: into L2 and the outer levels.
+pub(super) const L2: i32 = 2;
+
+/// Into L1 (and the outer levels) ahead of its use.
+#[inline]
+fn prefetch<T>(data: &[T]) {
+    prefetch_into::<L1, T>(data)
+}
+
 /// Asks the CPU to bring `data` into L2 (and the outer levels) ahead of its use.
 #[inline]
 fn prefetch_l2<T>(data: &[T]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in data.chunks((64 / size_of::<T>()).max(1)) {
-        // SAFETY: as in `prefetch`.
-        unsafe {
-            use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
-            _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast());
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = data;
+    prefetch_into::<L2, T>(data)
 }
 
 /// Row blocks per sweep of [`wide_task`]: between two sweeps it prefetches a share of the next

@@ -286,3 +286,14 @@ fn the_fma_kernel_leaves_the_threads_mxcsr_as_it_found_it() {
     let tiny = std::hint::black_box(1e-20f32);
     assert!(tiny * tiny > 0.0, "gradual underflow again");
 }
+
+/// The prefetch levels are `_mm_prefetch`'s own hints.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn prefetch_levels_are_the_intrinsics_hints() {
+    use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T1};
+    assert_eq!(
+        (super::tasks::L1, super::tasks::L2),
+        (_MM_HINT_T0, _MM_HINT_T1)
+    );
+}
