@@ -71,6 +71,31 @@ fn the_product_is_within_f32_accumulation_and_one_bf16_rounding_of_f64() {
 }
 
 #[test]
+fn every_packed_word_holds_its_columns_pair_low_half_first() {
+    let mut rng = SplitMix::new(0x9a_c3);
+    // Columns past one panel and short of the next, an odd k over several packing blocks.
+    for (n, k) in [(70, 261), (64, 256), (3, 1)] {
+        let w = random(&mut rng, n * k, 0.05);
+        let packed = PackedBf16::pack(&w, n, k);
+        let bits = |r: usize, c: usize| if c < k { w[r * k + c].to_bits() } else { 0 };
+        for panel in 0..n.div_ceil(NR) {
+            let words = packed.panel(panel);
+            for p in 0..k.div_ceil(2) {
+                for col in 0..NR {
+                    let row = panel * NR + col;
+                    let want = if row < n {
+                        u32::from(bits(row, 2 * p)) | (u32::from(bits(row, 2 * p + 1)) << 16)
+                    } else {
+                        0
+                    };
+                    assert_eq!(words[p * NR + col], want, "{n}×{k}: row {row}, pair {p}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn packing_the_stored_bytes_equals_packing_the_values() {
     let mut rng = SplitMix::new(0x5a_01);
     let (n, k) = (70, 131);
