@@ -14,6 +14,7 @@ const LAYERS: &[&[&str]] = &[
         "escape",
         "json_doc",
         "render",
+        "huge_pages",
         "limits",
         "sysinfo",
         "input",
