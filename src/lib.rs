@@ -29,7 +29,6 @@ pub mod escape;
 pub mod fingerprint;
 pub mod formats;
 pub mod fp8;
-pub mod huge_pages;
 pub mod input;
 pub mod job;
 pub mod json_doc;

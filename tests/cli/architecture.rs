@@ -14,7 +14,6 @@ const LAYERS: &[&[&str]] = &[
         "escape",
         "json_doc",
         "render",
-        "huge_pages",
         "limits",
         "sysinfo",
         "input",
