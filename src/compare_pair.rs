@@ -66,6 +66,8 @@ pub struct PairOutcome {
     pub zero_padding: Option<crate::formats::pipelines::ZeroPadding>,
     /// What only one side held, so it got no row.
     pub held_by_one: OneSided,
+    /// Each side's tensors that no name rule read and no `--map` named, so they got no row.
+    pub unnamed: (Vec<String>, Vec<String>),
 }
 
 pub struct Trained {
@@ -326,7 +328,8 @@ fn compare_on(
         notes.push(note);
     }
     // Tensors no name rule read (and no --map named) are not compared: said, never dropped.
-    if let Some(note) = crate::compare::unnamed_note(&a.unnamed(), &b.unnamed()) {
+    let unnamed = (a.unnamed(), b.unnamed());
+    if let Some(note) = crate::compare::unnamed_note(&unnamed.0, &unnamed.1) {
         say(&note);
         notes.push(note);
     }
@@ -430,6 +433,7 @@ fn compare_on(
         trained,
         zero_padding: None,
         held_by_one,
+        unnamed,
     })
 }
 

@@ -102,6 +102,8 @@ pub fn sample_row(
             &outcome.held_by_one.tensors_b,
             &outcome.held_by_one.states_b,
         ),
+        unnamed_a: outcome.unnamed.0.clone(),
+        unnamed_b: outcome.unnamed.1.clone(),
     }
 }
 
@@ -208,8 +210,9 @@ pub fn finish(report: &mut DatasetReport) {
     report.summary = headline(report);
 }
 
-/// What the samples' rows say beyond their figures: the zero padding left out, and the tensors
-/// one side alone held (grouped: a dataset's samples usually share one layout).
+/// What the samples' rows say beyond their figures: the zero padding left out, the tensors one
+/// side alone held and those no name rule read (grouped: a dataset's samples usually share one
+/// layout).
 fn sample_notes(samples: &[SampleRow]) -> Vec<String> {
     let mut notes = Vec::new();
     let padded: Vec<String> = samples
@@ -227,38 +230,51 @@ fn sample_notes(samples: &[SampleRow]) -> Vec<String> {
             padded.join(", ")
         ));
     }
-    let mut groups: Vec<(&[String], &[String], Vec<&str>)> = Vec::new();
-    for s in samples
-        .iter()
-        .filter(|s| !s.only_a.is_empty() || !s.only_b.is_empty())
-    {
-        match groups
-            .iter_mut()
-            .find(|(a, b, _)| *a == s.only_a.as_slice() && *b == s.only_b.as_slice())
-        {
-            Some((_, _, ids)) => ids.push(&s.id),
-            None => groups.push((&s.only_a, &s.only_b, vec![&s.id])),
+    notes.extend(grouped(
+        samples,
+        |s| (&s.only_a, &s.only_b),
+        |a, b| crate::compare::one_sided_note("tensor", a, b),
+    ));
+    notes.extend(grouped(
+        samples,
+        |s| (&s.unnamed_a, &s.unnamed_b),
+        crate::compare::unnamed_note,
+    ));
+    notes
+}
+
+/// "in N of M samples (a, b, c and K more): NOTE" for each distinct pair of lists `sides` gives
+/// a sample (A's, B's) that `note` has a note for, in the order of the samples that first hold it.
+fn grouped<'s>(
+    samples: &'s [SampleRow],
+    sides: impl Fn(&'s SampleRow) -> (&'s [String], &'s [String]),
+    note: impl Fn(&[String], &[String]) -> Option<String>,
+) -> Vec<String> {
+    let mut groups: Vec<((&[String], &[String]), Vec<&str>)> = Vec::new();
+    for s in samples {
+        let lists = sides(s);
+        match groups.iter_mut().find(|(l, _)| *l == lists) {
+            Some((_, ids)) => ids.push(&s.id),
+            None => groups.push((lists, vec![&s.id])),
         }
     }
-    for (a, b, ids) in groups {
-        let Some(what) = crate::compare::one_sided_note("tensor", a, b) else {
-            continue;
-        };
-        let shown: Vec<&str> = ids.iter().take(3).copied().collect();
-        let more = ids.len() - shown.len();
-        let more = if more > 0 {
-            format!(" and {more} more")
-        } else {
-            String::new()
-        };
-        notes.push(format!(
-            "in {} of {} samples ({}{more}): {what}",
-            ids.len(),
-            samples.len(),
-            shown.join(", ")
-        ));
-    }
-    notes
+    groups
+        .into_iter()
+        .filter_map(|((a, b), ids)| {
+            let what = note(a, b)?;
+            let shown: Vec<&str> = ids.iter().take(3).copied().collect();
+            let more = match ids.len() - shown.len() {
+                0 => String::new(),
+                more => format!(" and {more} more"),
+            };
+            Some(format!(
+                "in {} of {} samples ({}{more}): {what}",
+                ids.len(),
+                samples.len(),
+                shown.join(", ")
+            ))
+        })
+        .collect()
 }
 
 fn headline(r: &DatasetReport) -> String {

@@ -154,6 +154,11 @@ pub struct SampleRow {
     pub only_a: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub only_b: Vec<String>,
+    /// Tensors of A, or of B, that no name rule read and no `--map` named: no row.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unnamed_a: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unnamed_b: Vec<String>,
 }
 
 /// `left_out` of `of` stored positions.

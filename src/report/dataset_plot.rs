@@ -505,6 +505,8 @@ mod tests {
             zero_padding: None,
             only_a: Vec::new(),
             only_b: Vec::new(),
+            unnamed_a: Vec::new(),
+            unnamed_b: Vec::new(),
         }
     }
 

@@ -381,6 +381,47 @@ fn map_names_tensors_no_convention_knows() {
     assert!(stderr(&o).contains("block9"), "{}", stderr(&o));
 }
 
+/// Folders of such files, compared as a dataset: each sample's unread tensor is listed in its
+/// row (`unnamed_b`) and, grouped, in the dataset report's notes, as in a pair's report.
+#[test]
+fn a_dataset_lists_the_tensors_no_name_rule_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    for (side, file) in [(&a, "dump_f32.safetensors"), (&b, "custom.npz")] {
+        std::fs::create_dir(side).expect("mkdir");
+        let ext = Path::new(file).extension().expect("extension");
+        for id in ["s0", "s1"] {
+            let to = side.join(id).with_extension(ext);
+            std::fs::copy(fixture(file), to).expect("copy");
+        }
+    }
+    let (code, r, err) = common::compare_json(&a, &b, &["--map", "layers.3=block3"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r["samples"].as_array().map(Vec::len), Some(2), "{r}");
+    assert_eq!(r["samples"][0]["unnamed_b"], serde_json::json!(["emb"]));
+    assert!(
+        r["samples"][0].get("unnamed_a").is_none(),
+        "{}",
+        r["samples"][0]
+    );
+    let notes: Vec<&str> = r["sample_notes"]
+        .as_array()
+        .expect("sample_notes")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    // B's file holds two of A's tensors only: the rest of A's is one-sided, said first.
+    assert_eq!(
+        notes,
+        [
+            "in 2 of 2 samples (s0, s1): 10 tensors only in A (embed, layers.0, layers.1, \
+             layers.2 and 6 more), not compared: B holds no such tensor",
+            "in 2 of 2 samples (s0, s1): 1 tensor of B read as no hsdiff name (emb), not compared: \
+             name them with --map A_NAME=B_NAME (docs/file-formats.md lists the names)"
+        ],
+    );
+}
+
 /// A `.npy` of bf16 bits (`t.view(torch.int16).numpy()`): read with `--dtype-hint bf16` only.
 #[test]
 fn bf16_bits_in_numpy_need_the_hint() {
