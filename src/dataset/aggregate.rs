@@ -243,14 +243,17 @@ fn sample_notes(samples: &[SampleRow]) -> Vec<String> {
     notes
 }
 
+/// A sample's two lists of one kind of tensor: A's and B's.
+type Sides<'s> = (&'s [String], &'s [String]);
+
 /// "in N of M samples (a, b, c and K more): NOTE" for each distinct pair of lists `sides` gives
 /// a sample (A's, B's) that `note` has a note for, in the order of the samples that first hold it.
 fn grouped<'s>(
     samples: &'s [SampleRow],
-    sides: impl Fn(&'s SampleRow) -> (&'s [String], &'s [String]),
+    sides: impl Fn(&'s SampleRow) -> Sides<'s>,
     note: impl Fn(&[String], &[String]) -> Option<String>,
 ) -> Vec<String> {
-    let mut groups: Vec<((&[String], &[String]), Vec<&str>)> = Vec::new();
+    let mut groups: Vec<(Sides, Vec<&str>)> = Vec::new();
     for s in samples {
         let lists = sides(s);
         match groups.iter_mut().find(|(l, _)| *l == lists) {
