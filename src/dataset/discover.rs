@@ -244,7 +244,7 @@ pub fn side(
             None => format!(
                 "{} ({})",
                 first.format.as_str(),
-                first.conventions.join("; ")
+                strip_batch(&first.conventions.join("; "))
             ),
         };
         if !formats.contains(&format) {
@@ -298,11 +298,18 @@ pub fn side(
     ))
 }
 
-/// A reading's description without the per-sample parts (positions, batch row).
+/// A reading's description without the per-sample parts (positions, batch row); an SGLang pass's
+/// "request r of the pass's n (seq_lens …: positions …)" becomes what holds for every request.
 fn strip_batch(description: &str) -> String {
     description
         .split("; ")
         .filter(|p| !p.starts_with("sample ") && !p.contains(" positions compared"))
+        .map(
+            |p| match p.starts_with("request ") && p.contains(" of the pass's ") {
+                true => "each request of a pass one sample, its positions cut by seq_lens",
+                false => p,
+            },
+        )
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -367,6 +374,25 @@ mod tests {
             &p("**/hs_?.safetensors"),
             &p("hs_31.safetensors")
         ));
+    }
+
+    #[test]
+    fn a_readings_per_sample_parts_leave_the_sides_description() {
+        assert_eq!(
+            strip_batch("torch.save (x); sample 1 of the batch's 2; 10 positions compared"),
+            "torch.save (x)"
+        );
+        // Two requests of two passes read alike.
+        for request in [
+            "request 0 of the pass's 2 (seq_lens [10, 13]: positions 0..10)",
+            "request 2 of the pass's 3 (seq_lens [4, 5, 6]: positions 9..15)",
+        ] {
+            assert_eq!(
+                strip_batch(&format!("torch.save (sglang); {request}")),
+                "torch.save (sglang); each request of a pass one sample, its positions cut by \
+                 seq_lens"
+            );
+        }
     }
 
     #[test]
