@@ -304,12 +304,13 @@ fn strip_batch(description: &str) -> String {
     description
         .split("; ")
         .filter(|p| !p.starts_with("sample ") && !p.contains(" positions compared"))
-        .map(
-            |p| match p.starts_with("request ") && p.contains(" of the pass's ") {
-                true => "each request of a pass one sample, its positions cut by seq_lens",
-                false => p,
-            },
-        )
+        .map(|p| {
+            if p.starts_with("request ") && p.contains(" of the pass's ") {
+                "each request of a pass one sample, its positions cut by seq_lens"
+            } else {
+                p
+            }
+        })
         .collect::<Vec<_>>()
         .join("; ")
 }

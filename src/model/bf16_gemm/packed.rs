@@ -39,7 +39,7 @@ impl PackedBf16 {
     /// Block by block of [`PACK_PAIRS`] pairs, every column of the panel writes its words into the
     /// block, which stays in L1 meanwhile; a pair's 4 bytes are its word. Written column after
     /// column over the whole panel instead (a panel is 640 KiB at k = 5120, more than an L2), each
-    /// output line was fetched again for each of its 16 columns, and the packing took twice as
+    /// output line was fetched again for each of its 16 columns, and the packing took 1.1–1.8× as
     /// long (docs/performance.md, "Issue 24, session 5").
     pub fn pack_le_bytes(w: &[u8], n: usize, k: usize) -> Self {
         assert_eq!(w.len(), 2 * n * k, "weight of {n} × {k}");
