@@ -252,22 +252,22 @@ pub fn side(
         }
         let id = sample_id(path);
         for b in 0..batch {
-            let owned;
-            let src = if b == 0 {
-                &first
+            // Sample 0's source may hold every sample's ids (an SGLang pass's requests): no
+            // reading of the file again for them.
+            let ids = if b == 0 {
+                first.input_ids()
+            } else if let Some(held) = first.held_input_ids(b) {
+                held.map(Some)
             } else {
                 match open(path, Some(b), hint, read) {
-                    Ok(s) => {
-                        owned = s;
-                        &owned
-                    }
+                    Ok(src) => src.input_ids(),
                     Err(e) => {
                         failed.push((path.clone(), e));
                         continue;
                     }
                 }
             };
-            let tokens = match src.input_ids() {
+            let tokens = match ids {
                 Ok(ids) => ids.map(|ids| (digest(&ids), ids.len())),
                 Err(e) => {
                     failed.push((path.clone(), e));

@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::mapped::FileMap;
-use candle_core::DType;
+use candle_core::{DType, Tensor};
 use serde_json::Value;
 
 use crate::capture::Key;
@@ -139,6 +139,9 @@ pub struct FileSource {
     /// An SGLang forward pass batching several requests: how many (each is a sample); 1
     /// otherwise.
     pub requests_in_pass: usize,
+    /// Such a pass's token ids of each request (empty when it holds one or carries none): the
+    /// other requests' ids without reading the pass again ([`FileSource::held_input_ids`]).
+    pass_ids: Vec<Tensor>,
     /// The map is anonymous memory (an inflated `.gz`): its pages are never released, as
     /// releasing them would zero them.
     inflated: bool,
@@ -154,6 +157,14 @@ impl FileSource {
         self.pipeline
             .as_ref()
             .map_or(self.requests_in_pass, |p| p.batch)
+    }
+
+    /// The token ids of sample `b` of this file when this source already holds them (every
+    /// request's of an SGLang pass, read once with the pass); None: open sample `b` for them.
+    pub fn held_input_ids(&self, b: usize) -> Option<Result<Vec<u32>>> {
+        let ids = self.pass_ids.get(b)?;
+        let name = Key::InputIds.to_string();
+        Some(crate::capture::dump::token_ids(&self.path, &name, ids))
     }
 
     /// Opens and indexes `path`. `dtype_hint` (`--dtype-hint`) is the compute dtype of files that
@@ -250,6 +261,7 @@ impl FileSource {
             stored: Default::default(),
             pipeline: None,
             requests_in_pass: 1,
+            pass_ids: Vec::new(),
             inflated: false,
         }
     }

@@ -462,3 +462,35 @@ fn a_decode_pass_of_several_requests_refused() {
         "{err}"
     );
 }
+
+/// The source of a pass's first request holds every request's token ids (read once with the
+/// pass), equal to those of each request opened on its own: a dataset lists the requests without
+/// reading the pass once per request.
+#[test]
+fn a_pass_read_once_gives_every_requests_ids() {
+    use hsdiff::formats::FileSource;
+    use hsdiff::formats::pipelines::ReadOptions;
+    let model = "qwen3_5_tiny";
+    for file in [
+        "sglang/tensor_dump_batch/TP0_PP0_Rank0_pid4242/Pass00000.pt",
+        "sglang/dumper_batch/dump_20261201_120000_000000/step=0___rank=0___dump_index=1___name=input_ids___recompute_status=disabled.pt",
+    ] {
+        let path = PathBuf::from(fx(model, file));
+        let open = |b: usize| {
+            let opts = ReadOptions {
+                sample: Some(b),
+                ..ReadOptions::default()
+            };
+            FileSource::open_with(&path, None, &opts).expect("opens")
+        };
+        let first = open(0);
+        assert_eq!(first.samples_held(), 2, "{file}");
+        for b in 0..2 {
+            let held = first.held_input_ids(b).expect("held").expect("ids");
+            let alone = open(b).input_ids().expect("ids").expect("some");
+            assert_eq!(held, alone, "{file}: request {b}");
+            assert_eq!(held.len(), [10, 13][b], "{file}: request {b}");
+        }
+        assert!(first.held_input_ids(2).is_none(), "{file}");
+    }
+}

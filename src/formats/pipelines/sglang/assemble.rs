@@ -96,12 +96,14 @@ fn le_bytes(t: &Tensor) -> candle_core::Result<Option<Vec<u8>>> {
 }
 
 /// The sample as a file source named `path` (the file standing for the forward pass).
-/// `requests` is the number of requests in the forward pass the sample is one of.
+/// `requests` is the number of requests in the forward pass the sample is one of, `pass_ids`
+/// each one's token ids ([`super::requests::each_requests_ids`]).
 pub fn source(
     path: &Path,
     sample: Sample,
     dtype_hint: Option<DType>,
     requests: usize,
+    pass_ids: Vec<Tensor>,
 ) -> Result<FileSource> {
     let mut bytes = Vec::new();
     let mut entries = Vec::new();
@@ -146,6 +148,7 @@ pub fn source(
     src.conventions.push(sample.description);
     src.dtype_hint = dtype_hint;
     src.requests_in_pass = requests;
+    src.pass_ids = pass_ids;
     // Anonymous memory: releasing its pages would zero them.
     src.inflated = true;
     Ok(src)

@@ -370,9 +370,10 @@ pub fn open(
 ) -> Result<crate::formats::FileSource> {
     let sample = read(path, tags, opts)?;
     let n = sample.requests.len();
+    let pass_ids = requests::each_requests_ids(&sample)?;
     let one = requests::cut(sample, opts.sample.unwrap_or(0))
         .map_err(|e| Error::file(path, format!("sglang-dumper: {e}")))?;
-    assemble::source(path, one, hint, n)
+    assemble::source(path, one, hint, n, pass_ids)
 }
 
 #[cfg(test)]

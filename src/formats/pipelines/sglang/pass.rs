@@ -75,9 +75,10 @@ pub fn open(
 ) -> Result<FileSource> {
     let sample = read(path, opts)?;
     let n = sample.requests.len();
+    let pass_ids = requests::each_requests_ids(&sample)?;
     let one = requests::cut(sample, opts.sample.unwrap_or(0))
         .map_err(|e| Error::file(path, format!("sglang-tensor-dump: {e}")))?;
-    assemble::source(path, one, hint, n)
+    assemble::source(path, one, hint, n, pass_ids)
 }
 
 fn read(path: &Path, opts: &ReadOptions) -> Result<Sample> {

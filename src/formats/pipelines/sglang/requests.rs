@@ -51,6 +51,26 @@ pub fn lengths(
     Ok(lens.into_iter().map(|l| l as usize).collect())
 }
 
+/// Each request's token ids (`input_ids` cut as [`cut`] cuts it) when the pass holds several
+/// requests and carries token ids; empty otherwise. Small next to the pass: kept by the source of
+/// any one request, they spare reading the pass again for the others' ids.
+pub fn each_requests_ids(sample: &Sample) -> candle_core::Result<Vec<Tensor>> {
+    let ids = sample
+        .tensors
+        .iter()
+        .find(|(name, _)| crate::capture::Key::of(name) == Some(crate::capture::Key::InputIds));
+    let Some((_, ids)) = ids.filter(|_| sample.requests.len() > 1) else {
+        return Ok(Vec::new());
+    };
+    let mut start = 0;
+    let mut each = Vec::with_capacity(sample.requests.len());
+    for &len in &sample.requests {
+        each.push(ids.narrow(0, start, len)?.to_dtype(DType::I64)?);
+        start += len;
+    }
+    Ok(each)
+}
+
 /// Request `r` of a pass of requests `lens` long: its positions cut out of every tensor (all
 /// `[tokens, …]`), the description saying which request it is. The pass itself when it holds
 /// one request.
@@ -139,10 +159,17 @@ mod tests {
                 .ends_with("request 1 of the pass's 2 (seq_lens [2, 3]: positions 2..5)")
         );
         assert!(cut(sample(), 2).is_err());
+        // Each request's ids, as cut.
+        let each: Vec<Vec<i64>> = each_requests_ids(&sample())?
+            .iter()
+            .map(|t| t.to_vec1::<i64>())
+            .collect::<candle_core::Result<_>>()?;
+        assert_eq!(each, [vec![7, 8], vec![9, 10, 11]]);
         let whole = Sample {
             requests: vec![5],
             ..sample()
         };
+        assert!(each_requests_ids(&whole)?.is_empty());
         assert_eq!(cut(whole, 0).expect("whole").description, "pass");
         Ok(())
     }
