@@ -175,20 +175,39 @@ impl OneSided {
 /// "N tensors of A read as no hsdiff name (x, y, … and K more), not compared: …" for each side
 /// that stores some ([`crate::formats::FileSource::unnamed`]), joined by "; ".
 pub fn unnamed_note(in_a: &[String], in_b: &[String]) -> Option<String> {
-    let part = |side: &str, list: &[String]| -> Option<String> {
-        (!list.is_empty()).then(|| {
-            format!(
-                "{} tensor{} of {side} read as no hsdiff name ({}), not compared: name them \
-                 with --map A_NAME=B_NAME (docs/file-formats.md lists the names)",
-                list.len(),
-                if list.len() == 1 { "" } else { "s" },
-                shown_list(list),
-            )
-        })
-    };
-    let parts: Vec<String> = [part("A", in_a), part("B", in_b)]
+    per_side(in_a, in_b, |side, _, list, s| {
+        format!(
+            "{} tensor{s} of {side} read as no hsdiff name ({}), not compared: name them with \
+             --map A_NAME=B_NAME (docs/file-formats.md lists the names)",
+            list.len(),
+            shown_list(list),
+        )
+    })
+}
+
+/// "N WHATs only in A (x, y, … and K more), not compared: B holds no such tensor" for each side
+/// that has some, joined by "; ".
+pub fn one_sided_note(what: &str, in_a: &[String], in_b: &[String]) -> Option<String> {
+    per_side(in_a, in_b, |side, other, list, s| {
+        format!(
+            "{} {what}{s} only in {side} ({}), not compared: {other} holds no such tensor",
+            list.len(),
+            shown_list(list),
+        )
+    })
+}
+
+/// `part(side, other side, list, plural "s" or "")` for each side whose list is not empty, A's
+/// then B's, joined by "; "; None when both are empty.
+fn per_side(
+    in_a: &[String],
+    in_b: &[String],
+    part: impl Fn(&str, &str, &[String], &str) -> String,
+) -> Option<String> {
+    let parts: Vec<String> = [("A", "B", in_a), ("B", "A", in_b)]
         .into_iter()
-        .flatten()
+        .filter(|(_, _, list)| !list.is_empty())
+        .map(|(side, other, list)| part(side, other, list, if list.len() == 1 { "" } else { "s" }))
         .collect();
     (!parts.is_empty()).then(|| parts.join("; "))
 }
@@ -200,26 +219,6 @@ fn shown_list(list: &[String]) -> String {
         0 => shown.join(", "),
         more => format!("{} and {more} more", shown.join(", ")),
     }
-}
-
-/// "N WHATs only in A (x, y, … and K more), not compared: B holds no such tensor" for each side
-/// that has some, joined by "; ".
-pub fn one_sided_note(what: &str, in_a: &[String], in_b: &[String]) -> Option<String> {
-    let part = |side: &str, other: &str, list: &[String]| -> Option<String> {
-        (!list.is_empty()).then(|| {
-            format!(
-                "{} {what}{} only in {side} ({}), not compared: {other} holds no such tensor",
-                list.len(),
-                if list.len() == 1 { "" } else { "s" },
-                shown_list(list),
-            )
-        })
-    };
-    let parts: Vec<String> = [part("A", "B", in_a), part("B", "A", in_b)]
-        .into_iter()
-        .flatten()
-        .collect();
-    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// A report note when both sides hold conv windows (`state.layers.{i}.conv`), which get no row:
