@@ -351,12 +351,7 @@ fn map_names_tensors_no_convention_knows() {
     );
     assert_eq!(code, 0, "{}", r["summary"]);
     assert_eq!(common::row_names(&r), ["layers.3"]);
-    let notes: Vec<&str> = r["notes"]
-        .as_array()
-        .expect("notes")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let notes = common::strings(&r["notes"]);
     assert!(
         notes.contains(
             &"1 tensor of B read as no hsdiff name (emb), not compared: name them with --map \
@@ -404,12 +399,7 @@ fn a_dataset_lists_the_tensors_no_name_rule_read() {
         "{}",
         r["samples"][0]
     );
-    let notes: Vec<&str> = r["sample_notes"]
-        .as_array()
-        .expect("sample_notes")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let notes = common::strings(&r["sample_notes"]);
     // B's file holds two of A's tensors only: the rest of A's is one-sided, said first.
     assert_eq!(
         notes,

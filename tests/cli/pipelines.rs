@@ -904,12 +904,7 @@ fn tensors_held_by_one_side_named() {
     let (a, b) = (fx(model, "specforge_dflash"), fx(model, "eval"));
     let (code, r) = json(&a, &b, &["--draft-config", &cfg, "--no-floor"]);
     assert!(matches!(code, 0 | 1), "{}", r["summary"]);
-    let notes: Vec<&str> = r["sample_notes"]
-        .as_array()
-        .expect("sample_notes")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let notes = common::strings(&r["sample_notes"]);
     assert_eq!(
         notes,
         [

@@ -329,6 +329,15 @@ pub fn dataset_sample<'a>(r: &'a serde_json::Value, id: &str) -> &'a serde_json:
         .unwrap_or_else(|| panic!("no sample {id}: {}", r["samples"]))
 }
 
+/// A JSON list of strings (a report's `notes`, a dataset report's `sample_notes`).
+pub fn strings(v: &serde_json::Value) -> Vec<&str> {
+    v.as_array()
+        .expect("list")
+        .iter()
+        .filter_map(serde_json::Value::as_str)
+        .collect()
+}
+
 /// The `id`s of a dataset report's list (unpaired samples, token mismatches).
 pub fn sample_ids(v: &serde_json::Value) -> Vec<String> {
     v.as_array()
