@@ -71,27 +71,24 @@ impl Linear {
         }
     }
 
-    /// The weight's rows: the output's width.
-    fn out_features(&self) -> usize {
-        match &self.weight {
-            Weight::Tensor(w) => w.dims().first().copied().unwrap_or(0),
-            Weight::PackedBf16(w) => w.rows(),
-            Weight::Fp8(w, _) => w.rows(),
-        }
-    }
-
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // 2·m·k per output column: `x`'s elements times the weight's rows.
-        let n = match &self.weight {
-            Weight::Tensor(w) => w.elem_count() / x.dim(candle_core::D::Minus1)?.max(1),
-            _ => self.out_features(),
-        };
-        PRODUCT_FLOPS.fetch_add(2 * (x.elem_count() * n) as u64, Ordering::Relaxed);
         let y = match &self.weight {
             Weight::Tensor(w) => x.broadcast_matmul(&w.t()?)?,
             Weight::PackedBf16(w) => packed_forward(x, w)?,
             Weight::Fp8(w, act) => fp8_forward(x, w, *act)?,
         };
+        self.finish(x, y)
+    }
+
+    /// The product `y` of input `x` counted in [`PRODUCT_FLOPS`], with the bias added.
+    fn finish(&self, x: &Tensor, y: Tensor) -> Result<Tensor> {
+        // 2·m·k per output column: `x`'s elements times the weight's rows.
+        let n = match &self.weight {
+            Weight::Tensor(w) => w.elem_count() / x.dim(candle_core::D::Minus1)?.max(1),
+            Weight::PackedBf16(w) => w.rows(),
+            Weight::Fp8(w, _) => w.rows(),
+        };
+        PRODUCT_FLOPS.fetch_add(2 * (x.elem_count() * n) as u64, Ordering::Relaxed);
         match &self.bias {
             Some(b) => Ok(y.broadcast_add(b)?),
             None => Ok(y),
@@ -122,19 +119,11 @@ fn forward_many(x: &Tensor, layers: &[&Linear]) -> Result<Vec<Tensor>> {
     let Some(ws) = packed else {
         return layers.iter().map(|l| l.forward(x)).collect();
     };
-    let ys = packed_forward_many(x, &ws)?;
-    let mut out = Vec::with_capacity(ys.len());
-    for (y, l) in ys.into_iter().zip(layers) {
-        PRODUCT_FLOPS.fetch_add(
-            2 * (x.elem_count() * l.out_features()) as u64,
-            Ordering::Relaxed,
-        );
-        out.push(match &l.bias {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
-        });
-    }
-    Ok(out)
+    packed_forward_many(x, &ws)?
+        .into_iter()
+        .zip(layers)
+        .map(|(y, l)| l.finish(x, y))
+        .collect()
 }
 
 impl Weight {
