@@ -157,8 +157,8 @@ impl GemmBench {
         Ok(())
     }
 
-    /// Measures the peak and every product, and prints the header, the table and the lines
-    /// below it (and the JSON document to `json`).
+    /// Measures the peak and every product, printing the header (machine, peak, load) as it
+    /// goes; the results are what [`GemmTable`] and [`GemmJson`] render.
     pub fn run_and_report(&self) -> Result<GemmResults> {
         // rayon's pool and candle's matmul both read RAYON_NUM_THREADS.
         let threads = rayon::current_num_threads();
