@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Measure the rounding floors hsdiff itself produces and write ``data/honest_floors.json``, the
-table behind `compare`'s uncalibrated rule (src/verdict.rs, docs/reading-a-report.md#the-uncalibrated-rule).
+table behind `compare`'s uncalibrated rule (src/compare/verdict.rs, docs/reading-a-report.md#the-uncalibrated-rule).
 
 For each geometry (real configurations with ``--random-weights``, few layers where a layer is
 large, and the golden geometries made deep) the ``fused`` backend is dumped at f64 and at each
@@ -124,7 +124,7 @@ def main() -> None:
     table = {
         "about": "Rounding floors measured by scripts/measure_honest_floors.py: rel L2 of each captured "
                  "hidden state at `dtype` against the f64 run of the same implementation on the same tokens. "
-                 "src/verdict.rs derives the uncalibrated rule's expected floor from it: per dtype, the largest "
+                 "src/compare/verdict.rs derives the uncalibrated rule's expected floor from it: per dtype, the largest "
                  "rel_l2 / (depth + 1) over every entry.",
         "measured": measured,
     }

@@ -3,51 +3,36 @@
 //! hidden states, and if not, where they part and why.
 //!
 //! Data flows one way: checkpoint → config + weights → model forward (with a pluggable
-//! linear-attention backend) → captures → metrics → verdicts → report → renderers.
+//! linear-attention backend) → captures → metrics → verdicts → report → renderers. The modules
+//! below are the layers of docs/architecture.md, first to last: a module imports from its own
+//! layer and earlier ones only (`tests/cli/architecture.rs` enforces it).
 
-pub mod alignment;
-pub mod backends;
-pub mod bench;
-pub mod builtin;
-pub mod capture;
-pub mod check;
-pub mod checkpoint;
-pub mod cli;
-pub mod compare;
-pub mod compare_command;
-pub mod compare_pair;
-pub mod compare_tokens;
-pub mod config;
-pub mod dataset;
-pub mod device;
-pub mod disjoint;
-pub mod dump_command;
-pub mod envdiff;
-pub mod environment;
+// 1. Foundations: errors, text and input handling, the output policy, FP8 arithmetic, rendering.
 pub mod error;
-pub mod escape;
-pub mod fingerprint;
-pub mod formats;
 pub mod fp8;
-pub mod input;
-pub mod job;
-pub mod json_doc;
-pub mod limits;
-pub mod live;
-pub mod mapped;
-pub mod metrics;
-pub mod model;
-pub mod output;
-pub mod pairing;
-pub mod paths;
-pub mod plausibility;
-pub mod progress;
-pub mod random_weights;
 pub mod render;
+pub mod util;
+
+// 2. Weights and kernels: config, checkpoints, random weights; the linear-attention backends.
+pub mod backends;
+pub mod weights;
+
+// 3. Names and provenance: tensor keys, dumps, fingerprints of what ran and their differences.
+pub mod capture;
+
+// 4. The model: the forward pass of the hybrid model and the built-in tiny model.
+pub mod model;
+
+// 5. The engine: reading files (formats), comparing and judging (compare), the report value.
+pub mod compare;
+pub mod formats;
 pub mod report;
-pub mod safetensors_file;
-pub mod selftest;
-pub mod session;
-pub mod sysinfo;
-pub mod testdata;
-pub mod verdict;
+
+// 6. The job: a comparison planned from its spec, then run, then assembled into a report.
+pub mod job;
+
+// 7. The commands as library code, without their command lines.
+pub mod commands;
+
+// 8. The command line: flags → typed requests, printing, exit codes.
+pub mod cli;

@@ -4,5 +4,5 @@
 use std::path::Path;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let _ = hsdiff::config::ModelConfig::from_bytes(data, Path::new("config.json"));
+    let _ = hsdiff::weights::config::ModelConfig::from_bytes(data, Path::new("config.json"));
 });

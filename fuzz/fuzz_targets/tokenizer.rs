@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use hsdiff::input::Tokenizer;
+use hsdiff::util::input::Tokenizer;
 
 static TOKENIZER: OnceLock<Tokenizer> = OnceLock::new();
 

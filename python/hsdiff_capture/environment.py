@@ -1,6 +1,6 @@
 """Facts about the machine and the files: package versions and import probes, CPU model and
 features, NVIDIA driver, file hashes and hsdiff's sampled weights digest (the same algorithm as
-`weights_digest` in hsdiff's src/fingerprint.rs, bit for bit)."""
+`weights_digest` in hsdiff's src/capture/fingerprint.rs, bit for bit)."""
 
 from __future__ import annotations
 

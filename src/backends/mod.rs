@@ -4,6 +4,7 @@
 //! layer (projections, gates, head bookkeeping, out_proj) is shared model code, so two backends
 //! can only differ by what they do here.
 
+pub mod cases;
 mod chunked;
 mod compose;
 pub mod fused;

@@ -7,10 +7,10 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 
 use super::{Captures, Key};
-use crate::device::parse_dtype;
+use crate::capture::fingerprint::Fingerprint;
 use crate::error::{Error, Result};
-use crate::fingerprint::Fingerprint;
-use crate::safetensors_file::{SafetensorsFile, candle_dtype};
+use crate::util::device::parse_dtype;
+use crate::weights::safetensors_file::{SafetensorsFile, candle_dtype};
 
 pub const METADATA_KEY: &str = "hsdiff";
 
@@ -30,8 +30,8 @@ pub fn write(path: &Path, caps: &Captures, fingerprint: &Fingerprint) -> Result<
     let json = serde_json::to_string(fingerprint).map_err(|e| Error::file(path, e.to_string()))?;
     let metadata = HashMap::from([(METADATA_KEY.to_string(), json)]);
     let list: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    crate::output::write_with(path, |file| {
-        crate::safetensors_file::write_tensors(path, file, &list, Some(metadata))
+    crate::util::output::write_with(path, |file| {
+        crate::weights::safetensors_file::write_tensors(path, file, &list, Some(metadata))
     })
 }
 

@@ -288,7 +288,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::safetensors_file::SafetensorsFile;
+    use crate::weights::safetensors_file::SafetensorsFile;
 
     /// Every key of a 3-layer model, in forward order.
     fn every_key() -> Vec<Key> {

@@ -1,6 +1,8 @@
 //! Captured hidden states of one run, and the dump files that carry them between machines.
 
 pub mod dump;
+pub mod envdiff;
+pub mod fingerprint;
 pub mod key;
 
 use std::collections::BTreeMap;

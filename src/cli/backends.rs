@@ -5,8 +5,8 @@
 use candle_core::Device;
 
 use crate::backends::{available_backends, implementation_on};
-use crate::device::parse_device;
 use crate::error::{Error, Result, RunError};
+use crate::util::device::parse_device;
 
 /// The device kinds hsdiff knows, by the `--device` spelling that opens the first of each.
 const DEVICE_KINDS: &[(&str, &str)] = &[("cpu", "cpu"), ("cuda", "cuda:0")];

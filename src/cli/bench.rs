@@ -1,5 +1,5 @@
 //! `hsdiff bench`: the options of `bench core`, `bench forward` and the hidden `bench case`, and
-//! their wiring to the library (`crate::bench`, which documents what is measured and how).
+//! their wiring to the library (`crate::commands::bench`, which documents what is measured and how).
 
 use std::path::Path;
 
@@ -8,17 +8,17 @@ use clap::{Args, Subcommand};
 use super::bench_args::{CommonArgs, CoreArgs, ForwardArgs};
 use super::bench_case::{CaseArgs, GemmArgs, run_case_args};
 
-use crate::bench::delta_rule::CoreGeometry;
-use crate::bench::forward::ForwardBench;
-use crate::bench::gemm::{GemmBench, GemmJson, GemmTable, shapes_named};
-use crate::bench::plan::{Plan, PlanRequest};
-use crate::bench::render::renderer;
-use crate::bench::results::{BenchRow, exit_code};
-use crate::bench::runner::Bench;
+use crate::commands::bench::delta_rule::CoreGeometry;
+use crate::commands::bench::forward::ForwardBench;
+use crate::commands::bench::gemm::{GemmBench, GemmJson, GemmTable, shapes_named};
+use crate::commands::bench::plan::{Plan, PlanRequest};
+use crate::commands::bench::render::renderer;
+use crate::commands::bench::results::{BenchRow, exit_code};
+use crate::commands::bench::runner::Bench;
 use crate::error::Result;
-use crate::output::{reserve_all, write_bytes};
 use crate::render::{Format, Json, Render};
 use crate::report::emit::write_stdout;
+use crate::util::output::{reserve_all, write_bytes};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {

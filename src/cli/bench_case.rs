@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::values::DtypeArg;
-use crate::bench::case::{CaseKind, CaseRequest, run_case};
-use crate::bench::protocol::result_line;
-use crate::device::parse_dtype;
+use crate::commands::bench::case::{CaseKind, CaseRequest, run_case};
+use crate::commands::bench::protocol::result_line;
 use crate::error::Result;
+use crate::util::device::parse_dtype;
 
 #[derive(Args, Debug)]
 pub struct GemmArgs {

@@ -12,10 +12,10 @@ use super::common::command_line;
 use super::report_args::ReportArgs;
 use super::values::DtypeArg;
 use crate::backends::BackendKind;
-use crate::check::{CheckRun, check_builtin_set, check_file, worst, write_set};
-use crate::device::DeviceName;
+use crate::commands::check::{CheckRun, check_builtin_set, check_file, worst, write_set};
 use crate::error::{Error, Result};
 use crate::report::emit::emit;
+use crate::util::device::DeviceName;
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::values::DtypeArg;
-use crate::device::DeviceName;
 use crate::error::Result;
-use crate::session::{Session, SessionSpec};
+use crate::job::session::{Session, SessionSpec};
+use crate::util::device::DeviceName;
 
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {

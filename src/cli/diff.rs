@@ -7,8 +7,8 @@ use clap::Args;
 use super::common::{RunArgs, command_line};
 use super::report_args::ReportArgs;
 use crate::backends::BackendKind;
+use crate::commands::live::{self, LiveRun, Mode};
 use crate::error::Result;
-use crate::live::{self, LiveRun, Mode};
 use crate::report::emit::emit;
 
 #[derive(Args, Debug, Clone)]

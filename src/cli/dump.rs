@@ -6,7 +6,7 @@ use clap::Args;
 
 use super::common::RunArgs;
 use crate::backends::BackendKind;
-use crate::dump_command::{DumpRun, dump};
+use crate::commands::dump::{DumpRun, dump};
 use crate::error::Result;
 
 #[derive(Args, Debug)]
@@ -38,7 +38,7 @@ pub struct DumpArgs {
 
 pub fn run(args: &DumpArgs) -> Result<i32> {
     // Before the run: a dump never replaces a device, a folder or one of its own inputs.
-    crate::output::reserve_all(&[(&args.out, "--out")], &args.run.input_paths())?;
+    crate::util::output::reserve_all(&[(&args.out, "--out")], &args.run.input_paths())?;
     let session = args.run.resolve()?;
     let run = DumpRun {
         backend: args.backend,

@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use clap::Args;
 use serde_json::Value;
 
-use crate::device::DeviceName;
-use crate::environment::{build_features, env_fingerprint};
+use crate::capture::fingerprint::Fingerprint;
+use crate::commands::env::{build_features, env_fingerprint};
 use crate::error::Result;
-use crate::fingerprint::Fingerprint;
 use crate::render::{Json, Render};
 use crate::report::emit::write_stdout;
+use crate::util::device::DeviceName;
 
 #[derive(Args, Debug)]
 pub struct EnvArgs {

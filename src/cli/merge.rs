@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::report_args::ReportArgs;
-use crate::dataset;
+use crate::commands::compare::dataset;
 use crate::error::Result;
 use crate::report::dataset_render;
 

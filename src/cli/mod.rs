@@ -23,7 +23,7 @@ use clap::{Parser, Subcommand};
 use boundary::{catch_panics, clap_line};
 
 use crate::error::Result;
-use crate::input::BUILTIN_PROMPTS;
+use crate::util::input::BUILTIN_PROMPTS;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -87,10 +87,10 @@ pub fn main() -> i32 {
             Err(_) => 2,
         };
     }
-    crate::output::clean_up_on_signals();
+    crate::util::output::clean_up_on_signals();
     let code = run_main();
     // Outputs reserved but not written (the command failed) leave no temp file behind.
-    crate::output::discard_reservations();
+    crate::util::output::discard_reservations();
     code
 }
 
@@ -108,17 +108,20 @@ fn run_main() -> i32 {
         }
     };
     match catch_panics(|| {
-        crate::limits::set(crate::limits::Limits::from_args(&cli.limit)?);
-        crate::limits::check_threads_env()?;
+        crate::util::limits::set(crate::util::limits::Limits::from_args(&cli.limit)?);
+        crate::util::limits::check_threads_env()?;
         let code = dispatch(&cli)?;
         // An input truncated while it was read ends the run as trouble, whatever it printed.
-        crate::mapped::check()?;
+        crate::util::mapped::check()?;
         Ok(code)
     }) {
         Ok(code) => code,
         Err(e) => {
             // One line, whatever names or messages from files it quotes.
-            eprintln!("hsdiff: error: {}", crate::escape::one_line(&e.to_string()));
+            eprintln!(
+                "hsdiff: error: {}",
+                crate::util::escape::one_line(&e.to_string())
+            );
             2
         }
     }

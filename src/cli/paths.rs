@@ -1,12 +1,12 @@
 //! `hsdiff paths`: one backend, one dtype, several execution paths over the same tokens, each
-//! compared with the full prefill (see [`crate::paths`]).
+//! compared with the full prefill (see [`crate::commands::exec_paths`]).
 
 use clap::Args;
 
 use super::common::RunArgs;
 use crate::backends::BackendKind;
+use crate::commands::exec_paths::{PathKind, plan_paths, render, run_paths};
 use crate::error::{Error, Result};
-use crate::paths::{PathKind, plan_paths, render, run_paths};
 use crate::render::Format;
 use crate::report::emit::FailOn;
 
@@ -57,7 +57,7 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
     let renderer = render::renderer(args.format)?;
     // The output target is checked before the (long) runs.
     if let Some(out) = &args.out {
-        crate::output::reserve_all(&[(out, "--out")], &args.run.input_paths())?;
+        crate::util::output::reserve_all(&[(out, "--out")], &args.run.input_paths())?;
     }
     let session = args.run.resolve()?;
     let backend = args.backend.open(&session.device)?;
@@ -84,7 +84,7 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
     let text = renderer.render(&report)?;
     match &args.out {
         Some(path) => {
-            crate::output::write_bytes(path, &text)?;
+            crate::util::output::write_bytes(path, &text)?;
             eprintln!("{}", report.summary);
         }
         None => crate::report::emit::write_stdout(&text)?,
@@ -97,7 +97,7 @@ mod tests {
     use clap::Parser;
 
     use super::super::Cli;
-    use crate::paths::PathKind;
+    use crate::commands::exec_paths::PathKind;
 
     /// `--paths` takes a comma-separated list of the known names, and nothing else.
     #[test]

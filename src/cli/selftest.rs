@@ -1,5 +1,5 @@
 //! `hsdiff selftest --device cpu|cuda [--bench]`: one command that proves a build works on a
-//! device (docs/cuda.md). The checks are [`crate::selftest`]; this file holds the options.
+//! device (docs/cuda.md). The checks are [`crate::commands::selftest`]; this file holds the options.
 //!
 //! Prints a pass/fail list; exit 0 when everything passed, 1 when something failed, 2 when
 //! the device cannot be used.
@@ -8,9 +8,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::device::DeviceName;
+use crate::commands::selftest::{self, BenchOptions, Options};
 use crate::error::Result;
-use crate::selftest::{self, BenchOptions, Options};
+use crate::util::device::DeviceName;
 
 #[derive(Args, Debug)]
 pub struct SelftestArgs {

@@ -1,14 +1,14 @@
 //! The command-line names of the library's typed values: backends, compute dtypes and the live
-//! run's mode (devices are read by [`crate::device::DeviceName`]'s `FromStr`).
+//! run's mode (devices are read by [`crate::util::device::DeviceName`]'s `FromStr`).
 
 use candle_core::DType;
 use clap::ValueEnum;
 use clap::builder::PossibleValue;
 
 use crate::backends::BackendKind;
-use crate::device::{COMPUTE_DTYPES, dtype_aliases, dtype_label};
-use crate::live::Mode;
-use crate::paths::PathKind;
+use crate::commands::exec_paths::PathKind;
+use crate::commands::live::Mode;
+use crate::util::device::{COMPUTE_DTYPES, dtype_aliases, dtype_label};
 
 impl ValueEnum for BackendKind {
     fn value_variants<'a>() -> &'a [Self] {
@@ -77,7 +77,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
-    use crate::device::parse_dtype;
+    use crate::util::device::parse_dtype;
 
     /// (name, label or None for a near miss) from the list hsdiff-capture's tests read too
     /// (tests/python/test_pure.py), so the two sides cannot drift apart.

@@ -36,12 +36,12 @@ impl FileSource {
                 continue;
             }
             let n = e.shape[0];
-            let layers = crate::limits::get().layers;
+            let layers = crate::util::limits::get().layers;
             if n - 1 > layers {
                 return Err(Error::tensor(
                     &self.path,
                     &e.raw,
-                    crate::limits::exceeded(
+                    crate::util::limits::exceeded(
                         "read as a stack of hidden states, its number of layers",
                         n - 1,
                         "layers",

@@ -19,9 +19,9 @@ pub struct MappedRows<'a> {
 }
 
 impl<'a> MappedRows<'a> {
-    /// The rows for the statistics ([`crate::metrics::diff_stats_stored`]).
-    pub fn stored(&self) -> crate::metrics::StoredRows<'a> {
-        crate::metrics::StoredRows {
+    /// The rows for the statistics ([`crate::compare::metrics::diff_stats_stored`]).
+    pub fn stored(&self) -> crate::compare::metrics::StoredRows<'a> {
+        crate::compare::metrics::StoredRows {
             bytes: self.bytes,
             dtype: self.dtype,
             rows: self.rows,
@@ -42,7 +42,7 @@ impl FileSource {
     /// The rows of the hidden state hsdiff calls `name`, as [`FileSource::get`] would give
     /// them (`[1, T, D]`), borrowed from the map; None when that needs a copy (compressed,
     /// column-major, positions selected, a batch, not floating point). The caller must call
-    /// [`crate::mapped::check`] once done reading, before trusting what it read.
+    /// [`crate::util::mapped::check`] once done reading, before trusting what it read.
     pub fn mapped_rows(&self, name: &str) -> Result<Option<MappedRows<'_>>> {
         let Some(&idx) = self.names.get(name) else {
             return Ok(None);
@@ -160,6 +160,6 @@ mod tests {
             }
             assert_eq!(seen, 5, "{rel}");
         }
-        crate::mapped::check()
+        crate::util::mapped::check()
     }
 }

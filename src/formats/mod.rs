@@ -28,7 +28,7 @@ pub use zipdir::ZipIndex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::mapped::FileMap;
+use crate::util::mapped::FileMap;
 use candle_core::{DType, Tensor};
 use serde_json::Value;
 
@@ -184,7 +184,7 @@ impl FileSource {
         if let Some(src) = pipelines::sglang::open(path, dtype_hint, opts)? {
             return Ok(src);
         }
-        let file = crate::input::open_regular(path)?;
+        let file = crate::util::input::open_regular(path)?;
         let len = file.metadata().map_err(|e| bad(path, e.to_string()))?.len();
         if len == 0 {
             return Err(bad(path, "empty file"));
@@ -310,7 +310,7 @@ pub fn parse_dtype_label(s: &str) -> Option<DType> {
         "float" | "single" => Some(DType::F32),
         "double" => Some(DType::F64),
         "half" => Some(DType::F16),
-        other => crate::device::parse_dtype(other).ok(),
+        other => crate::util::device::parse_dtype(other).ok(),
     }
 }
 

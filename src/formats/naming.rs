@@ -17,7 +17,7 @@
 //!    `{'hidden_states': {1: t, 3: t, 5: t}}`: never a tuple, whose indices run 0…N−1). Index N is
 //!    read as the output of layer N (`layers.N`) for now; whether it is rather
 //!    `hidden_states[N]` (the input of layer N) is decided from evidence by the caller
-//!    ([`crate::alignment::index_reading`]) and stated in the report.
+//!    ([`crate::compare::alignment::index_reading`]) and stated in the report.
 
 use std::collections::BTreeMap;
 

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::mapped::FileMap;
+use crate::util::mapped::FileMap;
 use candle_core::DType;
 
 use super::{Entry, FileFormat, FileSource, Loc, ZipIndex, bad, stem};

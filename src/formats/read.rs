@@ -71,7 +71,7 @@ impl FileSource {
         self.stored
             .note_read(t.elem_count() * dtype.size_in_bytes());
         // Pages past a truncated end read as zeros: never hand those on.
-        crate::mapped::check()?;
+        crate::util::mapped::check()?;
         Ok(Some(t))
     }
 
@@ -133,7 +133,7 @@ impl FileSource {
             self.release(a, b);
         }
         // Pages past a truncated end read as zeros: never hand those on.
-        crate::mapped::check()?;
+        crate::util::mapped::check()?;
         Ok(t)
     }
 
@@ -228,7 +228,7 @@ impl FileSource {
                 &self.entries[idx].raw,
                 format!(
                     "holds {} values, not floating point",
-                    crate::device::dtype_label(t.dtype())
+                    crate::util::device::dtype_label(t.dtype())
                 ),
             ));
         }
@@ -323,7 +323,7 @@ impl crate::compare::TensorSource for FileSource {
     fn tensor_head(&self, name: &str, n: usize) -> Result<Option<Tensor>> {
         self.get_head(name, n)
     }
-    fn stored_rows(&self, name: &str) -> Result<Option<crate::metrics::StoredRows<'_>>> {
+    fn stored_rows(&self, name: &str) -> Result<Option<crate::compare::metrics::StoredRows<'_>>> {
         Ok(self.mapped_rows(name)?.map(|r| r.stored()))
     }
 }

@@ -67,7 +67,7 @@ pub(super) fn check(path: &Path, raw: &str, t: &Tensor, recorded: &Recorded) -> 
     ) {
         return Err(err(format!(
             "router expert ids are {} values, not integers",
-            crate::device::dtype_label(t.dtype())
+            crate::util::device::dtype_label(t.dtype())
         )));
     }
     let dims = t.dims();
@@ -104,7 +104,7 @@ pub(super) fn check(path: &Path, raw: &str, t: &Tensor, recorded: &Recorded) -> 
     let (max, bound) = match recorded.experts.first() {
         Some((n, what)) => (*n as i64, format!("below {n}, {what}")),
         None => {
-            let n = crate::limits::get().dim as i64;
+            let n = crate::util::limits::get().dim as i64;
             (n, format!("0 to {}", n - 1))
         }
     };

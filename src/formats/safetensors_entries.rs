@@ -1,16 +1,16 @@
 //! Safetensors files as entries: hsdiff dumps (a fingerprint under the `hsdiff` metadata key) and
 //! those PyTorch's `save_file` writes. The header is read by the one safetensors layer
-//! ([`crate::safetensors_file`]), which also maps the dtypes.
+//! ([`crate::weights::safetensors_file`]), which also maps the dtypes.
 
 use std::path::Path;
 
-use crate::mapped::FileMap;
+use crate::util::mapped::FileMap;
 use serde_json::Value;
 
 use super::{Entry, FileFormat, FileSource, Loc, bad};
 use crate::capture::dump::METADATA_KEY;
 use crate::error::Result;
-use crate::safetensors_file::SafetensorsHeader;
+use crate::weights::safetensors_file::SafetensorsHeader;
 
 impl FileSource {
     pub(super) fn safetensors(path: &Path, map: FileMap) -> Result<Self> {

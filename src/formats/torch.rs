@@ -12,7 +12,7 @@
 
 use std::path::Path;
 
-use crate::mapped::FileMap;
+use crate::util::mapped::FileMap;
 use candle_core::DType;
 use serde_json::Value as Json;
 
@@ -20,7 +20,7 @@ use super::pickle::{self, Obj, Value};
 use super::{Entry, FileFormat, FileSource, ZipIndex, bad, npy, stem};
 use crate::capture::dump::METADATA_KEY;
 use crate::error;
-use crate::limits;
+use crate::util::limits;
 
 /// Everything read from a `.pt` file's pickle.
 pub struct Parsed {
@@ -314,7 +314,7 @@ fn display(name: &str) -> std::borrow::Cow<'_, str> {
     if name.is_empty() {
         "(top level)".into()
     } else {
-        crate::escape::shorten(name, crate::escape::SHORT)
+        crate::util::escape::shorten(name, crate::util::escape::SHORT)
     }
 }
 

@@ -95,7 +95,7 @@ impl FileSource {
         let Some(stored) = stored else {
             return Ok(None);
         };
-        let stored = crate::device::dtype_label(stored);
+        let stored = crate::util::device::dtype_label(stored);
         let all = exact.first().and_then(|(_, d)| *d).filter(|d| {
             exact.iter().all(|(_, e)| {
                 // f16-exact tensors in a bf16-exact file (small values) still read as bf16 only
@@ -105,7 +105,7 @@ impl FileSource {
         });
         if let Some(d) = all {
             self.value_dtype = Some(d);
-            let label = crate::device::dtype_label(d);
+            let label = crate::util::device::dtype_label(d);
             return Ok(Some(format!(
                 "every value is {label}-exact: read as a {label} run stored as {stored} \
                  (--dtype-hint overrides)"
@@ -114,7 +114,7 @@ impl FileSource {
         let some: Vec<String> = exact
             .iter()
             .filter_map(|(n, d)| {
-                d.map(|d| format!("{n} ({}-exact)", crate::device::dtype_label(d)))
+                d.map(|d| format!("{n} ({}-exact)", crate::util::device::dtype_label(d)))
             })
             .collect();
         if some.is_empty() {

@@ -6,13 +6,13 @@ use super::plan::{Role, Run, Source};
 use super::{Job, Spec};
 use crate::backends::LinearAttentionBackend;
 use crate::capture::Captures;
-use crate::device::dtype_label;
+use crate::capture::fingerprint::Fingerprint;
 use crate::error::{Error, Result};
-use crate::fingerprint::Fingerprint;
+use crate::job::session::ModelInput;
 use crate::model::{Recorder, RunOptions};
-use crate::progress::Progress;
 use crate::report::{Calibrated, Floor};
-use crate::session::ModelInput;
+use crate::util::device::dtype_label;
+use crate::util::progress::Progress;
 
 /// A job whose runs are made: their captures, and the input they were made on.
 pub struct Executed<'a> {

@@ -8,11 +8,12 @@
 //! the runs on a model's input; [`Executed::report`] puts the comparison together and builds
 //! its report — the one place a report is assembled (`tests/cli/architecture.rs` holds every other
 //! module to it). The live run, `check`, `compare` of two files and each pair of a dataset are
-//! specs (`crate::live`, `crate::check`, `crate::compare_pair`).
+//! specs (`crate::commands::live`, `crate::commands::check`, `crate::commands::compare::pair`).
 
 mod assemble;
 mod execute;
 mod plan;
+pub mod session;
 mod spec;
 
 pub use assemble::{Parts, View, view};

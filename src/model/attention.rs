@@ -9,8 +9,8 @@ use super::linear::{Linear, forward_shared};
 use super::norm::RmsNorm;
 use super::rope::Rope;
 use crate::backends::accumulation_dtype;
-use crate::config::ModelConfig;
 use crate::error::Result;
+use crate::weights::config::ModelConfig;
 
 pub struct Attention {
     q_proj: Linear,

@@ -10,7 +10,7 @@ use super::{Model, RunOptions, rope};
 use crate::backends::accumulation_dtype;
 use crate::capture::{Captures, Key};
 use crate::error::{Error, Result};
-use crate::progress::Progress;
+use crate::util::progress::Progress;
 
 /// How the tokens of one cached call are laid out.
 #[derive(Debug, Clone, Default)]

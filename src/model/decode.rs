@@ -9,7 +9,7 @@ use super::cached::TokenLayout;
 use super::{Model, RunOptions};
 use crate::capture::{Captures, Key};
 use crate::error::{Error, Result};
-use crate::progress::Progress;
+use crate::util::progress::Progress;
 
 /// Where a decode starts and how far it goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

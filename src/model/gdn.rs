@@ -14,8 +14,8 @@ use crate::backends::{
     next_conv_state,
 };
 use crate::capture::Op;
-use crate::config::{Family, LinearAttentionConfig, ModelConfig};
 use crate::error::Result;
+use crate::weights::config::{Family, LinearAttentionConfig, ModelConfig};
 
 pub struct GatedDeltaNet {
     in_proj_qkv: Linear,

@@ -10,8 +10,8 @@ use super::mlp::{Mlp, RouterChoice, SparseMoe};
 use super::norm::RmsNorm;
 use super::rope::Rope;
 use crate::backends::{GdnState, LinearAttentionBackend};
-use crate::config::{LayerType, ModelConfig};
 use crate::error::Result;
+use crate::weights::config::{LayerType, ModelConfig};
 
 enum Mixer {
     Linear(GatedDeltaNet),

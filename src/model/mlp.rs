@@ -5,8 +5,8 @@ use candle_core::{D, Tensor};
 use super::Weights;
 use super::linear::{Linear, forward_shared};
 use crate::backends::accumulation_dtype;
-use crate::config::{ModelConfig, MoeConfig};
 use crate::error::Result;
+use crate::weights::config::{ModelConfig, MoeConfig};
 
 /// `down(SiLU(gate(x)) ⊙ up(x))`, every op in the compute dtype.
 pub struct Mlp {

@@ -6,6 +6,7 @@
 
 mod attention;
 mod bf16_gemm;
+pub mod builtin;
 mod cache;
 mod cached;
 mod decode;
@@ -25,13 +26,13 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 
 use crate::backends::{GdnState, LinearAttentionBackend};
+use crate::capture::fingerprint::{Fingerprint, sha256_hex};
 use crate::capture::{Captures, Key, Op, RouterField, StateKind};
-use crate::checkpoint::{Checkpoint, KeyLayout};
-use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, sha256_hex};
-use crate::progress::Progress;
-use crate::random_weights::RandomWeights;
+use crate::util::progress::Progress;
+use crate::weights::checkpoint::{Checkpoint, KeyLayout};
+use crate::weights::config::ModelConfig;
+use crate::weights::random_weights::RandomWeights;
 
 pub use bf16_gemm::{Kernel as Bf16Kernel, WideKernel};
 pub use cache::{LayerCache, ModelCache};
@@ -162,7 +163,7 @@ impl Model {
             "--dtype",
             format!(
                 "{} runs an FP8 checkpoint's quantised Linear layers as vLLM / SGLang serve                  them; {} cannot: {why}",
-                crate::device::dtype_label(dtype),
+                crate::util::device::dtype_label(dtype),
                 self.source
             ),
         ))
@@ -235,7 +236,7 @@ impl Model {
             let (out, layer_caps) = layer.forward(&x, &rope, opts.backend, ops, states)?;
             // A GPU runs ahead of the host: a fault surfaces here, and the progress line's
             // per-layer timing stays true.
-            crate::device::check_device(device, &format!("during layer {i}"))?;
+            crate::util::device::check_device(device, &format!("during layer {i}"))?;
             if let Some(gdn) = layer_caps.gdn {
                 for (op, t) in gdn.named() {
                     hand(observer, Key::Op(i, op), &t);

@@ -99,11 +99,11 @@ mod tests {
 
     use super::*;
     use crate::backends::Reference;
+    use crate::backends::cases::SplitMix;
     use crate::capture::Op;
-    use crate::config::LayerType;
     use crate::model::{Model, RunOptions};
-    use crate::progress::Progress;
-    use crate::testdata::SplitMix;
+    use crate::util::progress::Progress;
+    use crate::weights::config::LayerType;
 
     /// Wants only what `keys` holds, and says which it was asked about.
     struct Only {

@@ -3,11 +3,11 @@
 
 use candle_core::Tensor;
 
-use crate::checkpoint::{Checkpoint, KeyLayout, TensorRequest};
+use crate::capture::fingerprint::weights_digest;
 use crate::error::Result;
-use crate::fingerprint::weights_digest;
 use crate::fp8::Fp8Weight;
-use crate::random_weights::RandomWeights;
+use crate::weights::checkpoint::{Checkpoint, KeyLayout, TensorRequest};
+use crate::weights::random_weights::RandomWeights;
 
 pub enum WeightSource {
     Checkpoint(Checkpoint),

@@ -29,7 +29,7 @@ impl WeightCache {
         let avail = if device.is_cpu() {
             available_memory_bytes()
         } else {
-            crate::device::gpu_free_bytes(device)
+            crate::util::device::gpu_free_bytes(device)
         };
         let fits = avail.is_some_and(|avail| bytes <= avail / 2);
         fits && self.kept.set((dtype, device.location())).is_ok()

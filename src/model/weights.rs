@@ -9,10 +9,10 @@ use super::WeightSource;
 use super::bf16_gemm::{self, PackedBf16};
 use super::linear::pack_tensor;
 use super::weight_cache::WeightCache;
-use crate::checkpoint::TensorRequest;
 use crate::error::{Error, Result};
 use crate::fp8::serving::{act_scale, compute_dtype};
 use crate::fp8::{ActScale, Fp8Weight};
+use crate::weights::checkpoint::TensorRequest;
 
 #[derive(Clone)]
 pub struct Weights<'a> {

@@ -1,4 +1,4 @@
-//! `--format json`: a document as pretty JSON and a newline ([`crate::json_doc`]), the same way
+//! `--format json`: a document as pretty JSON and a newline ([`crate::util::json_doc`]), the same way
 //! for every document.
 
 use serde::Serialize;
@@ -15,6 +15,6 @@ pub struct Json;
 
 impl<D: JsonDocument> Render<D> for Json {
     fn render(&self, doc: &D) -> Result<Vec<u8>> {
-        crate::json_doc::pretty(doc, D::WHAT)
+        crate::util::json_doc::pretty(doc, D::WHAT)
     }
 }

@@ -2,7 +2,7 @@
 //! [`Render`] trait (a whole document to its bytes), one [`Format`] the commands take (`--format`),
 //! and the JSON renderer every document shares ([`json::Json`]). The terminal table and markdown
 //! of each document live beside it (`report::table`, `report::markdown`, `report::dataset_render`,
-//! `check::set`, `paths::render`, `bench::render`); they format and compute nothing.
+//! `check::set`, `exec_paths::render`, `bench::render`); they format and compute nothing.
 
 pub mod json;
 

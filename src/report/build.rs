@@ -11,15 +11,15 @@ use super::{
     TokenIds,
 };
 use crate::capture::{Key, RouterField};
-use crate::compare::{Kind, PlannedRow, TensorSource, conv_window_note};
-use crate::device::dtype_label;
-use crate::error::{Error, Result};
-use crate::metrics::logits::logit_stats;
-use crate::metrics::{DiffStats, diff_stats};
-use crate::verdict::{
+use crate::compare::metrics::logits::logit_stats;
+use crate::compare::metrics::{DiffStats, diff_stats};
+use crate::compare::verdict::{
     Judged, K_DRIFT, K_MISMATCH, Verdict, amplification, classify, expected_floor, ratio_to_floor,
     thresholds, uncalibrated_bounds,
 };
+use crate::compare::{Kind, PlannedRow, TensorSource, conv_window_note};
+use crate::error::{Error, Result};
+use crate::util::device::dtype_label;
 
 /// Everything a report is computed from. The report is complete when [`build_report`] returns.
 pub struct Comparison<'a> {
@@ -93,10 +93,10 @@ fn fetch(src: &dyn TensorSource, side: &str, name: &str) -> Result<Tensor> {
 /// the tensors. The two ways give the same bits.
 fn pair_stats(c: &Comparison, name: &str) -> Result<DiffStats> {
     if let (Some(a), Some(b)) = (c.a.stored_rows(name)?, c.b.stored_rows(name)?)
-        && let Some(stats) = crate::metrics::diff_stats_stored(&a, &b)
+        && let Some(stats) = crate::compare::metrics::diff_stats_stored(&a, &b)
     {
         // Pages of a file truncated meanwhile read as zeros: never trust sums made from them.
-        crate::mapped::check()?;
+        crate::util::mapped::check()?;
         return Ok(stats);
     }
     let a = fetch(c.a, "A", name)?;
@@ -338,7 +338,7 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         } else {
             // A detected shift explains the rows below it: the headline leads with it, right
             // after the verdict word.
-            summary.lead_with(crate::alignment::describe(al));
+            summary.lead_with(crate::compare::alignment::describe(al));
         }
     }
 
@@ -355,18 +355,20 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         &c.b_side.label,
         &tensors,
     ));
-    let env_diff = crate::envdiff::env_diff(&c.a_side.fingerprint, &c.b_side.fingerprint);
+    let env_diff = crate::capture::envdiff::env_diff(&c.a_side.fingerprint, &c.b_side.fingerprint);
     // Live runs differ by design in their backend; elsewhere a mattering difference leads.
     if !matches!(c.mode.as_str(), "propagate" | "isolate") {
         summary
             .clauses
-            .extend(crate::envdiff::summary_clause(&env_diff));
+            .extend(crate::capture::envdiff::summary_clause(&env_diff));
     }
-    summary.clauses.extend(crate::envdiff::same_implementations(
-        &env_diff,
-        &c.a_side.fingerprint,
-        &c.b_side.fingerprint,
-    ));
+    summary
+        .clauses
+        .extend(crate::capture::envdiff::same_implementations(
+            &env_diff,
+            &c.a_side.fingerprint,
+            &c.b_side.fingerprint,
+        ));
 
     let mut sha = Sha256::new();
     for id in &c.input.input_ids {

@@ -105,7 +105,7 @@ pub fn clip(s: Option<&str>) -> String {
 
 /// A copy of `r` whose text from files — labels, sides, tensor names, fingerprint values, the
 /// summary and notes that quote them — went through `short` (names and values) or `long`
-/// (sentences): how each text renderer escapes for its sink ([`crate::escape`]).
+/// (sentences): how each text renderer escapes for its sink ([`crate::util::escape`]).
 pub fn escaped(
     r: &Report,
     short: impl Fn(&str) -> String,

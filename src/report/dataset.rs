@@ -1,12 +1,12 @@
 //! The dataset report (schema `hsdiff.dataset/v1`): many pairs of samples compared, one verdict.
-//! Built by [`crate::dataset`] from one [`super::Report`] per pair, merged from shards by
+//! Built by [`crate::commands::compare::dataset`] from one [`super::Report`] per pair, merged from shards by
 //! `hsdiff merge`, rendered by `dataset_render`. Plain data: renderers compute nothing.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::verdict::Verdict;
+use crate::compare::verdict::Verdict;
 
 pub const DATASET_SCHEMA: &str = "hsdiff.dataset/v1";
 

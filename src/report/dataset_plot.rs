@@ -11,7 +11,7 @@
 //! said in the captions.
 //!
 //! Fonts, colours and the PNG encoder are the pair plot's ([`super::plot`]); labels from files
-//! (sample ids, layer names, the headline) are drawn through [`crate::escape::plain`]. Like the
+//! (sample ids, layer names, the headline) are drawn through [`crate::util::escape::plain`]. Like the
 //! other renderers, this computes nothing the report does not hold.
 
 use std::path::Path;
@@ -26,10 +26,10 @@ use super::plot::{
     DrawResult, FAIL_RED, NON_FINITE, Plot, PlotFormat, ZERO_GREY, check_path, decades,
     draw_colour_bar, draw_heading, heat_color, positives, register_fonts, verdict_color,
 };
+use crate::compare::verdict::Verdict;
 use crate::error::{Error, Result};
-use crate::escape::{LONG, SHORT, plain};
 use crate::render::Render;
-use crate::verdict::Verdict;
+use crate::util::escape::{LONG, SHORT, plain};
 
 const WIDTH: u32 = 1400;
 const TITLE_HEIGHT: u32 = 82;
@@ -118,7 +118,7 @@ impl Figure {
 /// Draws `report` as `path`'s extension says and writes it through the output policy.
 pub fn write_plot(report: &DatasetReport, path: &Path) -> Result<()> {
     let bytes = Plot(check_path(path)?).render(report)?;
-    crate::output::write_bytes(path, &bytes)
+    crate::util::output::write_bytes(path, &bytes)
 }
 
 /// The dataset's figure as SVG or PNG bytes (the pair report's [`Plot`] renderer).

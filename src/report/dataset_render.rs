@@ -254,7 +254,7 @@ pub fn emit(r: &DatasetReport, options: &ReportOptions) -> Result<()> {
         super::dataset_plot::write_plot(r, path)?;
         eprintln!(
             "hsdiff: plot written to {}",
-            crate::escape::one_line(&path.display().to_string())
+            crate::util::escape::one_line(&path.display().to_string())
         );
     }
     Ok(())

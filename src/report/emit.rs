@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use super::markdown::Markdown;
 use super::table::TerminalTable;
 use super::{Report, plot};
+use crate::compare::verdict::Verdict;
 use crate::error::Result;
 use crate::render::{Format, Json, Render};
-use crate::verdict::Verdict;
 
 /// Which environment differences the text formats list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +54,7 @@ pub struct ReportOptions {
 
 impl ReportOptions {
     /// `--out` and `--plot` can be written, are none of `inputs` and not one file: checked and
-    /// reserved before any long run (see [`crate::output`]), so that a typo costs nothing.
+    /// reserved before any long run (see [`crate::util::output`]), so that a typo costs nothing.
     pub fn check_targets(&self, inputs: &[&Path]) -> Result<()> {
         if let Some(path) = &self.plot {
             plot::check_path(path)?;
@@ -63,7 +63,7 @@ impl ReportOptions {
             .into_iter()
             .filter_map(|(p, what)| p.as_deref().map(|p| (p, what)))
             .collect();
-        crate::output::reserve_all(&targets, inputs)
+        crate::util::output::reserve_all(&targets, inputs)
     }
 
     /// The renderer of `format` (the terminal table coloured only when stdout is a terminal).
@@ -84,7 +84,7 @@ impl ReportOptions {
     pub fn write(&self, bytes: &[u8], lines: &[&str]) -> Result<()> {
         match &self.out {
             Some(path) => {
-                crate::output::write_bytes(path, bytes)?;
+                crate::util::output::write_bytes(path, bytes)?;
                 for line in lines {
                     eprintln!("{line}");
                 }
@@ -99,7 +99,7 @@ impl ReportOptions {
 pub fn write_stdout(bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     // Nothing made from an input that changed while it was read is printed.
-    crate::mapped::check()?;
+    crate::util::mapped::check()?;
     let mut out = std::io::stdout().lock();
     out.write_all(bytes)
         .and_then(|()| out.flush())

@@ -6,9 +6,9 @@ use candle_core::DType;
 
 use super::TensorRow;
 use crate::compare::Kind;
-use crate::device::dtype_label;
+use crate::compare::verdict::{K_DRIFT, Verdict};
 use crate::fp8::serving::act_scale;
-use crate::verdict::{K_DRIFT, Verdict};
+use crate::util::device::dtype_label;
 
 /// Above this rel L2 a side is not off but out of scale: ‖A − B‖ ≥ 10 ‖B‖.
 const OUT_OF_SCALE: f64 = 10.0;

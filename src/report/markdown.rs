@@ -7,10 +7,10 @@ use super::sentences::{
 };
 use super::summary::{logits_line, routing_line};
 use super::{Lead, Report, Side};
+use crate::compare::verdict::Verdict;
 use crate::error::Result;
-use crate::escape::{LONG, SHORT, markdown_block, markdown_code, markdown_text};
 use crate::render::Render;
-use crate::verdict::Verdict;
+use crate::util::escape::{LONG, SHORT, markdown_block, markdown_code, markdown_text};
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Markdown {
@@ -99,7 +99,7 @@ impl Render<Report> for Markdown {
         if let Some(al) = &r.alignment {
             out.push_str(&format!(
                 "\n**Alignment:** {}.\n",
-                crate::alignment::describe(al)
+                crate::compare::alignment::describe(al)
             ));
         }
         out.push_str("\n### Environment differences\n\n");

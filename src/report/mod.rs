@@ -19,11 +19,11 @@ pub mod table;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::alignment::Alignment;
-pub use crate::envdiff::EnvDiff;
-use crate::fingerprint::Fingerprint;
-use crate::metrics::logits::LogitStats;
-use crate::verdict::{Thresholds, Verdict};
+pub use crate::capture::envdiff::EnvDiff;
+use crate::capture::fingerprint::Fingerprint;
+pub use crate::compare::alignment::Alignment;
+use crate::compare::metrics::logits::LogitStats;
+use crate::compare::verdict::{Thresholds, Verdict};
 
 pub use build::{Calibrated, ComparedInput, Comparison, Floor, OneSided, build_report};
 pub use row::{Judgement, TensorRow};

@@ -6,8 +6,8 @@
 use serde::{Serialize, Serializer};
 
 use crate::compare::Kind;
-use crate::metrics::{DiffStats, Location};
-use crate::verdict::Verdict;
+use crate::compare::metrics::{DiffStats, Location};
+use crate::compare::verdict::Verdict;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct TensorRow {

@@ -80,8 +80,8 @@ pub fn token_ids_note(r: &Report) -> Option<&'static str> {
 /// Why the environment-differences section is empty.
 pub fn env_empty_note(r: &Report) -> &'static str {
     match (
-        crate::envdiff::is_recorded(&r.a.fingerprint),
-        crate::envdiff::is_recorded(&r.b.fingerprint),
+        crate::capture::envdiff::is_recorded(&r.a.fingerprint),
+        crate::capture::envdiff::is_recorded(&r.b.fingerprint),
     ) {
         (true, true) => "none (the two fingerprints agree)",
         (false, true) => "A records no environment (no fingerprint in the file)",
@@ -99,7 +99,7 @@ pub fn env_shown(r: &Report, all: bool) -> (Vec<&EnvDiff>, Option<String>) {
     let (ran, rest): (Vec<&EnvDiff>, Vec<&EnvDiff>) = r
         .env_diff
         .iter()
-        .partition(|d| d.matters && crate::envdiff::ran_differently(&d.key));
+        .partition(|d| d.matters && crate::capture::envdiff::ran_differently(&d.key));
     if rest.is_empty() {
         return (ran, None);
     }

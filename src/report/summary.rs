@@ -4,9 +4,9 @@
 
 use super::TensorRow;
 use crate::compare::Kind;
-use crate::metrics::Location;
-use crate::metrics::logits::LogitStats;
-use crate::verdict::{K_DRIFT, Verdict};
+use crate::compare::metrics::Location;
+use crate::compare::metrics::logits::LogitStats;
+use crate::compare::verdict::{K_DRIFT, Verdict};
 
 /// What the summary is about.
 pub struct Subject<'a> {

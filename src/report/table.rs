@@ -9,10 +9,10 @@ use super::sentences::{
     amplification, env_empty_note, env_shown, router_agreement, token_ids_note,
 };
 use super::summary::{logits_line, routing_line};
+use crate::compare::verdict::Verdict;
 use crate::error::Result;
-use crate::escape::{LONG, SHORT, plain};
 use crate::render::Render;
-use crate::verdict::Verdict;
+use crate::util::escape::{LONG, SHORT, plain};
 
 pub struct TerminalTable {
     /// Colour the verdicts (only when writing to a terminal).
@@ -69,7 +69,10 @@ impl Render<Report> for TerminalTable {
             out.push_str(&format!("amplification: error {grows}\n"));
         }
         if let Some(al) = &r.alignment {
-            out.push_str(&format!("alignment: {}\n", crate::alignment::describe(al)));
+            out.push_str(&format!(
+                "alignment: {}\n",
+                crate::compare::alignment::describe(al)
+            ));
         }
         out.push_str(&env_section(r, self.env_all));
         Ok(out.into_bytes())

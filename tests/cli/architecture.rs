@@ -7,57 +7,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// docs/architecture.md's layers, first to last (change both together).
+/// docs/architecture.md's layers, first to last (change both together): each is a folder of
+/// src/ (lib.rs groups them the same way).
 const LAYERS: &[&[&str]] = &[
-    &[
-        "error",
-        "escape",
-        "json_doc",
-        "render",
-        "limits",
-        "sysinfo",
-        "input",
-        "device",
-        "progress",
-        "mapped",
-        "output",
-        "safetensors_file",
-        "fp8",
-    ],
-    &[
-        "config",
-        "checkpoint",
-        "random_weights",
-        "backends",
-        "testdata",
-    ],
-    &["fingerprint", "capture", "envdiff"],
-    &["model", "builtin"],
-    &[
-        "compare",
-        "formats",
-        "metrics",
-        "alignment",
-        "verdict",
-        "report",
-        "plausibility",
-    ],
-    &["session", "job"],
-    &[
-        "live",
-        "pairing",
-        "compare_tokens",
-        "disjoint",
-        "compare_pair",
-        "dataset",
-        "compare_command",
-        "check",
-        "dump_command",
-        "environment",
-        "paths",
-        "selftest",
-        "bench",
-    ],
+    &["error", "fp8", "render", "util"],
+    &["backends", "weights"],
+    &["capture"],
+    &["model"],
+    &["compare", "formats", "report"],
+    &["job"],
+    &["commands"],
     &["cli"],
 ];
 
@@ -161,11 +120,40 @@ fn violations(graph: &Graph) -> Vec<String> {
     out
 }
 
+/// src/ holds the layers' folders and nothing else but the crate roots, so the tree shows the
+/// layers.
+#[test]
+fn only_the_crate_roots_sit_at_the_root_of_src() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut stray = Vec::new();
+    let mut folders = BTreeSet::new();
+    for entry in std::fs::read_dir(&src).expect("read src/") {
+        let path = entry.expect("dir entry").path();
+        let name = path
+            .file_name()
+            .expect("a name")
+            .to_string_lossy()
+            .into_owned();
+        if path.is_dir() {
+            folders.insert(name);
+        } else if name != "main.rs" && name != "lib.rs" {
+            stray.push(name);
+        }
+    }
+    assert!(stray.is_empty(), "files at the root of src/: {stray:?}");
+    let layered: BTreeSet<String> = LAYERS
+        .iter()
+        .flat_map(|l| l.iter())
+        .map(|m| m.to_string())
+        .collect();
+    assert_eq!(folders, layered, "src/'s folders are the layers' modules");
+}
+
 #[test]
 fn the_source_keeps_the_documented_layers() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let graph = import_graph(&src);
-    assert!(graph.len() > 20, "read only {} modules", graph.len());
+    assert!(graph.len() >= 10, "read only {} modules", graph.len());
     let bad = violations(&graph);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
@@ -189,8 +177,8 @@ fn a_planted_breach_of_each_rule_is_found() {
     assert!(violations(&g).iter().any(|v| v == "`report` imports `cli`"));
 
     let mut g = import_graph(&src);
-    edge(&mut g, "capture", "envdiff");
-    edge(&mut g, "envdiff", "capture");
+    edge(&mut g, "formats", "report");
+    edge(&mut g, "report", "formats");
     assert!(
         violations(&g)
             .iter()
@@ -255,19 +243,20 @@ fn a_report_is_assembled_by_the_job_alone() {
 
 /// Engine modules the command line must reach only through a command's library module.
 const NOT_FOR_CLI: &[&str] = &[
-    "alignment",
     "capture",
-    "checkpoint",
+    "commands::compare::disjoint",
+    "commands::compare::pair_steps",
+    "commands::compare::plausibility",
     "compare",
-    "disjoint",
     "formats",
     "job",
-    "metrics",
     "model",
-    "pairing",
-    "plausibility",
-    "verdict",
+    "weights::checkpoint",
 ];
+
+/// Modules inside those folders that the command line may use: what ran (the fingerprint) and the
+/// session its run options resolve into.
+const FOR_CLI: &[&str] = &["capture::fingerprint", "job::session"];
 
 /// The most lines a file of src/cli may have.
 const CLI_LINES: usize = 150;
@@ -282,6 +271,9 @@ fn cli_breaches(files: &[(String, String)]) -> Vec<String> {
                 "src/cli/{path}: {lines} lines (at most {CLI_LINES})"
             ));
         }
+        let code = FOR_CLI.iter().fold(code.clone(), |code, allowed| {
+            code.replace(&format!("crate::{allowed}"), "")
+        });
         for m in NOT_FOR_CLI {
             if code.contains(&format!("crate::{m}::")) || code.contains(&format!("crate::{m};")) {
                 out.push(format!("src/cli/{path} imports `{m}`"));

@@ -194,7 +194,7 @@ fn a_dump_carries_the_fingerprint() {
     let le: Vec<u8> = ids.iter().flat_map(|&i| i.to_le_bytes()).collect();
     assert_eq!(
         fp["token_ids_sha256"].as_str().unwrap(),
-        hsdiff::fingerprint::sha256_hex(&le)
+        hsdiff::capture::fingerprint::sha256_hex(&le)
     );
 
     // The built-in model and its folder are the same bytes: the same digests.

@@ -24,15 +24,16 @@ use hsdiff::backends::{
     backend_by_name,
 };
 use hsdiff::capture::dump::Dump;
+use hsdiff::capture::fingerprint::Fingerprint;
 use hsdiff::capture::{Key, Op};
+use hsdiff::commands::live::{self, LiveRun, Mode};
 use hsdiff::compare::Kind;
-use hsdiff::config::LayerType;
+use hsdiff::compare::metrics::logits::LogitStats;
+use hsdiff::compare::metrics::{DiffStats, Location};
+use hsdiff::compare::verdict::{K_DRIFT, K_MISMATCH, Thresholds, Verdict};
 use hsdiff::error::{Error, Result};
-use hsdiff::fingerprint::Fingerprint;
 use hsdiff::job::Instead;
-use hsdiff::live::{self, LiveRun, Mode};
-use hsdiff::metrics::logits::LogitStats;
-use hsdiff::metrics::{DiffStats, Location};
+use hsdiff::job::session::Session;
 use hsdiff::model::Model;
 use hsdiff::render::{Format, Json, Render};
 use hsdiff::report::emit::{EnvList, FailOn, ReportOptions, emit};
@@ -43,8 +44,7 @@ use hsdiff::report::{
     Inputs, Judgement, Lead, Report, RouterRow, RoutingFlip, SCHEMA, Side, Summary, TensorRow,
     ThresholdInfo, TokenIds,
 };
-use hsdiff::session::Session;
-use hsdiff::verdict::{K_DRIFT, K_MISMATCH, Thresholds, Verdict};
+use hsdiff::weights::config::LayerType;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Normal};
@@ -58,9 +58,9 @@ fn repo_root() -> PathBuf {
 // ---------------------------------------------------------------------------------------------
 
 fn builtin_session(dtype: DType) -> Session {
-    let model = hsdiff::builtin::model().expect("built-in model");
-    let text = hsdiff::input::builtin_prompt("fizzbuzz").expect("fizzbuzz prompt");
-    let ids = hsdiff::builtin::tokenizer()
+    let model = hsdiff::model::builtin::model().expect("built-in model");
+    let text = hsdiff::util::input::builtin_prompt("fizzbuzz").expect("fizzbuzz prompt");
+    let ids = hsdiff::model::builtin::tokenizer()
         .expect("built-in tokenizer")
         .encode(text)
         .expect("tokenise");

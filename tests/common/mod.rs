@@ -14,7 +14,7 @@ use hsdiff::backends::LinearAttentionBackend;
 use hsdiff::capture::dump::Dump;
 use hsdiff::capture::{Captures, Key};
 use hsdiff::model::{Model, Recorder, RunOptions};
-use hsdiff::progress::Progress;
+use hsdiff::util::progress::Progress;
 use safetensors::SafeTensors;
 use safetensors::tensor::TensorView;
 

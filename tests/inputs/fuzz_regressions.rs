@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use hsdiff::config::ModelConfig;
 use hsdiff::formats::FileSource;
-use hsdiff::input::Tokenizer;
+use hsdiff::util::input::Tokenizer;
+use hsdiff::weights::config::ModelConfig;
 
 fn fuzz_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz")

@@ -4,11 +4,11 @@
 //! holds exactly the last K inputs.
 
 use candle_core::{DType, Device, Tensor};
+use hsdiff::backends::cases::{Decay, SplitMix, gdn_case, gdn_dims};
 use hsdiff::backends::{
     GdnDims, GdnInputs, GdnState, LinearAttentionBackend, available_backends, backend_by_name,
 };
-use hsdiff::metrics::stats::rel_l2_tensors;
-use hsdiff::testdata::{Decay, SplitMix, gdn_case, gdn_dims};
+use hsdiff::compare::metrics::stats::rel_l2_tensors;
 
 /// Continuing changes only where roundings fall (a chunk boundary moves, a sum is split), so
 /// the pieces agree with the whole call to a few f64 ulps per step; 1e-12 over ~100 dependent

@@ -13,12 +13,12 @@ use hsdiff::backends::fused::cpu::{
     gated_delta_rule, gated_rms_norm, truth,
 };
 
-use hsdiff::metrics::stats;
-use hsdiff::testdata::{
+use hsdiff::backends::cases::{
     CONV_CASES, CONV_SEED, GdnCase as Inputs, NORM_CASES, NORM_EPS, NORM_SEED, SplitMix as Rng,
     gdn_dims as dims, gdn_truth, kernel_bound, kernel_cases, rounded, run_fused_cpu,
     storage_to_f64, to_storage,
 };
+use hsdiff::compare::metrics::stats;
 
 /// ‖a − b‖₂ / ‖b‖₂, asserting everything is finite first (NaN never passes).
 fn rel_l2(what: &str, a: &[f64], b: &[f64]) -> f64 {
@@ -29,7 +29,7 @@ fn rel_l2(what: &str, a: &[f64], b: &[f64]) -> f64 {
     stats::rel_l2(a, b)
 }
 
-/// Relative-L2 bound per storage type (`hsdiff::testdata::kernel_bound`, reasoning there).
+/// Relative-L2 bound per storage type (`hsdiff::backends::cases::kernel_bound`, reasoning there).
 fn bound<S: WithDType>() -> f64 {
     kernel_bound(S::DTYPE).expect("a storage type of the kernels")
 }

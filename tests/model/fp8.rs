@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor};
 use common::*;
 use hsdiff::backends::backend_by_name;
-use hsdiff::checkpoint::{Checkpoint, TensorRequest};
-use hsdiff::config::ModelConfig;
 use hsdiff::fp8::{ActScale, Fp8Format, w8a8};
+use hsdiff::weights::checkpoint::{Checkpoint, TensorRequest};
+use hsdiff::weights::config::ModelConfig;
 
 const MODEL: &str = "qwen3_5_tiny_fp8";
 

@@ -18,10 +18,10 @@ use common::*;
 use hsdiff::backends::{LinearAttentionBackend, available_backends, backend_by_name};
 use hsdiff::capture::dump::Dump;
 use hsdiff::capture::{Captures, Key};
-use hsdiff::metrics::diff_stats;
+use hsdiff::compare::metrics::diff_stats;
+use hsdiff::compare::verdict::{Judged, Verdict, classify, thresholds};
 use hsdiff::model::{DecodePlan, Model, RunOptions};
-use hsdiff::progress::Progress;
-use hsdiff::verdict::{Judged, Verdict, classify, thresholds};
+use hsdiff::util::progress::Progress;
 
 /// Same bound and reasoning as the f64 prefill parity (tests/model/golden_parity.rs): a faithful f64
 /// pass lands around 1e-14, anything computed in f32 at ≥ 1e-7.

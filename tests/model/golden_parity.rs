@@ -15,7 +15,7 @@ use candle_core::{DType, Device};
 use common::*;
 use hsdiff::backends::{LinearAttentionBackend, available_backends, backend_by_name};
 use hsdiff::capture::{Key, RouterField};
-use hsdiff::input::{Tokenizer, builtin_prompt};
+use hsdiff::util::input::{Tokenizer, builtin_prompt};
 
 /// Bound on ‖hsdiff − truth‖ / ‖truth‖ for every tensor of an f64 run.
 ///

@@ -7,7 +7,7 @@ use crate::common;
 use candle_core::DType;
 use common::*;
 use hsdiff::backends::backend_by_name;
-use hsdiff::checkpoint::KeyLayout;
+use hsdiff::weights::checkpoint::KeyLayout;
 
 /// A text-only copy of golden/qwen3_5_tiny: `model.language_model.` → `model.`, the vision
 /// tower dropped, `lm_head.weight` and config.json kept.

@@ -10,11 +10,13 @@ use hsdiff::backends::{
     DeltaInputs, GdnInputs, GdnOutputs, LinearAttentionBackend, Reference, available_backends,
     backend_by_name, forward_documents,
 };
+use hsdiff::commands::exec_paths::{
+    PathKind, PathResult, PathsReport, RULES, plan_paths, run_paths,
+};
+use hsdiff::compare::verdict::Verdict;
 use hsdiff::error::Result;
-use hsdiff::input::{Tokenizer, builtin_prompt};
 use hsdiff::model::Model;
-use hsdiff::paths::{PathKind, PathResult, PathsReport, RULES, plan_paths, run_paths};
-use hsdiff::verdict::Verdict;
+use hsdiff::util::input::{Tokenizer, builtin_prompt};
 
 fn fizzbuzz_ids(model: &str) -> Vec<u32> {
     let tok = Tokenizer::from_file(&golden_model_dir(model).join("tokenizer.json"))

@@ -10,10 +10,10 @@ use candle_core::DType;
 use common::{GOLDEN_MODELS, all_finite, golden_model_dir, hsdiff, raw_bits, run_model};
 use hsdiff::backends::Reference;
 use hsdiff::capture::dump::Dump;
-use hsdiff::checkpoint::Checkpoint;
-use hsdiff::config::ModelConfig;
 use hsdiff::model::Model;
-use hsdiff::random_weights::{checkpoint_tensors, layout_for};
+use hsdiff::weights::checkpoint::Checkpoint;
+use hsdiff::weights::config::ModelConfig;
+use hsdiff::weights::random_weights::{checkpoint_tensors, layout_for};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

@@ -97,11 +97,12 @@ fn streamed_ends_equal_in_memory(
     logits: &candle_core::Tensor,
 ) {
     use candle_core::{DType, Device, IndexOp};
-    use hsdiff::checkpoint::TensorRequest;
+    use hsdiff::weights::checkpoint::TensorRequest;
     let path = model.join("config.json");
     let cfg =
-        hsdiff::config::ModelConfig::from_bytes(&std::fs::read(&path).unwrap(), &path).unwrap();
-    let weights = hsdiff::random_weights::RandomWeights::new(&cfg, 3).unwrap();
+        hsdiff::weights::config::ModelConfig::from_bytes(&std::fs::read(&path).unwrap(), &path)
+            .unwrap();
+    let weights = hsdiff::weights::random_weights::RandomWeights::new(&cfg, 3).unwrap();
     let whole = |suffix: &str| {
         let (name, shape) = weights
             .tensors()

@@ -7,7 +7,7 @@
 
 mod vm;
 
-use crate::limits::{self, Limits};
+use crate::util::limits::{self, Limits};
 use vm::Vm;
 
 /// A pickled value.

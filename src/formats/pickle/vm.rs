@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::{Error, Obj, Value};
-use crate::limits::{self, Limits};
+use crate::util::limits::{self, Limits};
 
 pub(super) struct Vm<'a> {
     bytes: &'a [u8],

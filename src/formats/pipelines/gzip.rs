@@ -19,7 +19,7 @@ pub fn is_gzip(bytes: &[u8]) -> bool {
 
 /// The inflated bytes of the gzip file `path` (already mapped as `map`), as a read-only map.
 pub fn inflate(path: &Path, map: &[u8]) -> Result<Mmap> {
-    let memory = crate::sysinfo::mem_total_kib()
+    let memory = crate::util::sysinfo::mem_total_kib()
         .and_then(|k| usize::try_from(k.saturating_mul(512)).ok())
         .unwrap_or(usize::MAX);
     let cap = map.len().saturating_mul(MAX_EXPANSION).min(memory);

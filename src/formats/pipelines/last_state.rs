@@ -4,12 +4,12 @@
 //! truth and the far better one is kept, with the evidence in the report.
 
 use super::Pipeline;
-use crate::alignment::{FAR_BETTER, SAMPLE_TOKENS};
 use crate::capture::Key;
 use crate::compare::TensorSource;
+use crate::compare::alignment::{FAR_BETTER, SAMPLE_TOKENS};
+use crate::compare::metrics::stats::rel_l2_tensors_over_finite;
 use crate::error::Result;
 use crate::formats::FileSource;
-use crate::metrics::stats::rel_l2_tensors_over_finite;
 
 /// Checks the reading of `src`'s last state against `truth` (a model of `num_layers` layers),
 /// renaming it when the other reading is far closer. Returns the note for the report.

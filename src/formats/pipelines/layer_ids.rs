@@ -80,7 +80,11 @@ const DRAFT_KEYS: &[&[&str]] = &[
 
 /// The layer ids a drafter's config.json names, and the key they came from.
 pub fn from_draft_config(path: &Path) -> Result<(Vec<usize>, String)> {
-    let bytes = crate::input::read_regular(path, crate::limits::get().json_bytes, "json-bytes")?;
+    let bytes = crate::util::input::read_regular(
+        path,
+        crate::util::limits::get().json_bytes,
+        "json-bytes",
+    )?;
     let json: Value =
         serde_json::from_slice(&bytes).map_err(|e| Error::file(path, format!("not JSON: {e}")))?;
     for keys in DRAFT_KEYS {

@@ -64,7 +64,7 @@ fn zero_rows_of(src: &FileSource, name: &str) -> Result<Scan> {
             .map(|t| rows.row(t).chunks_exact(elem).all(is_zero))
             .collect();
         // Pages of a file truncated meanwhile read as zeros: never decide from those.
-        crate::mapped::check()?;
+        crate::util::mapped::check()?;
         return Ok(Scan::Rows(here));
     }
     let Some(t) = src.get(name)? else {

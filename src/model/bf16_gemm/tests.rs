@@ -2,7 +2,7 @@ use std::borrow::Cow;
 
 use super::*;
 
-use crate::testdata::SplitMix;
+use crate::backends::cases::SplitMix;
 
 /// One bf16 product on the chosen kernel.
 fn matmul(x: &[bf16], m: usize, w: &PackedBf16) -> Vec<bf16> {

@@ -20,9 +20,9 @@ use plotters::prelude::*;
 use plotters::style::{FontStyle, RGBColor, register_font};
 
 use super::Report;
+use crate::compare::verdict::Verdict;
 use crate::error::{Error, Result};
 use crate::render::Render;
-use crate::verdict::Verdict;
 
 mod chart;
 mod heatmap;
@@ -95,8 +95,8 @@ impl Render<Report> for Plot {
         // allowed in XML even escaped) and long ones shortened; the SVG writer escapes markup.
         let report = &super::cells::escaped(
             report,
-            |s| crate::escape::plain(s, crate::escape::SHORT),
-            |s| crate::escape::plain(s, crate::escape::LONG),
+            |s| crate::util::escape::plain(s, crate::util::escape::SHORT),
+            |s| crate::util::escape::plain(s, crate::util::escape::LONG),
         );
         // Drawing and encoding happen in memory: a failure there is a bug, not bad input.
         let drawn = match self.0 {
@@ -110,7 +110,7 @@ impl Render<Report> for Plot {
 /// Draws the report and writes it to `path` (SVG or PNG by extension).
 pub fn write_plot(report: &Report, path: &Path) -> Result<()> {
     let bytes = Plot(check_path(path)?).render(report)?;
-    crate::output::write_bytes(path, &bytes)
+    crate::util::output::write_bytes(path, &bytes)
 }
 
 /// The figure as an SVG document.

@@ -9,7 +9,7 @@
 //! [`delta_rule_kernel`] names the kernel a call runs.
 //!
 //! Launches are asynchronous: an asynchronous fault surfaces at the next synchronisation (the
-//! forward checks the device after every layer, [`crate::device::check_device`], and every
+//! forward checks the device after every layer, [`crate::util::device::check_device`], and every
 //! read-back checks too). `HSDIFF_CUDA_SYNC=1` synchronises the stream after every launch
 //! instead, so that a fault is reported by the kernel that caused it, by name (debugging; it
 //! costs a host round trip per launch). Inputs are made contiguous first; outputs are fresh

@@ -11,8 +11,8 @@ use memmap2::MmapMut;
 use crate::capture::Key;
 use crate::error::{Error, Result};
 use crate::formats::{Entry, FileFormat, FileSource, Loc};
-use crate::limits;
-use crate::mapped::FileMap;
+use crate::util::limits;
+use crate::util::mapped::FileMap;
 
 /// One sample's tensors under hsdiff's names (`input_ids`, `embed`, `layers.N`, `final_norm`).
 pub struct Sample {
@@ -120,7 +120,7 @@ pub fn source(
                 name,
                 format!(
                     "{} values: hsdiff reads SGLang's hidden states in bf16, f16, f32 or f64",
-                    crate::device::dtype_label(t.dtype())
+                    crate::util::device::dtype_label(t.dtype())
                 ),
             ));
         };

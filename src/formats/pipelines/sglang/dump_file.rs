@@ -9,8 +9,8 @@ use serde_json::{Map, Value as Json};
 use crate::error::{Error, Result};
 use crate::formats::pickle::{self, Value};
 use crate::formats::{FileSource, ZipIndex};
-use crate::limits;
-use crate::mapped::FileMap;
+use crate::util::limits;
+use crate::util::mapped::FileMap;
 
 /// A dumper file's tensor and its metadata (empty for a bare tensor).
 pub struct DumpFile {
@@ -20,7 +20,7 @@ pub struct DumpFile {
 
 /// A torch.save file opened with its pickle parsed (entries indexed, nothing named).
 pub fn open_torch(path: &Path) -> Result<(FileSource, Value)> {
-    let file = crate::input::open_regular(path)?;
+    let file = crate::util::input::open_regular(path)?;
     let map = FileMap::map(&file, path)?;
     let zip = ZipIndex::read(&map)
         .map_err(|e| Error::file(path, format!("not a torch.save archive: {e}")))?;

@@ -24,7 +24,7 @@ use super::tp::{self, Join, Shard};
 use crate::capture::Key;
 use crate::error::{Error, Result};
 use crate::formats::pipelines::ReadOptions;
-use crate::limits;
+use crate::util::limits;
 
 const PREFIX: &str = "non_intrusive__";
 

@@ -23,7 +23,7 @@ use crate::capture::Key;
 use crate::error::{Error, Result};
 use crate::formats::FileSource;
 use crate::formats::pipelines::ReadOptions;
-use crate::limits;
+use crate::util::limits;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Role {

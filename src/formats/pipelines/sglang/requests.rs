@@ -7,7 +7,7 @@
 use candle_core::{DType, Tensor};
 
 use super::assemble::Sample;
-use crate::limits;
+use crate::util::limits;
 
 /// Each request's token count, from the pass's `seq_lens` (None: one request, all tokens),
 /// checked against the `tokens` the pass holds.

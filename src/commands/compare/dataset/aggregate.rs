@@ -1,0 +1,408 @@
+//! From per-pair reports to the dataset report's rows: one [`SampleRow`] per pair, the
+//! per-layer distribution across samples ([`LayerRow`]), the dataset verdict and headline.
+//! `hsdiff merge` calls [`finish`] on the merged samples, so a merge equals the whole run.
+
+use crate::commands::compare::pair::PairOutcome;
+use crate::compare::metrics::stats::median;
+use crate::compare::verdict::Verdict;
+use crate::report::Report;
+use crate::report::dataset::{
+    DatasetReport, LayerRow, LeftOut, RowFigures, SampleRow, TrainedFigures,
+};
+
+/// The worst ×floor and rel L2 of a report, and the row of the worst.
+fn worst(report: &Report) -> (Option<f64>, Option<String>, f64) {
+    let mut x: Option<(f64, &str)> = None;
+    let mut rel = 0f64;
+    for t in &report.tensors {
+        // NaN is the worst there is.
+        let r = if t.stats.rel_l2.is_nan() {
+            f64::INFINITY
+        } else {
+            t.stats.rel_l2
+        };
+        rel = rel.max(r);
+        if let Some(v) = t.judgement.ratio_to_floor {
+            let v = if v.is_nan() { f64::INFINITY } else { v };
+            if x.is_none_or(|(w, _)| v > w) {
+                x = Some((v, &t.name));
+            }
+        }
+    }
+    let worst_name = x.map(|(_, n)| n.to_string()).or_else(|| {
+        report
+            .tensors
+            .iter()
+            .max_by(|p, q| p.stats.rel_l2.total_cmp(&q.stats.rel_l2))
+            .map(|t| t.name.clone())
+    });
+    (x.map(|(v, _)| v), worst_name, rel)
+}
+
+/// The dataset's row for one compared pair.
+pub fn sample_row(
+    pair: usize,
+    (id, id_b): (String, Option<String>),
+    by_id: bool,
+    files: (String, String),
+    outcome: &PairOutcome,
+) -> SampleRow {
+    let r = &outcome.report;
+    let (worst_x_floor, worst_tensor, worst_rel_l2) = worst(r);
+    let rows = r
+        .tensors
+        .iter()
+        .map(|t| {
+            (
+                t.name.clone(),
+                RowFigures {
+                    rel_l2: t.stats.rel_l2,
+                    x_floor: t.judgement.ratio_to_floor,
+                    verdict: t.judgement.verdict,
+                },
+            )
+        })
+        .collect();
+    let trained = outcome.trained.as_ref().map(|t| {
+        let (x, _, rel) = worst(&t.report);
+        TrainedFigures {
+            positions: t.positions,
+            of: t.of,
+            verdict: t.report.verdict,
+            first_divergent: t.report.first_divergent.clone(),
+            worst_x_floor: x,
+            worst_rel_l2: rel,
+        }
+    });
+    SampleRow {
+        pair,
+        id,
+        id_b,
+        paired_by: if by_id { "id" } else { "token ids" }.to_string(),
+        verdict: r.verdict,
+        first_divergent: r.first_divergent.clone(),
+        worst_x_floor,
+        worst_tensor,
+        worst_rel_l2,
+        positions: r.inputs.tokens,
+        trained,
+        file_a: files.0,
+        file_b: files.1,
+        rows,
+        order: r.tensors.iter().map(|t| t.name.clone()).collect(),
+        zero_padding: outcome.zero_padding.as_ref().map(|p| LeftOut {
+            left_out: p.left_out,
+            of: p.of,
+        }),
+        only_a: held_by_one(
+            &outcome.held_by_one.tensors_a,
+            &outcome.held_by_one.states_a,
+        ),
+        only_b: held_by_one(
+            &outcome.held_by_one.tensors_b,
+            &outcome.held_by_one.states_b,
+        ),
+        unnamed_a: outcome.unnamed.0.clone(),
+        unnamed_b: outcome.unnamed.1.clone(),
+    }
+}
+
+/// One side's one-sided tensors: the rows first, then the final states.
+fn held_by_one(tensors: &[String], states: &[String]) -> Vec<String> {
+    tensors.iter().chain(states).cloned().collect()
+}
+
+/// Nearest-rank quantile of sorted `xs` (`q` in (0, 1]).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Every row name in forward order: the first sample's order, then names only later samples
+/// hold, each after the name it followed there.
+fn row_order(samples: &[SampleRow]) -> Vec<String> {
+    let mut order: Vec<String> = Vec::new();
+    for s in samples {
+        let mut at = 0;
+        for n in &s.order {
+            match order.iter().position(|o| o == n) {
+                Some(p) => at = p + 1,
+                None => {
+                    order.insert(at, n.clone());
+                    at += 1;
+                }
+            }
+        }
+    }
+    order
+}
+
+/// Per-layer aggregates of `metric` (`x_floor` or `rel_l2`).
+pub fn layers(samples: &[SampleRow], metric: &str) -> Vec<LayerRow> {
+    let mut out = Vec::new();
+    for name in row_order(samples) {
+        let mut values: Vec<(f64, &str)> = Vec::new();
+        let mut flagged = 0;
+        for s in samples {
+            let Some(f) = s.rows.get(&name) else {
+                continue;
+            };
+            // A row with no ×floor (a floor of 0: the embedding lookup is exact in every
+            // dtype) is 0× when equal; unequal, it is off any scale and sorts as the worst.
+            let v = if metric == "x_floor" {
+                f.x_floor
+                    .unwrap_or(if f.rel_l2 == 0.0 { 0.0 } else { f64::NAN })
+            } else {
+                f.rel_l2
+            };
+            // NaN sorts last and is the worst sample.
+            values.push((if v.is_nan() { f64::INFINITY } else { v }, &s.id));
+            flagged += usize::from(f.verdict != Verdict::Ok);
+        }
+        let mut sorted: Vec<f64> = values.iter().map(|v| v.0).collect();
+        sorted.sort_by(f64::total_cmp);
+        // The first of equal values: the sample order decides ties.
+        let worst = values
+            .iter()
+            .fold(None::<&(f64, &str)>, |w, v| match w {
+                Some(w) if w.0.total_cmp(&v.0).is_ge() => Some(w),
+                _ => Some(v),
+            })
+            .map(|v| v.1.to_string())
+            .unwrap_or_default();
+        out.push(LayerRow {
+            samples: values.len(),
+            median: median(&sorted),
+            p95: quantile(&sorted, 0.95),
+            max: sorted.last().copied().unwrap_or(f64::NAN),
+            worst_sample: worst,
+            flagged,
+            name,
+        });
+    }
+    out
+}
+
+/// Fills in what follows from the samples: the metric, the per-layer rows, the verdict and the
+/// headline. `report.samples` is sorted into pairing order first.
+pub fn finish(report: &mut DatasetReport) {
+    report.samples.sort_by_key(|s| s.pair);
+    report
+        .failed
+        .sort_by(|x, y| (&x.file_a, &x.file_b).cmp(&(&y.file_a, &y.file_b)));
+    let calibrated = !report.samples.is_empty()
+        && report
+            .samples
+            .iter()
+            .all(|s| s.rows.values().any(|r| r.x_floor.is_some()));
+    report.metric = if calibrated { "x_floor" } else { "rel_l2" }.to_string();
+    report.layers = layers(&report.samples, &report.metric);
+    report.verdict = report
+        .samples
+        .iter()
+        .map(|s| s.verdict)
+        .max()
+        .unwrap_or(Verdict::Ok);
+    report.sample_notes = sample_notes(&report.samples);
+    report.summary = headline(report);
+}
+
+/// What the samples' rows say beyond their figures: the zero padding left out, the tensors one
+/// side alone held and those no name rule read (grouped: a dataset's samples usually share one
+/// layout).
+fn sample_notes(samples: &[SampleRow]) -> Vec<String> {
+    let mut notes = Vec::new();
+    let padded: Vec<String> = samples
+        .iter()
+        .filter_map(|s| {
+            s.zero_padding
+                .map(|p| format!("{} {} of {}", s.id, p.left_out, p.of))
+        })
+        .collect();
+    if !padded.is_empty() {
+        notes.push(format!(
+            "zero padding left out in {} sample(s) (positions zero in every hidden state of both \
+             sides, no attention_mask: no forward writes an all-zero hidden state): {}",
+            padded.len(),
+            padded.join(", ")
+        ));
+    }
+    notes.extend(grouped(
+        samples,
+        |s| (&s.only_a, &s.only_b),
+        |a, b| crate::compare::one_sided_note("tensor", a, b),
+    ));
+    notes.extend(grouped(
+        samples,
+        |s| (&s.unnamed_a, &s.unnamed_b),
+        crate::compare::unnamed_note,
+    ));
+    notes
+}
+
+/// A sample's two lists of one kind of tensor: A's and B's.
+type Sides<'s> = (&'s [String], &'s [String]);
+
+/// "in N of M samples (a, b, c and K more): NOTE" for each distinct pair of lists `sides` gives
+/// a sample (A's, B's) that `note` has a note for, in the order of the samples that first hold it.
+fn grouped<'s>(
+    samples: &'s [SampleRow],
+    sides: impl Fn(&'s SampleRow) -> Sides<'s>,
+    note: impl Fn(&[String], &[String]) -> Option<String>,
+) -> Vec<String> {
+    let mut groups: Vec<(Sides, Vec<&str>)> = Vec::new();
+    for s in samples {
+        let lists = sides(s);
+        match groups.iter_mut().find(|(l, _)| *l == lists) {
+            Some((_, ids)) => ids.push(&s.id),
+            None => groups.push((lists, vec![&s.id])),
+        }
+    }
+    groups
+        .into_iter()
+        .filter_map(|((a, b), ids)| {
+            let what = note(a, b)?;
+            let shown: Vec<&str> = ids.iter().take(3).copied().collect();
+            let more = match ids.len() - shown.len() {
+                0 => String::new(),
+                more => format!(" and {more} more"),
+            };
+            Some(format!(
+                "in {} of {} samples ({}{more}): {what}",
+                ids.len(),
+                samples.len(),
+                shown.join(", ")
+            ))
+        })
+        .collect()
+}
+
+fn headline(r: &DatasetReport) -> String {
+    let n = r.samples.len();
+    let flagged: Vec<&SampleRow> = r
+        .samples
+        .iter()
+        .filter(|s| s.verdict != Verdict::Ok)
+        .collect();
+    let mut s = if flagged.is_empty() {
+        let how = match r
+            .samples
+            .iter()
+            .filter_map(|s| s.worst_x_floor)
+            .reduce(f64::max)
+        {
+            Some(x) if r.metric == "x_floor" => format!("within {x:.1}× the rounding floor"),
+            _ => format!(
+                "within the depth-scaled band (uncalibrated; max rel L2 {:.2e})",
+                r.samples.iter().map(|s| s.worst_rel_l2).fold(0.0, f64::max)
+            ),
+        };
+        format!("ok: all {n} compared samples {how}")
+    } else {
+        let worst = flagged
+            .iter()
+            .max_by(|p, q| {
+                p.verdict.cmp(&q.verdict).then(
+                    p.worst_x_floor
+                        .unwrap_or(p.worst_rel_l2)
+                        .total_cmp(&q.worst_x_floor.unwrap_or(q.worst_rel_l2)),
+                )
+            })
+            .copied();
+        let what = worst.map_or(String::new(), |w| {
+            let at = w
+                .first_divergent
+                .as_deref()
+                .or(w.worst_tensor.as_deref())
+                .unwrap_or("?");
+            let size = match w.worst_x_floor {
+                Some(x) => format!("{x:.1}× the floor"),
+                None => format!("rel L2 {:.2e}", w.worst_rel_l2),
+            };
+            format!(
+                " — worst sample {}: {} from {at} ({size})",
+                w.id,
+                w.verdict.as_str()
+            )
+        });
+        format!(
+            "{}: {} of {n} compared samples flagged{what}",
+            r.verdict.as_str(),
+            flagged.len()
+        )
+    };
+    let by_tokens = r.samples.iter().filter(|x| x.paired_by != "id").count();
+    if by_tokens > 0 {
+        s.push_str(&format!("; {by_tokens} paired by token ids"));
+    }
+    let trained_differs: Vec<&str> = r
+        .samples
+        .iter()
+        .filter(|x| x.trained.as_ref().is_some_and(|t| t.verdict != x.verdict))
+        .map(|x| x.id.as_str())
+        .collect();
+    if !trained_differs.is_empty() {
+        s.push_str(&format!(
+            "; the trained positions (loss_mask) judge differently in {}",
+            trained_differs.join(", ")
+        ));
+    }
+    let ids = |v: &[crate::report::dataset::Unpaired]| {
+        let shown: Vec<&str> = v.iter().take(3).map(|u| u.id.as_str()).collect();
+        let more = if v.len() > 3 {
+            format!(", … ({} in all)", v.len())
+        } else {
+            String::new()
+        };
+        format!("{}{more}", shown.join(", "))
+    };
+    if !r.token_mismatches.is_empty() {
+        s.push_str(&format!(
+            "; {} pair(s) left out, token ids differ ({})",
+            r.token_mismatches.len(),
+            ids(&r.token_mismatches)
+        ));
+    }
+    if !r.unpaired_a.is_empty() {
+        s.push_str(&format!("; unpaired in A: {}", ids(&r.unpaired_a)));
+    }
+    if !r.unpaired_b.is_empty() {
+        s.push_str(&format!("; unpaired in B: {}", ids(&r.unpaired_b)));
+    }
+    if !r.failed.is_empty() {
+        s.push_str(&format!(
+            "; {} sample(s) could not be compared",
+            r.failed.len()
+        ));
+    }
+    let calibrated = r
+        .samples
+        .iter()
+        .filter(|x| x.rows.values().any(|f| f.x_floor.is_some()))
+        .count();
+    if calibrated == n {
+        s.push_str(&format!("; {}", r.calibration));
+    } else {
+        s.push_str(&format!(
+            "; {}: {calibrated} of {n} samples calibrated",
+            r.calibration
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles() {
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.95), 19.0);
+        assert_eq!(quantile(&v, 1.0), 20.0);
+        assert_eq!(quantile(&[3.0], 0.95), 3.0);
+    }
+}

@@ -1,0 +1,385 @@
+//! `hsdiff compare DIR_A DIR_B`: two sets of samples (folders, globs, batched files) compared
+//! pair by pair with the one-pair comparison ([`crate::commands::compare::pair`]), into one dataset report
+//! (`hsdiff.dataset/v1`, [`crate::report::dataset`]). Samples are found (`discover`) and paired
+//! (`match_samples`); before any pair is read, a plan decides which pairs are calibrated and
+//! which are this shard's (`plan`). Then the pairs a model calibrates run one at a time, the
+//! others concurrently within a memory bound (`workers`, never more than a few samples in
+//! memory), and the rows are summed up in pairing order (`aggregate`). `--calibrate N`
+//! measures floors on the first N pairs of the whole dataset (in every shard) and applies them
+//! to the rest (`floors`); `--shard I/N` compares every N-th pair, and `hsdiff merge` joins the
+//! shards' reports into the report of the whole (`merge`).
+
+mod aggregate;
+mod discover;
+mod floors;
+mod keep_memory;
+mod match_samples;
+pub mod merge;
+mod plan;
+mod prefetch;
+mod workers;
+
+pub use discover::is_dataset;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::DType;
+
+use crate::commands::compare::pair::{Calibration, PairOptions, compare_pair};
+use crate::compare::verdict::Verdict;
+use crate::error::{Error, Result};
+use crate::formats::pipelines::ReadOptions;
+use crate::model::Model;
+use crate::report::dataset::{DATASET_SCHEMA, DatasetReport, Failed, Shard, Unpaired};
+use discover::Sample;
+use plan::{PairJob, PlanInputs, RunPlan};
+use workers::Workers;
+
+/// How a dataset is compared.
+#[derive(Debug, Clone, Default)]
+pub struct DatasetOptions {
+    pub pair: PairOptions,
+    pub read_a: ReadOptions,
+    pub read_b: ReadOptions,
+    pub dtype_hint: Option<DType>,
+    /// `--model DIR`: the truth and floor of every pair (two forward passes each).
+    pub model: Option<PathBuf>,
+    /// `--calibrate N`: floors measured on the first N pairs of the whole dataset, applied to
+    /// all.
+    pub calibrate: Option<usize>,
+    pub shard: Option<Shard>,
+}
+
+/// `--shard I/N`.
+pub fn parse_shard(arg: &str) -> Result<Shard> {
+    let bad = || {
+        Error::argument(
+            "--shard",
+            format!("expects I/N with 0 ≤ I < N, got `{arg}`"),
+        )
+    };
+    let (i, n) = arg.split_once('/').ok_or_else(bad)?;
+    let (index, count): (usize, usize) = (
+        i.trim().parse().map_err(|_| bad())?,
+        n.trim().parse().map_err(|_| bad())?,
+    );
+    if count == 0 || index >= count {
+        return Err(bad());
+    }
+    Ok(Shard { index, count })
+}
+
+/// Compares the samples of `a` with those of `b`.
+pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
+    keep_memory::keep_freed_buffers();
+    let (side_a, failed_a) = discover::side(a, opts.dtype_hint, &opts.read_a)?;
+    let (side_b, failed_b) = discover::side(b, opts.dtype_hint, &opts.read_b)?;
+    crate::formats::pipelines::check_ids_used(
+        (&opts.read_a, side_a.pipeline),
+        (&opts.read_b, side_b.pipeline),
+    )?;
+    let matching = match_samples::match_samples(&side_a.samples, &side_b.samples);
+    if matching.pairs.is_empty() {
+        return Err(Error::Compare(format!(
+            "no sample of {} ({} samples) pairs with one of {} ({}): neither their ids nor their token ids match",
+            a.display(),
+            side_a.samples.len(),
+            b.display(),
+            side_b.samples.len()
+        )));
+    }
+    // Said once the sides pair: an error before this is one line.
+    for (name, spec, side) in [("A", a, &side_a), ("B", b, &side_b)] {
+        eprintln!(
+            "hsdiff: {name} ({}): {} samples in {} files",
+            spec.display(),
+            side.samples.len(),
+            count_files(&side.samples)
+        );
+        for f in &side.formats {
+            eprintln!("hsdiff: {name}: {f}");
+        }
+    }
+    let total = matching.pairs.len();
+    let plan = RunPlan::new(
+        &matching.pairs,
+        PlanInputs {
+            model: opts.model.as_deref(),
+            no_floor: opts.pair.no_floor,
+            calibrate: opts.calibrate,
+            shard: opts.shard,
+        },
+    );
+
+    let mut model = match (&opts.model, opts.pair.no_floor) {
+        (Some(dir), false) => {
+            let m = Model::load(dir)?;
+            eprintln!(
+                "hsdiff: calibrating with --model {}: {}, each with the f64 truth and a floor run per \
+                 dtype (two or three forward passes per pair)",
+                dir.display(),
+                match opts.calibrate {
+                    Some(n) => format!(
+                        "the first {} pairs only, their floors applied to the rest",
+                        n.min(total)
+                    ),
+                    None => format!("all {} pairs", plan.calibrated.len()),
+                },
+            );
+            Some((m, format!("--model {}", dir.display())))
+        }
+        _ => None,
+    };
+    let mut failed: Vec<Failed> = Vec::new();
+    for (path, e) in failed_a.iter().chain(&failed_b) {
+        failed.push(Failed {
+            id: crate::formats::pipelines::sample_id(path),
+            file_a: path.display().to_string(),
+            file_b: String::new(),
+            error: e.to_string(),
+        });
+    }
+    let RunPlan {
+        calibrated,
+        rest,
+        calibration: calibration_text,
+    } = plan;
+    if let (Some(shard), Some(n)) = (opts.shard, opts.calibrate.filter(|_| model.is_some())) {
+        let own = calibrated.iter().filter(|j| j.keep).count();
+        eprintln!(
+            "hsdiff: --calibrate {n} with --shard {}/{}: this shard measures the floors on the \
+             same first {} pairs as every shard (the unsharded run's), {own} of them its own: \
+             {} calibrated pairs here instead of {own}",
+            shard.index,
+            shard.count,
+            calibrated.len(),
+            calibrated.len()
+        );
+    }
+    // Pairs without a model run concurrently — unless a file's fingerprint may name a model
+    // to calibrate with (hsdiff dumps), which would run once per worker.
+    let may_find_model = model.is_none() && (side_a.fingerprinted || side_b.fingerprinted);
+    let workers = if may_find_model {
+        Workers {
+            count: 1,
+            per_pair: 0,
+            budget: None,
+        }
+    } else {
+        Workers::plan(
+            rest.iter().map(|j| {
+                (
+                    side_a.samples[j.pair.a].path.as_path(),
+                    side_b.samples[j.pair.b].path.as_path(),
+                )
+            }),
+            rayon::current_num_threads(),
+        )
+    };
+    if rest.len() > 1 && !may_find_model {
+        eprintln!("hsdiff: {}", workers.describe());
+    }
+
+    let mut progress = Progress::new(calibrated.len() + rest.len());
+    let mut samples = Vec::with_capacity(calibrated.len() + rest.len());
+    let mut floors = floors::Floors::default();
+    for job in &calibrated {
+        let (sa, sb) = (&side_a.samples[job.pair.a], &side_b.samples[job.pair.b]);
+        let outcome = compare_one(sa, sb, opts, Calibration::Loaded(&mut model));
+        if let Ok(o) = &outcome
+            && opts.calibrate.is_some()
+        {
+            floors.learn(&o.report);
+        }
+        if job.keep {
+            match outcome {
+                Ok(o) => samples.push(row_of(job, sa, sb, &o)),
+                Err(e) => failed.push(failed_of(sa, sb, e)),
+            }
+        }
+        progress.tick(&sa.id);
+    }
+    let floors = opts.calibrate.is_some().then_some(&floors);
+    let judge = |i: usize, job: &PairJob| {
+        if let Some(next) = rest.get(i + workers.count.max(1)) {
+            let (na, nb) = (&side_a.samples[next.pair.a], &side_b.samples[next.pair.b]);
+            prefetch::read_ahead(vec![na.path.clone(), nb.path.clone()]);
+        }
+        let (sa, sb) = (&side_a.samples[job.pair.a], &side_b.samples[job.pair.b]);
+        let calibration = match floors {
+            Some(_) => Calibration::Skip("floors from the calibration pairs".to_string()),
+            None => Calibration::Find(None),
+        };
+        let outcome = compare_one(sa, sb, opts, calibration).map_err(|e| failed_of(sa, sb, e))?;
+        let mut row = row_of(job, sa, sb, &outcome);
+        if let Some(f) = floors {
+            f.apply(&mut row, &outcome.report);
+        }
+        Ok(row)
+    };
+    workers::run_all(&rest, workers.count, judge, |i, row| {
+        match row {
+            Ok(row) => samples.push(row),
+            Err(f) => failed.push(f),
+        }
+        let j = &rest[i];
+        progress.tick(&side_a.samples[j.pair.a].id);
+    });
+    let unpaired = |side: &[Sample], idx: &[usize]| -> Vec<Unpaired> {
+        idx.iter()
+            .map(|&i| Unpaired {
+                id: side[i].id.clone(),
+                file: side[i].file_label(),
+                other: None,
+                why: None,
+            })
+            .collect()
+    };
+    let mut notes = Vec::new();
+    for (name, side) in [("A", &side_a), ("B", &side_b)] {
+        if !side.skipped.is_empty() {
+            notes.push(format!(
+                "{name}: {} file(s) not read, not captures by name: {}",
+                side.skipped.len(),
+                side.skipped
+                    .iter()
+                    .take(3)
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    let mut report = DatasetReport {
+        schema: DATASET_SCHEMA.to_string(),
+        verdict: Verdict::Ok,
+        summary: String::new(),
+        a: a.display().to_string(),
+        b: b.display().to_string(),
+        formats_a: side_a.formats.clone(),
+        formats_b: side_b.formats.clone(),
+        metric: String::new(),
+        calibration: calibration_text,
+        samples,
+        layers: Vec::new(),
+        token_mismatches: matching
+            .token_mismatches
+            .iter()
+            .map(|&(i, j)| Unpaired {
+                id: side_a.samples[i].id.clone(),
+                file: side_a.samples[i].file_label(),
+                other: Some(side_b.samples[j].file_label()),
+                why: Some(token_difference(&side_a.samples[i], &side_b.samples[j])),
+            })
+            .collect(),
+        unpaired_a: unpaired(&side_a.samples, &matching.unpaired_a),
+        unpaired_b: unpaired(&side_b.samples, &matching.unpaired_b),
+        failed,
+        shard: opts.shard,
+        pairs_total: total,
+        notes,
+        sample_notes: Vec::new(),
+        command: opts.pair.command.clone(),
+    };
+    aggregate::finish(&mut report);
+    Ok(report)
+}
+
+fn row_of(
+    job: &PairJob,
+    sa: &Sample,
+    sb: &Sample,
+    outcome: &crate::commands::compare::pair::PairOutcome,
+) -> crate::report::dataset::SampleRow {
+    aggregate::sample_row(
+        job.k,
+        (sa.id.clone(), (sa.id != sb.id).then(|| sb.id.clone())),
+        job.pair.by_id,
+        (sa.file_label(), sb.file_label()),
+        outcome,
+    )
+}
+
+fn failed_of(sa: &Sample, sb: &Sample, e: Error) -> Failed {
+    Failed {
+        id: sa.id.clone(),
+        file_a: sa.file_label(),
+        file_b: sb.file_label(),
+        error: e.to_string(),
+    }
+}
+
+/// The progress line on stderr: pairs done of all, with an ETA from the rate so far; the first
+/// and last pair and at most one line per two seconds between.
+struct Progress {
+    total: usize,
+    done: usize,
+    started: Instant,
+    last_line: Instant,
+}
+
+impl Progress {
+    fn new(total: usize) -> Self {
+        Progress {
+            total,
+            done: 0,
+            started: Instant::now(),
+            last_line: Instant::now(),
+        }
+    }
+
+    fn tick(&mut self, id: &str) {
+        self.done += 1;
+        let n = self.done;
+        if n == self.total || n == 1 || self.last_line.elapsed().as_secs_f64() >= 2.0 {
+            let per = self.started.elapsed().as_secs_f64() / n as f64;
+            eprintln!(
+                "hsdiff: {n}/{} pairs compared ({}), ETA {:.0} s",
+                self.total,
+                crate::util::escape::one_line(id),
+                per * self.total.saturating_sub(n) as f64
+            );
+            self.last_line = Instant::now();
+        }
+    }
+}
+
+fn compare_one(
+    a: &Sample,
+    b: &Sample,
+    opts: &DatasetOptions,
+    calibration: Calibration,
+) -> Result<crate::commands::compare::pair::PairOutcome> {
+    let src_a = discover::open(&a.path, a.batch_index, opts.dtype_hint, &opts.read_a)?;
+    let src_b = discover::open(&b.path, b.batch_index, opts.dtype_hint, &opts.read_b)?;
+    compare_pair(
+        src_a,
+        src_b,
+        (a.id.clone(), b.id.clone()),
+        &opts.pair,
+        calibration,
+    )
+}
+
+fn token_difference(a: &Sample, b: &Sample) -> String {
+    match (a.tokens, b.tokens) {
+        (Some((_, x)), Some((_, y))) if x != y => format!("{x} vs {y} token ids"),
+        _ => "same length, different token ids".to_string(),
+    }
+}
+
+fn count_files(samples: &[Sample]) -> usize {
+    let mut paths: Vec<&Path> = samples.iter().map(|s| s.path.as_path()).collect();
+    paths.dedup();
+    paths.len()
+}
+
+/// Exit code of a dataset report: 2 when a sample could not be compared, else as for one pair.
+pub fn exit_code(report: &DatasetReport, fail_on: crate::report::emit::FailOn) -> i32 {
+    if !report.failed.is_empty() {
+        2
+    } else {
+        i32::from(fail_on.flags(report.verdict))
+    }
+}

@@ -1,0 +1,176 @@
+//! Caps on sizes that come from input (files, config.json, the prompt) and would otherwise drive
+//! allocations or run time: each one is checked before the work it bounds starts. Every cap can
+//! be raised with `--limit NAME=VALUE` (docs/file-formats.md lists them).
+
+use std::sync::OnceLock;
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Sequence length T (the attention scores are T × T per head).
+    pub tokens: usize,
+    /// Bytes of prompt text (a literal, or an `@FILE`).
+    pub prompt_bytes: usize,
+    /// `num_hidden_layers` in config.json.
+    pub layers: usize,
+    /// Any one dimension in config.json (hidden size, head dims, vocabulary, …).
+    pub dim: usize,
+    /// Bytes of a JSON file of a model folder (config.json, the shard index, tokenizer.json).
+    pub json_bytes: usize,
+    /// Bytes of a torch.save archive's `data.pkl`.
+    pub pickle_bytes: usize,
+    /// Nesting depth of pickled containers.
+    pub pickle_depth: usize,
+    /// Pickled objects, counting every copy a memo lookup makes.
+    pub pickle_objects: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            tokens: 16384,
+            prompt_bytes: 1 << 20,
+            layers: 1024,
+            dim: 1 << 22,
+            json_bytes: 1 << 30,
+            pickle_bytes: 64 << 20,
+            pickle_depth: 64,
+            // ~30 objects per tensor: room for ~30 000 tensors in ~150 MB.
+            pickle_objects: 1_000_000,
+        }
+    }
+}
+
+/// The names `--limit` accepts, with what each caps.
+pub const NAMES: &[(&str, &str)] = &[
+    ("tokens", "sequence length T"),
+    ("prompt-bytes", "bytes of prompt text"),
+    ("layers", "num_hidden_layers in config.json"),
+    ("dim", "any one dimension in config.json"),
+    (
+        "json-bytes",
+        "bytes of config.json, the shard index or tokenizer.json",
+    ),
+    ("pickle-bytes", "bytes of a torch.save data.pkl"),
+    ("pickle-depth", "nesting depth of pickled containers"),
+    ("pickle-objects", "pickled objects, memo copies included"),
+];
+
+/// The deepest `--limit pickle-depth` accepted: the readers of unpickled values recurse (and so
+/// does dropping them), and 2048 levels stay far inside the 8 MiB main-thread stack.
+pub const PICKLE_DEPTH_MAX: usize = 2048;
+
+/// The most threads `--threads` or `RAYON_NUM_THREADS` may ask for.
+pub const THREADS_MAX: usize = 1024;
+
+/// `RAYON_NUM_THREADS`, when set, is a thread count this process can start (rayon would panic
+/// on a count it cannot spawn).
+pub fn check_threads_env() -> Result<()> {
+    let Some(value) = std::env::var_os("RAYON_NUM_THREADS") else {
+        return Ok(());
+    };
+    let text = value.to_string_lossy();
+    match text.trim().parse::<usize>() {
+        Ok(n) if n <= THREADS_MAX => Ok(()),
+        _ => Err(Error::argument(
+            "RAYON_NUM_THREADS",
+            format!(
+                "`{}` is not a thread count from 0 (all cores) to {THREADS_MAX}",
+                crate::util::escape::plain(&text, crate::util::escape::SHORT)
+            ),
+        )),
+    }
+}
+
+static ACTIVE: OnceLock<Limits> = OnceLock::new();
+
+/// The limits in force: the defaults unless [`set`] was called.
+pub fn get() -> &'static Limits {
+    ACTIVE.get_or_init(Limits::default)
+}
+
+/// Installs the limits for this process (once, before any input is read).
+pub fn set(limits: Limits) {
+    let _ = ACTIVE.set(limits);
+}
+
+impl Limits {
+    /// Applies `--limit NAME=VALUE` settings to the defaults.
+    pub fn from_args(args: &[String]) -> Result<Self> {
+        let mut l = Limits::default();
+        for arg in args {
+            let (name, value) = arg.split_once('=').ok_or_else(|| {
+                Error::argument("--limit", format!("`{arg}`: expected NAME=VALUE"))
+            })?;
+            let value: usize = value
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| {
+                    Error::argument(
+                        format!("--limit {name}"),
+                        format!("`{value}` is not a positive integer"),
+                    )
+                })?;
+            let slot = match name.trim() {
+                "tokens" => &mut l.tokens,
+                "prompt-bytes" => &mut l.prompt_bytes,
+                "layers" => &mut l.layers,
+                "dim" => &mut l.dim,
+                "json-bytes" => &mut l.json_bytes,
+                "pickle-bytes" => &mut l.pickle_bytes,
+                "pickle-depth" => &mut l.pickle_depth,
+                "pickle-objects" => &mut l.pickle_objects,
+                other => {
+                    let known: Vec<&str> = NAMES.iter().map(|(n, _)| *n).collect();
+                    return Err(Error::argument(
+                        "--limit",
+                        format!("unknown limit `{other}` (known: {})", known.join(", ")),
+                    ));
+                }
+            };
+            *slot = value;
+        }
+        if l.pickle_depth > PICKLE_DEPTH_MAX {
+            return Err(Error::argument(
+                "--limit pickle-depth",
+                format!(
+                    "{} is deeper than hsdiff reads: at most {PICKLE_DEPTH_MAX} (its readers recurse, and the stack holds no more)",
+                    l.pickle_depth
+                ),
+            ));
+        }
+        Ok(l)
+    }
+}
+
+/// `what` exceeds a limit: the message says which flag raises it.
+pub fn exceeded(what: &str, value: usize, name: &str, limit: usize) -> String {
+    if name == "pickle-depth" && limit >= PICKLE_DEPTH_MAX {
+        return format!("{what} is {value}, deeper than hsdiff reads ({PICKLE_DEPTH_MAX})");
+    }
+    format!("{what} is {value}, over the limit of {limit} (raise it with --limit {name}=N)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_refuses() {
+        let l = Limits::from_args(&["tokens=5".into(), "pickle-depth=9".into()]).expect("parses");
+        assert_eq!((l.tokens, l.pickle_depth), (5, 9));
+        assert_eq!(l.layers, Limits::default().layers);
+        for bad in [
+            "tokens",
+            "tokens=0",
+            "tokens=-1",
+            "nope=3",
+            "pickle-depth=1000000",
+        ] {
+            assert!(Limits::from_args(&[bad.to_string()]).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Foundations every layer uses: text escaping, input limits and reading, devices and dtypes
+//! named on the command line, progress, memory maps, the output policy, `/proc` facts and the JSON
+//! documents' encoding. Nothing here knows about models, files' formats or reports.
+
+pub mod device;
+pub mod escape;
+pub mod input;
+pub mod json_doc;
+pub mod limits;
+pub mod mapped;
+pub mod output;
+pub mod progress;
+pub mod sysinfo;
