@@ -3,6 +3,7 @@
 
 pub mod alignment;
 pub mod metrics;
+pub mod softmax_equal;
 pub mod verdict;
 
 use candle_core::Tensor;

@@ -6,6 +6,7 @@
 use super::execute::Executed;
 use super::plan::{Role, Source};
 use super::spec::Calibration;
+use crate::compare::softmax_equal::{LogSoftmaxLogits, Offset, offset};
 use crate::compare::{PlannedRow, TensorSource};
 use crate::error::{Error, Result};
 use crate::report::{
@@ -42,11 +43,53 @@ where
     f
 }
 
+/// The truth and floors of a calibration, each seen through a view.
+type SeenCalibration<'s> = (
+    Box<dyn TensorSource + 's>,
+    Box<dyn TensorSource + 's>,
+    Option<Box<dyn TensorSource + 's>>,
+);
+
+fn seen_sources<'s>(cal: &Option<Calibrated<'s>>, view: View) -> Option<SeenCalibration<'s>> {
+    cal.as_ref().map(|c| {
+        (
+            view(c.truth),
+            view(c.floor_a.src),
+            c.floor_b.as_ref().map(|f| view(f.src)),
+        )
+    })
+}
+
+/// `cal` with its sources replaced by the seen ones.
+fn seen_calibration<'s>(
+    cal: &Option<Calibrated>,
+    seen: &'s Option<SeenCalibration>,
+) -> Option<Calibrated<'s>> {
+    match (cal, seen) {
+        (Some(c), Some((t, fa, fb))) => Some(Calibrated {
+            truth: &**t,
+            floor_a: Floor {
+                src: &**fa,
+                dtype: c.floor_a.dtype,
+            },
+            floor_b: match (&c.floor_b, fb) {
+                (Some(f), Some(v)) => Some(Floor {
+                    src: &**v,
+                    dtype: f.dtype,
+                }),
+                _ => None,
+            },
+            source: c.source.clone(),
+        }),
+        _ => None,
+    }
+}
+
 impl Executed<'_> {
     /// The report of this job's comparison.
     pub fn report(&self, parts: Parts) -> Result<Report> {
         let (a, b) = (self.given(Role::A, parts.a)?, self.given(Role::B, parts.b)?);
-        self.build(parts, a, b, self.calibrated())
+        self.judged(parts, a, b, self.calibrated())
     }
 
     /// The report of the same comparison with every source — both sides, the truth, the
@@ -55,32 +98,27 @@ impl Executed<'_> {
         let (a, b) = (self.given(Role::A, parts.a)?, self.given(Role::B, parts.b)?);
         let (va, vb) = (view(a), view(b));
         let cal = self.calibrated();
-        let seen = cal.as_ref().map(|c| {
-            (
-                view(c.truth),
-                view(c.floor_a.src),
-                c.floor_b.as_ref().map(|f| view(f.src)),
-            )
-        });
-        let calibration = match (&cal, &seen) {
-            (Some(c), Some((t, fa, fb))) => Some(Calibrated {
-                truth: &**t,
-                floor_a: Floor {
-                    src: &**fa,
-                    dtype: c.floor_a.dtype,
-                },
-                floor_b: match (&c.floor_b, fb) {
-                    (Some(f), Some(v)) => Some(Floor {
-                        src: &**v,
-                        dtype: f.dtype,
-                    }),
-                    _ => None,
-                },
-                source: c.source.clone(),
-            }),
-            _ => None,
+        let seen = seen_sources(&cal, view);
+        self.judged(parts, &*va, &*vb, seen_calibration(&cal, &seen))
+    }
+
+    /// The report, with every source's logits seen as their log-softmax when the two sides'
+    /// logits differ by a per-position constant (softmax-equal: the constant is no finding).
+    fn judged(
+        &self,
+        parts: Parts,
+        a: &dyn TensorSource,
+        b: &dyn TensorSource,
+        calibration: Option<Calibrated>,
+    ) -> Result<Report> {
+        let Some(found) = offset(a, b)? else {
+            return self.build(parts, a, b, calibration, None);
         };
-        self.build(parts, &*va, &*vb, calibration)
+        let log_softmax = view(|s| Box::new(LogSoftmaxLogits { inner: s }));
+        let (la, lb) = (log_softmax(a), log_softmax(b));
+        let seen = seen_sources(&calibration, &log_softmax);
+        let cal = seen_calibration(&calibration, &seen);
+        self.build(parts, &*la, &*lb, cal, Some(found))
     }
 
     /// A live side as the report describes it: labelled with its backend's name and
@@ -113,6 +151,7 @@ impl Executed<'_> {
         a: &dyn TensorSource,
         b: &dyn TensorSource,
         calibration: Option<Calibrated>,
+        logits_offset: Option<Offset>,
     ) -> Result<Report> {
         let spec = self.spec();
         debug_assert!(matches!(
@@ -135,6 +174,7 @@ impl Executed<'_> {
             alignment: parts.alignment,
             notes: parts.notes,
             one_sided: parts.one_sided,
+            logits_offset,
         })
     }
 }

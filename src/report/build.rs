@@ -4,6 +4,7 @@
 use candle_core::{DType, Tensor};
 use sha2::{Digest, Sha256};
 
+use super::first_values;
 use super::routing::{MAX_SET_ASIDE, Routing, router_layers, routing};
 use super::summary::{self, Subject};
 use super::{
@@ -13,6 +14,7 @@ use super::{
 use crate::capture::{Key, RouterField};
 use crate::compare::metrics::logits::logit_stats;
 use crate::compare::metrics::{DiffStats, diff_stats};
+use crate::compare::softmax_equal::{self, Offset};
 use crate::compare::verdict::{
     Judged, K_DRIFT, K_MISMATCH, Verdict, amplification, classify, expected_floor, ratio_to_floor,
     thresholds, uncalibrated_bounds,
@@ -45,6 +47,9 @@ pub struct Comparison<'a> {
     /// Files that hold different layers, each row judged against the truth (None: the usual
     /// comparison of the rows both hold).
     pub one_sided: Option<OneSided>,
+    /// The sides' logits differ by a per-position constant: every source's logits are seen as
+    /// their log-softmax ([`crate::compare::softmax_equal`]), and the headline says so.
+    pub logits_offset: Option<Offset>,
 }
 
 /// Two files with no layer in common (`compare` with the truth at hand): the rows each side
@@ -370,6 +375,16 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
             &c.b_side.fingerprint,
         ));
 
+    summary
+        .clauses
+        .extend(c.logits_offset.as_ref().map(softmax_equal::clause));
+    let first_non_finite = first_values::first_non_finite(&tensors);
+    let first_overflow = first_values::first_overflow(&tensors, c.dtype, dtype_label(c.dtype));
+    summary.clauses.extend(first_values::clauses(
+        &first_non_finite,
+        first_overflow.as_ref(),
+    ));
+
     let mut sha = Sha256::new();
     for id in &c.input.input_ids {
         sha.update(id.to_le_bytes());
@@ -409,6 +424,8 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         alignment: c.alignment.clone(),
         env_diff,
         routing_flips: routing.flips,
+        first_non_finite,
+        first_overflow,
         notes,
     })
 }

@@ -7,6 +7,7 @@ pub mod dataset;
 pub mod dataset_plot;
 pub mod dataset_render;
 pub mod emit;
+pub mod first_values;
 mod fp8_notes;
 pub mod markdown;
 pub mod plot;
@@ -62,6 +63,10 @@ pub struct Report {
     /// MoE tokens whose expert choice differs from the truth's on some side (or the floor run):
     /// judged apart from the other tokens where shown (docs/reading-a-report.md#routing-flips-moe).
     pub routing_flips: Vec<RoutingFlip>,
+    /// Each side's first non-finite element in forward order (docs/reading-a-report.md#nan-and-inf).
+    pub first_non_finite: first_values::FirstNonFinite,
+    /// In an f16 or bf16 comparison, each side's first element past that type's range.
+    pub first_overflow: Option<first_values::FirstOverflow>,
     /// How the inputs were read and calibrated (file conventions, the model that measured the
     /// floor, the layer reading chosen).
     pub notes: Vec<String>,

@@ -13,6 +13,7 @@ mod bench;
 mod cli;
 mod compare;
 mod env_check;
+mod field;
 mod pipelines;
 mod pipelines_sglang;
 mod report;

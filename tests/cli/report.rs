@@ -37,6 +37,7 @@ use hsdiff::job::session::Session;
 use hsdiff::model::Model;
 use hsdiff::render::{Format, Json, Render};
 use hsdiff::report::emit::{EnvList, FailOn, ReportOptions, emit};
+use hsdiff::report::first_values::FirstNonFinite;
 use hsdiff::report::markdown::Markdown;
 use hsdiff::report::plot::{Plot, PlotFormat, check_path, write_plot};
 use hsdiff::report::table::TerminalTable;
@@ -656,6 +657,10 @@ fn synthetic_row(
             }),
             non_finite_both: 0,
             non_finite_both_at: None,
+            first_non_finite_a: None,
+            first_non_finite_b: None,
+            first_beyond_a: [None, None],
+            first_beyond_b: [None, None],
             per_token_rel,
             norm_b: 1.0,
             token_sq_diff: Vec::new(),
@@ -824,6 +829,8 @@ fn synthetic_report() -> Report {
             truth_margin: Some(2.5e-3),
             near_tie: true,
         }],
+        first_non_finite: FirstNonFinite::default(),
+        first_overflow: None,
         notes: vec![],
     }
 }

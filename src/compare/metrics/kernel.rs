@@ -79,6 +79,39 @@ pub struct NonFinite {
     pub disagree_at: Option<Location>,
     pub both: usize,
     pub both_at: Option<Location>,
+    /// The first non-finite element of each side (token order), with its value.
+    pub first_a: Option<(Location, NonFiniteValue)>,
+    pub first_b: Option<(Location, NonFiniteValue)>,
+}
+
+/// What a non-finite element holds (an enum, so that two records of one NaN compare equal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NonFiniteValue {
+    NaN,
+    PlusInf,
+    MinusInf,
+}
+
+impl NonFiniteValue {
+    /// `x`'s kind; `x` is not finite.
+    fn of(x: f64) -> Self {
+        if x.is_nan() {
+            NonFiniteValue::NaN
+        } else if x > 0.0 {
+            NonFiniteValue::PlusInf
+        } else {
+            NonFiniteValue::MinusInf
+        }
+    }
+
+    /// `NaN`, `+Inf` or `-Inf`.
+    pub fn word(self) -> &'static str {
+        match self {
+            NonFiniteValue::NaN => "NaN",
+            NonFiniteValue::PlusInf => "+Inf",
+            NonFiniteValue::MinusInf => "-Inf",
+        }
+    }
 }
 
 /// One row's sums over the element pairs finite on both sides.
@@ -93,6 +126,42 @@ pub struct RowSums {
     pub one_sided: bool,
     /// The row's largest |a − b| and its first channel, when it exceeds the `above` asked for.
     pub max: Option<(f64, usize)>,
+    /// Per side, the first finite element past each narrow float's range ([`RANGE_LIMITS`]):
+    /// its channel and value.
+    pub beyond_a: Beyond,
+    pub beyond_b: Beyond,
+}
+
+/// The largest finite values of the narrow float types a run may compute in, f16 then bf16: a
+/// finite value above one in a wider capture is where a run in that type would have overflowed.
+pub const RANGE_LIMITS: [f64; 2] = [65504.0, 3.389_531_389_251_535_5e38];
+
+/// The first element past each of [`RANGE_LIMITS`] in a row, if any: (channel, value).
+pub type Beyond = [Option<(usize, f64)>; 2];
+
+/// The first finite elements of `x` past each range limit. A row whose finite squares sum to at
+/// most the f16 limit squared holds no such element, so only larger rows (or rows with
+/// non-finite elements, left out of that sum) are scanned.
+fn beyond<A: Widen>(x: &[A], sq: f64, one_sided: bool) -> Beyond {
+    let mut out: Beyond = [None, None];
+    if sq <= RANGE_LIMITS[0] * RANGE_LIMITS[0] && !one_sided {
+        return out;
+    }
+    for (channel, &v) in x.iter().enumerate() {
+        let v = v.widen();
+        if !v.is_finite() {
+            continue;
+        }
+        for (slot, limit) in out.iter_mut().zip(RANGE_LIMITS) {
+            if slot.is_none() && v.abs() > limit {
+                *slot = Some((channel, v));
+            }
+        }
+        if out.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    out
 }
 
 /// Per-lane running sums.
@@ -197,10 +266,17 @@ fn chunk_exact<A: Widen, B: Widen>(
         count(y, &mut nf.nan_b, &mut nf.inf_b);
         if !(x.is_finite() && y.is_finite()) {
             *one_sided |= x.is_finite() != y.is_finite();
-            let at = Some(Location {
+            let here = Location {
                 token,
                 channel: channel0 + j,
-            });
+            };
+            if !x.is_finite() {
+                nf.first_a = nf.first_a.or(Some((here, NonFiniteValue::of(x))));
+            }
+            if !y.is_finite() {
+                nf.first_b = nf.first_b.or(Some((here, NonFiniteValue::of(y))));
+            }
+            let at = Some(here);
             if same_non_finite(x, y) {
                 nf.both += 1;
                 nf.both_at = nf.both_at.or(at);
@@ -272,14 +348,17 @@ fn row_body<A: Widen, B: Widen>(
             .unwrap_or(0);
         (row_max, at)
     });
+    let (sq_a, sq_b) = (reduce(&lanes.sq_a), reduce(&lanes.sq_b));
     RowSums {
         abs: reduce(&lanes.abs),
         sq_diff: reduce(&lanes.sq_diff),
-        sq_a: reduce(&lanes.sq_a),
-        sq_b: reduce(&lanes.sq_b),
+        sq_a,
+        sq_b,
         dot: reduce(&lanes.dot),
         one_sided,
         max,
+        beyond_a: beyond(a, sq_a, one_sided),
+        beyond_b: beyond(b, sq_b, one_sided),
     }
 }
 

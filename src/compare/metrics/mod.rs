@@ -3,6 +3,7 @@
 //! Nothing here decides what is "bad"; that is [`crate::compare::verdict`]'s job.
 
 mod kernel;
+pub use kernel::{NonFiniteValue, RANGE_LIMITS};
 pub mod logits;
 mod rows;
 pub mod stats;
@@ -49,6 +50,17 @@ pub struct DiffStats {
     /// the first of them.
     pub non_finite_both: usize,
     pub non_finite_both_at: Option<Location>,
+    /// Each side's first non-finite element (token order) and its value.
+    #[serde(skip)]
+    pub first_non_finite_a: Option<(Location, NonFiniteValue)>,
+    #[serde(skip)]
+    pub first_non_finite_b: Option<(Location, NonFiniteValue)>,
+    /// Each side's first finite element past f16's and bf16's largest finite value
+    /// ([`RANGE_LIMITS`], in that order), and its value.
+    #[serde(skip)]
+    pub first_beyond_a: [Option<(Location, f64)>; 2],
+    #[serde(skip)]
+    pub first_beyond_b: [Option<(Location, f64)>; 2],
     /// ‖a_t − b_t‖ / ‖b_t‖ per token.
     pub per_token_rel: Vec<f64>,
     /// ‖b‖₂, to put absolute numbers in scale.
@@ -84,6 +96,10 @@ impl DiffStats {
             non_finite_disagree_at: None,
             non_finite_both: 0,
             non_finite_both_at: None,
+            first_non_finite_a: None,
+            first_non_finite_b: None,
+            first_beyond_a: [None, None],
+            first_beyond_b: [None, None],
             per_token_rel: Vec::with_capacity(rows),
             norm_b: 0.0,
             token_sq_diff: Vec::with_capacity(rows),
@@ -221,6 +237,12 @@ impl Accumulator {
             s.cosine_min = cos;
             s.cosine_min_token = token;
         }
+        for (first, row_first) in s.first_beyond_a.iter_mut().zip(row.beyond_a) {
+            *first = first.or(row_first.map(|(channel, v)| (Location { token, channel }, v)));
+        }
+        for (first, row_first) in s.first_beyond_b.iter_mut().zip(row.beyond_b) {
+            *first = first.or(row_first.map(|(channel, v)| (Location { token, channel }, v)));
+        }
         s.token_sq_diff.push(row.sq_diff);
         s.token_sq_b.push(row.sq_b);
         self.total.abs += row.abs;
@@ -240,6 +262,8 @@ impl Accumulator {
         s.non_finite_disagree_at = self.nf.disagree_at;
         s.non_finite_both = self.nf.both;
         s.non_finite_both_at = self.nf.both_at;
+        s.first_non_finite_a = self.nf.first_a;
+        s.first_non_finite_b = self.nf.first_b;
         let finite = s.elements - (s.nan_a + s.inf_a).max(s.nan_b + s.inf_b);
         s.mean_abs = if finite > 0 {
             self.total.abs / finite as f64
