@@ -132,12 +132,17 @@ mod tests {
         (0..t * v).map(|_| 4.0 * rng.normal() as f32).collect()
     }
 
-    fn logits(values: Vec<f32>, t: usize, v: usize) -> Logits {
-        Logits(Tensor::from_vec(values, (1, t, v), &Device::Cpu).unwrap())
+    fn logits(values: Vec<f32>, t: usize, v: usize) -> Result<Logits> {
+        Ok(Logits(Tensor::from_vec(values, (1, t, v), &Device::Cpu)?))
+    }
+
+    fn log_softmax_of(src: &Logits) -> Result<Tensor> {
+        let seen = LogSoftmaxLogits { inner: src }.tensor("logits")?;
+        Ok(seen.expect("the source holds logits"))
     }
 
     #[test]
-    fn a_per_position_constant_is_found_and_log_softmax_removes_it() {
+    fn a_per_position_constant_is_found_and_log_softmax_removes_it() -> Result<()> {
         let (t, v) = (7, 97);
         let mut rng = SplitMix::new(0x5eed);
         let base = random(t, v, &mut rng);
@@ -147,8 +152,8 @@ mod tests {
             .enumerate()
             .map(|(i, x)| x + shifts[i / v])
             .collect();
-        let (a, b) = (logits(base, t, v), logits(shifted, t, v));
-        let o = offset(&a, &b).unwrap().expect("an offset");
+        let (a, b) = (logits(base, t, v)?, logits(shifted, t, v)?);
+        let o = offset(&a, &b)?.expect("an offset");
         assert!(o.share > 0.999, "{o:?}");
         let want = shifts
             .iter()
@@ -158,28 +163,17 @@ mod tests {
             "{} vs {want}",
             o.max_abs
         );
-        let (la, lb) = (
-            LogSoftmaxLogits { inner: &a },
-            LogSoftmaxLogits { inner: &b },
-        );
-        let (x, y) = (
-            la.tensor("logits").unwrap().unwrap(),
-            lb.tensor("logits").unwrap().unwrap(),
-        );
-        let d = (x - y)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let d = (log_softmax_of(&a)? - log_softmax_of(&b)?)?
+            .abs()?
+            .max_all()?
+            .to_scalar::<f32>()?;
         // f32 inputs of magnitude ~100: their own rounding, nothing of the 40-sigma shift.
         assert!(d < 1e-4, "log-softmax still differs by {d}");
+        Ok(())
     }
 
     #[test]
-    fn random_noise_and_non_finite_logits_are_no_offset() {
+    fn random_noise_and_non_finite_logits_are_no_offset() -> Result<()> {
         let (t, v) = (5, 211);
         let mut rng = SplitMix::new(7);
         let base = random(t, v, &mut rng);
@@ -188,14 +182,12 @@ mod tests {
             .map(|x| x + 0.01 * rng.normal() as f32)
             .collect();
         assert_eq!(
-            offset(&logits(base.clone(), t, v), &logits(noisy, t, v)).unwrap(),
+            offset(&logits(base.clone(), t, v)?, &logits(noisy, t, v)?)?,
             None
         );
         let mut nan = base.iter().map(|x| x + 3.0).collect::<Vec<f32>>();
         nan[17] = f32::NAN;
-        assert_eq!(
-            offset(&logits(base, t, v), &logits(nan, t, v)).unwrap(),
-            None
-        );
+        assert_eq!(offset(&logits(base, t, v)?, &logits(nan, t, v)?)?, None);
+        Ok(())
     }
 }
