@@ -378,8 +378,8 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
     summary
         .clauses
         .extend(c.logits_offset.as_ref().map(softmax_equal::clause));
-    let first_non_finite = first_values::first_non_finite(&tensors);
-    let first_overflow = first_values::first_overflow(&tensors, c.dtype, dtype_label(c.dtype));
+    let (first_non_finite, first_overflow) =
+        first_values::first_values(&tensors, c.dtype, dtype_label(c.dtype));
     summary.clauses.extend(first_values::clauses(
         &first_non_finite,
         first_overflow.as_ref(),

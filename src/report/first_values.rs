@@ -82,30 +82,42 @@ fn first_of(
         .find_map(|row| pick(row).map(|(at, value)| value_at(row, at, value)))
 }
 
-pub fn first_non_finite(rows: &[TensorRow]) -> FirstNonFinite {
+/// Each side's first non-finite element and, for f16 / bf16 comparisons, its first element
+/// past `dtype`'s range (the rows put in forward order once for both).
+pub fn first_values(
+    rows: &[TensorRow],
+    dtype: DType,
+    label: &str,
+) -> (FirstNonFinite, Option<FirstOverflow>) {
     let ordered = in_forward_order(rows);
+    (
+        first_non_finite(&ordered),
+        first_overflow(&ordered, dtype, label),
+    )
+}
+
+fn first_non_finite(ordered: &[&TensorRow]) -> FirstNonFinite {
     let word = |x: Option<(Location, NonFiniteValue)>| x.map(|(at, v)| (at, v.word().to_string()));
     FirstNonFinite {
-        a: first_of(&ordered, |r| word(r.stats.first_non_finite_a)),
-        b: first_of(&ordered, |r| word(r.stats.first_non_finite_b)),
+        a: first_of(ordered, |r| word(r.stats.first_non_finite_a)),
+        b: first_of(ordered, |r| word(r.stats.first_non_finite_b)),
     }
 }
 
 /// The first overflow of `dtype`'s range on each side, for f16 and bf16 comparisons (None for
 /// other dtypes, whose range no hidden state reaches). An infinite value counts as the overflow
 /// it became when it comes before any finite value past the limit.
-pub fn first_overflow(rows: &[TensorRow], dtype: DType, label: &str) -> Option<FirstOverflow> {
+fn first_overflow(ordered: &[&TensorRow], dtype: DType, label: &str) -> Option<FirstOverflow> {
     let slot = match dtype {
         DType::F16 => 0,
         DType::BF16 => 1,
         _ => return None,
     };
-    let ordered = in_forward_order(rows);
     Some(FirstOverflow {
         dtype: label.to_string(),
         limit: RANGE_LIMITS[slot],
-        a: first_of(&ordered, |r| overflow_in(r, slot, Side::A)),
-        b: first_of(&ordered, |r| overflow_in(r, slot, Side::B)),
+        a: first_of(ordered, |r| overflow_in(r, slot, Side::A)),
+        b: first_of(ordered, |r| overflow_in(r, slot, Side::B)),
     })
 }
 

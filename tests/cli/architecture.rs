@@ -120,6 +120,22 @@ fn violations(graph: &Graph) -> Vec<String> {
     out
 }
 
+/// The entries of `dir`, each with its file name.
+fn entries(dir: &Path) -> Vec<(std::path::PathBuf, String)> {
+    std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|entry| {
+            let path = entry.expect("dir entry").path();
+            let name = path
+                .file_name()
+                .expect("a name")
+                .to_string_lossy()
+                .into_owned();
+            (path, name)
+        })
+        .collect()
+}
+
 /// src/ holds the layers' folders and nothing else but the crate roots, so the tree shows the
 /// layers.
 #[test]
@@ -127,13 +143,7 @@ fn only_the_crate_roots_sit_at_the_root_of_src() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut stray = Vec::new();
     let mut folders = BTreeSet::new();
-    for entry in std::fs::read_dir(&src).expect("read src/") {
-        let path = entry.expect("dir entry").path();
-        let name = path
-            .file_name()
-            .expect("a name")
-            .to_string_lossy()
-            .into_owned();
+    for (path, name) in entries(&src) {
         if path.is_dir() {
             folders.insert(name);
         } else if name != "main.rs" && name != "lib.rs" {
@@ -306,13 +316,7 @@ fn tests_are_four_binaries_and_every_test_file_is_a_module_of_one() {
     let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
     let mut groups = BTreeSet::new();
     let mut stray = Vec::new();
-    for entry in std::fs::read_dir(&tests).expect("read tests/") {
-        let path = entry.expect("dir entry").path();
-        let name = path
-            .file_name()
-            .expect("a name")
-            .to_string_lossy()
-            .into_owned();
+    for (path, name) in entries(&tests) {
         if path.is_file() && name.ends_with(".rs") {
             stray.push(format!("tests/{name} would be a binary of its own"));
         }
