@@ -86,6 +86,44 @@ impl BlockScales {
             .collect()
     }
 
+    /// Checks the weights stored as `codes` (from row-major index `first`): every code a finite
+    /// value of `format`, and every product with its block's scale within `±limit` (the range of
+    /// the dtype the weights are used in). A quantiser never writes a NaN code, so one means the
+    /// bytes are not `format`'s (e4m3 codes labelled e5m2 hit e5m2's NaN codes at ±448); a product
+    /// past the range means corrupt scales, which would turn every activation they touch into
+    /// Inf or NaN.
+    pub fn check_weights(
+        &self,
+        format: Fp8Format,
+        codes: &[u8],
+        first: usize,
+        limit: f64,
+    ) -> Result<(), String> {
+        let table = format.table();
+        for (n, &c) in codes.iter().enumerate() {
+            let value = table[c as usize];
+            let at = first + n;
+            let (row, col) = ((at / self.cols) % self.rows, at % self.cols);
+            if !value.is_finite() {
+                return Err(format!(
+                    "element {at} (row {row}, column {col}) is code 0x{c:02x}, {value} in {}: \
+                     quantised weights are finite, so the bytes are not {} codes",
+                    format.name(),
+                    format.name()
+                ));
+            }
+            let scale = self.scale_at(at);
+            let weight = f64::from(value) * f64::from(scale);
+            if weight.abs() > limit {
+                return Err(format!(
+                    "element {at} (row {row}, column {col}) is {value} × its block scale \
+                     {scale:e} = {weight:e}, past ±{limit:e}: the block scales are corrupt"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// [`BlockScales::dequantize_f64`] in f32: exact for bf16 / f16 scales (12 / 15 significant
     /// bits) unless a product falls below f32's normal range, correctly rounded otherwise.
     pub fn dequantize_f32(&self, format: Fp8Format, codes: &[u8], first: usize) -> Vec<f32> {
@@ -136,6 +174,60 @@ mod tests {
         let tail = b.dequantize_f32(Fp8Format::E4M3, &codes[21..], 21);
         assert_eq!(tail[0], 8.0);
         assert_eq!(tail[13], 256.0);
+        Ok(())
+    }
+
+    #[test]
+    fn nan_codes_and_scales_that_overflow_the_weights_are_named() -> Result<(), String> {
+        let mut rng = crate::backends::cases::SplitMix::new(0xf8_5c);
+        let (rows, cols) = (6, 10);
+        let scales: Vec<f32> = (0..9)
+            .map(|_| (rng.uniform() * 0.02 + 1e-4) as f32)
+            .collect();
+        let b = BlockScales::new(&[rows, cols], [2, 4], scales).ok_or("a 3 × 3 grid")?;
+        // Random finite e4m3 codes (0x7f / 0xff are e4m3's NaNs), with ±448 in every block as
+        // a quantiser writes it (each block's largest magnitude maps to the format's maximum).
+        let mut codes: Vec<u8> = (0..rows * cols)
+            .map(|_| {
+                loop {
+                    let c = (rng.next_u64() & 0xff) as u8;
+                    if c & 0x7f != 0x7f {
+                        break c;
+                    }
+                }
+            })
+            .collect();
+        codes[7] = 0x7e;
+        b.check_weights(Fp8Format::E4M3, &codes, 0, f64::from(f32::MAX))?;
+
+        // The same bytes labelled e5m2: 0x7e is a NaN there.
+        let err = b
+            .check_weights(Fp8Format::E5M2, &codes, 0, f64::from(f32::MAX))
+            .expect_err("e4m3 codes read as e5m2");
+        assert!(err.contains("not F8_E5M2 codes"), "{err}");
+        // A NaN code, reported with its row and column (from a range starting at row 3).
+        codes[34] = 0xff;
+        let err = b
+            .check_weights(Fp8Format::E4M3, &codes[30..], 30, f64::from(f32::MAX))
+            .expect_err("NaN code");
+        assert!(
+            err.starts_with("element 34 (row 3, column 4) is code 0xff, NaN"),
+            "{err}"
+        );
+
+        // One block's scale of 3e38 takes 448 past f32's range.
+        codes[34] = 0x38;
+        let mut big = b.values.clone();
+        big[1] = 3e38;
+        let b = BlockScales::new(&[rows, cols], [2, 4], big).ok_or("grid")?;
+        let err = b
+            .check_weights(Fp8Format::E4M3, &codes, 0, f64::from(f32::MAX))
+            .expect_err("scale past the range");
+        // Block 1 is rows 0–1, columns 4–7: element 4 (or the first of its block past ±1.13).
+        assert!(
+            err.contains("its block scale 3e38") && err.contains("scales are corrupt"),
+            "{err}"
+        );
         Ok(())
     }
 }

@@ -76,6 +76,13 @@ fn check_quantised(
              checkpoint's block size comes from it (is this the bf16 model's config.json?)"
         ));
     };
+    if format != scheme.fmt {
+        return Err(format!(
+            "stored as {stored}, but quantization_config.fmt is {}: the config and the weights \
+             disagree (one format's codes read as the other's are other values)",
+            scheme.fmt.config_name()
+        ));
+    }
     if let Some(entry) = scheme.not_converted_entry(module_of(name)) {
         return Err(format!(
             "stored as {stored}, but quantization_config.modules_to_not_convert keeps its module \
@@ -210,9 +217,14 @@ mod tests {
                 "entry `mlp.gate`",
             ),
             (
-                vec![("lm_head.weight", Dtype::F8_E5M2, &[300, 200])],
+                vec![("lm_head.weight", Dtype::F8_E4M3, &[300, 200])],
                 s.as_ref(),
                 "entry `lm_head`",
+            ),
+            (
+                vec![(W, Dtype::F8_E5M2, &[300, 200]), (S, Dtype::BF16, &[3, 2])],
+                s.as_ref(),
+                "stored as F8_E5M2, but quantization_config.fmt is e4m3",
             ),
             (
                 vec![(W, Dtype::F8_E4M3, &[300, 200]), (S, Dtype::U8, &[3, 2])],

@@ -33,6 +33,14 @@ impl Fp8Format {
         }
     }
 
+    /// The name `quantization_config.fmt` gives it.
+    pub fn config_name(self) -> &'static str {
+        match self {
+            Fp8Format::E4M3 => "e4m3",
+            Fp8Format::E5M2 => "e5m2",
+        }
+    }
+
     /// The value of one stored byte, exactly (NaN codes give NaN, e5m2's infinities ±∞).
     pub fn decode(self, code: u8) -> f32 {
         match self {

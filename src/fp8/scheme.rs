@@ -7,7 +7,7 @@ use super::Fp8Format;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fp8Scheme {
-    /// `fmt`: what the weights were quantised to. Each tensor is decoded by its own stored dtype.
+    /// `fmt`: what the weights were quantised to; every FP8 tensor must be stored in it.
     pub fmt: Fp8Format,
     /// `weight_block_size`: `[rows, cols]` of the weight block one scale covers (the output rows
     /// and input columns of a Linear); edge blocks are partial.

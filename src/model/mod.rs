@@ -156,13 +156,17 @@ impl Model {
             "--random-weights generates bf16 weights, not an FP8 checkpoint's"
         } else if self.config.quantization.is_none() {
             "its config.json has no quantization_config: not an FP8 checkpoint"
+        } else if !self.weights.holds_fp8() {
+            "its config.json has a quantization_config, but no weight is stored in FP8 (an FP8 \
+             model's config.json beside bf16 weights?)"
         } else {
             return Ok(());
         };
         Err(Error::argument(
             "--dtype",
             format!(
-                "{} runs an FP8 checkpoint's quantised Linear layers as vLLM / SGLang serve                  them; {} cannot: {why}",
+                "{} runs an FP8 checkpoint's quantised Linear layers as vLLM / SGLang serve \
+                 them; {} cannot: {why}",
                 crate::util::device::dtype_label(dtype),
                 self.source
             ),

@@ -45,6 +45,17 @@ impl WeightSource {
         }
     }
 
+    /// Whether any weight is stored in an FP8 format (generated weights are bf16).
+    pub fn holds_fp8(&self) -> bool {
+        match self {
+            WeightSource::Checkpoint(c) => c
+                .raw_tensors()
+                .filter_map(|(_, raw)| raw.ok())
+                .any(|(info, _)| crate::fp8::Fp8Format::of(info.dtype).is_some()),
+            WeightSource::Random(_) => false,
+        }
+    }
+
     pub fn contains(&self, name: &str) -> bool {
         match self {
             WeightSource::Checkpoint(c) => c.contains(name),

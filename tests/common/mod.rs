@@ -237,6 +237,10 @@ pub enum Edit {
     Drop,
     Rename(String),
     Reshape(Vec<usize>),
+    /// The same bytes under another dtype label (of the same element size).
+    Relabel(safetensors::Dtype),
+    /// Other bytes (as many as before), dtype and shape kept.
+    Bytes(Vec<u8>),
 }
 
 /// Rewrites the safetensors file `path` in place, tensor by tensor (bytes unchanged), keeping the
@@ -246,22 +250,51 @@ pub fn rewrite_safetensors(path: &Path, mut edit: impl FnMut(&str) -> Edit) {
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let (_, meta) = SafeTensors::read_metadata(&bytes).unwrap();
     let user_meta: Option<HashMap<String, String>> = meta.metadata().clone();
-    let mut out: Vec<(String, TensorView<'_>)> = Vec::new();
     let mut names = st.names();
     names.sort();
+    // (new name, dtype, shape, original name, replaced bytes); views are made once all the new
+    // bytes are owned here.
+    let mut edited = Vec::new();
     for name in names {
         let view = st.tensor(name).unwrap();
-        let (new_name, shape) = match edit(name) {
-            Edit::Keep => (name.to_string(), view.shape().to_vec()),
+        let (dtype, shape) = (view.dtype(), view.shape().to_vec());
+        edited.push(match edit(name) {
+            Edit::Keep => (name.to_string(), dtype, shape, name, None),
             Edit::Drop => continue,
-            Edit::Rename(n) => (n, view.shape().to_vec()),
-            Edit::Reshape(s) => (name.to_string(), s),
+            Edit::Rename(n) => (n, dtype, shape, name, None),
+            Edit::Reshape(s) => (name.to_string(), dtype, s, name, None),
+            Edit::Relabel(d) => (name.to_string(), d, shape, name, None),
+            Edit::Bytes(b) => {
+                assert_eq!(
+                    b.len(),
+                    view.data().len(),
+                    "{name}: as many bytes as before"
+                );
+                (name.to_string(), dtype, shape, name, Some(b))
+            }
+        });
+    }
+    let mut out: Vec<(String, TensorView<'_>)> = Vec::new();
+    for (new_name, dtype, shape, original, bytes) in &edited {
+        let data = match bytes {
+            Some(b) => b.as_slice(),
+            None => st.tensor(original).unwrap().data(),
         };
-        let v = TensorView::new(view.dtype(), shape, view.data()).unwrap();
-        out.push((new_name, v));
+        let v = TensorView::new(*dtype, shape.clone(), data).unwrap();
+        out.push((new_name.clone(), v));
     }
     let data = safetensors::serialize(out, user_meta).unwrap();
     std::fs::write(path, data).unwrap();
+}
+
+/// Each tensor's name and stored dtype in a safetensors file.
+pub fn safetensors_dtypes(path: &Path) -> Vec<(String, safetensors::Dtype)> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    st.tensors()
+        .into_iter()
+        .map(|(name, view)| (name, view.dtype()))
+        .collect()
 }
 
 /// Names of the tensors in a safetensors file.

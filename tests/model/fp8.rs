@@ -312,6 +312,132 @@ fn config_and_weights_that_disagree_are_refused_naming_the_tensor() {
     );
 }
 
+/// `n` bf16 scales of `value`, as stored bytes.
+fn bf16_scales(n: usize, value: f32) -> Vec<u8> {
+    (0..n)
+        .flat_map(|_| half::bf16::from_f32(value).to_le_bytes())
+        .collect()
+}
+
+#[test]
+fn scales_that_are_not_positive_or_overflow_the_weights_are_refused() {
+    let scale = format!("{GATE}.weight_scale_inv");
+    for (value, dtype, says) in [
+        (-0.01, "bf16", "positive and finite"),
+        (0.0, "f64", "positive and finite"),
+        // 448 × 3e38 is past f32's range: every activation it touches would be Inf or NaN.
+        (3e38, "bf16", "scales are corrupt"),
+        (3e38, "f64", "scales are corrupt"),
+        // Within f32 but past f16's 65504 (448 × 200): fine for bf16, refused for f16.
+        (200.0, "f16", "past ±6.5504e4"),
+    ] {
+        let copy = golden_copy(MODEL);
+        rewrite(copy.path(), |n| {
+            if n == scale {
+                Edit::Bytes(bf16_scales(6, value))
+            } else {
+                Edit::Keep
+            }
+        });
+        let (code, err) = dump(copy.path(), dtype);
+        assert_eq!(code, 2, "scale {value} at {dtype}: {err}");
+        assert!(
+            err.contains(GATE) && err.contains(says),
+            "scale {value}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+    // The same scales of 200 in bf16 are in range.
+    let copy = golden_copy(MODEL);
+    rewrite(copy.path(), |n| {
+        if n == scale {
+            Edit::Bytes(bf16_scales(6, 200.0))
+        } else {
+            Edit::Keep
+        }
+    });
+    let (code, err) = dump(copy.path(), "bf16");
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn codes_of_another_format_than_stored_or_configured_are_refused() {
+    let weight = format!("{GATE}.weight");
+    // One weight's e4m3 codes relabelled F8_E5M2, the config still saying e4m3.
+    let copy = golden_copy(MODEL);
+    rewrite(copy.path(), |n| {
+        if n == weight {
+            Edit::Relabel(safetensors::Dtype::F8_E5M2)
+        } else {
+            Edit::Keep
+        }
+    });
+    let (code, err) = dump(copy.path(), "bf16");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&weight) && err.contains("F8_E5M2, but quantization_config.fmt is e4m3"),
+        "{err}"
+    );
+    // `fmt: e5m2` over the e4m3 weights.
+    let copy = golden_copy(MODEL);
+    edit_config(copy.path(), |v| {
+        v["quantization_config"]["fmt"] = "e5m2".into()
+    });
+    let (code, err) = dump(copy.path(), "bf16");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("F8_E4M3, but quantization_config.fmt is e5m2"),
+        "{err}"
+    );
+    // Every label and the config say e5m2, the bytes are e4m3: a quantiser maps each block's
+    // largest magnitude to ±448 (0x7e / 0xfe) and uses codes near it, which are e5m2's NaNs
+    // and infinities (0x7c–0x7f, 0xfc–0xff).
+    let copy = golden_copy(MODEL);
+    edit_config(copy.path(), |v| {
+        v["quantization_config"]["fmt"] = "e5m2".into()
+    });
+    let labels: HashMap<String, safetensors::Dtype> =
+        safetensors_dtypes(&copy.path().join("model.safetensors"))
+            .into_iter()
+            .collect();
+    rewrite(copy.path(), |n| {
+        if labels.get(n) == Some(&safetensors::Dtype::F8_E4M3) {
+            Edit::Relabel(safetensors::Dtype::F8_E5M2)
+        } else {
+            Edit::Keep
+        }
+    });
+    let (code, err) = dump(copy.path(), "bf16");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("in F8_E5M2: quantised weights are finite")
+            && err.contains("not F8_E5M2 codes"),
+        "{err}"
+    );
+}
+
+#[test]
+fn served_fp8_is_refused_on_bf16_weights_under_a_copied_quantization_config() {
+    let copy = golden_copy("qwen3_5_tiny");
+    let fp8: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fp8_dir().join("config.json")).unwrap())
+            .unwrap();
+    edit_config(copy.path(), |v| {
+        v["quantization_config"] = fp8["quantization_config"].clone();
+    });
+    // The bf16 weights run as what they are…
+    let (code, err) = dump(copy.path(), "bf16");
+    assert_eq!(code, 0, "{err}");
+    // …but not as a served FP8 checkpoint.
+    let (code, err) = dump(copy.path(), "fp8");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--dtype") && err.contains("no weight is stored in FP8"),
+        "{err}"
+    );
+    assert!(!err.contains("  "), "no runs of spaces: {err}");
+}
+
 /// Adds one tensor to a safetensors file.
 fn add_tensor(path: &Path, (name, view): (String, safetensors::tensor::TensorView<'_>)) {
     let bytes = std::fs::read(path).unwrap();

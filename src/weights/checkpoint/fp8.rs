@@ -64,12 +64,18 @@ impl Checkpoint {
         if let Some(first) = out_shape.first_mut() {
             *first = rows.len();
         }
+        let limit = weight_limit(dtype);
         let row_codes = |r: usize| {
-            data.get(r * row_len..(r + 1) * row_len)
+            let codes = data
+                .get(r * row_len..(r + 1) * row_len)
                 .filter(|_| r < n_rows)
                 .ok_or_else(|| {
                     Error::tensor(file.path(), name, format!("row {r} of {n_rows} requested"))
-                })
+                })?;
+            scales
+                .check_weights(format, codes, r * row_len, limit)
+                .map_err(|msg| Error::tensor(file.path(), name, msg))?;
+            Ok::<_, Error>(codes)
         };
         let t = if dtype == DType::F64 || !f32_exact {
             let mut v = Vec::with_capacity(rows.len() * row_len);
@@ -97,13 +103,18 @@ impl Checkpoint {
             return Ok(None);
         };
         let (scales, _) = self.block_scales(file, name, format, &shape)?;
+        scales
+            .check_weights(format, codes, 0, weight_limit(DType::BF16))
+            .map_err(|msg| Error::tensor(file.path(), name, msg))?;
         Fp8Weight::new(format, codes, rows, cols, &scales)
             .map(Some)
             .map_err(|msg| Error::tensor(file.path(), name, msg))
     }
 
     /// The block scales of the quantised tensor `name` of `shape`, and whether they are bf16 or
-    /// f16 (so that a product with an fp8 value is exact in f32). Non-finite scales are refused.
+    /// f16 (so that a product with an fp8 value is exact in f32). Scales that are not positive
+    /// and finite are refused: a zero scale erases its block, a negative one flips its signs,
+    /// and a quantiser writes neither (`amax / fmt_max`, amax clamped above zero).
     fn block_scales(
         &self,
         file: &SafetensorsFile,
@@ -129,14 +140,25 @@ impl Checkpoint {
         let t = self.locate(&scale, &want)?.load(&scale)?;
         let f32_exact = matches!(t.dtype(), DType::BF16 | DType::F16);
         let values: Vec<f32> = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
-        if let Some(at) = values.iter().position(|v| !v.is_finite()) {
+        if let Some(at) = values.iter().position(|v| !(v.is_finite() && *v > 0.0)) {
             return Err(bad(format!(
-                "block scale {at} (row-major) is {}",
+                "block scale {at} (row-major) is {}: block scales are positive and finite",
                 values[at]
             )));
         }
         let scales = BlockScales::new(shape, scheme.block, values)
             .ok_or_else(|| bad(format!("not {want:?} scales")))?;
         Ok((scales, f32_exact))
+    }
+}
+
+/// The largest magnitude a dequantised weight may have when it is used in `dtype`: the dtype's
+/// finite range (f32's for f32 and f64, which is where the weights of an FP8 checkpoint live
+/// before the cast).
+fn weight_limit(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => f64::from(half::f16::MAX),
+        DType::BF16 => f64::from(half::bf16::MAX),
+        _ => f64::from(f32::MAX),
     }
 }
