@@ -47,6 +47,9 @@ impl FileSource {
         let Some(&idx) = self.names.get(name) else {
             return Ok(None);
         };
+        if self.is_pair(idx) {
+            return Ok(None);
+        }
         let e = &self.entries[idx];
         let (Loc::Range(a, b), false, Some(dtype)) = (&e.loc, e.fortran, e.dtype) else {
             return Ok(None);

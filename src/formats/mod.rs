@@ -16,6 +16,7 @@ pub mod npy;
 pub mod pickle;
 pub mod pipelines;
 mod read;
+mod residual_pairs;
 mod router_ids;
 mod safetensors_entries;
 mod torch;
@@ -134,6 +135,9 @@ pub struct FileSource {
     views: BTreeMap<usize, pipelines::view::View>,
     /// The stored tensor several views cut their layers from, read once.
     stored: pipelines::stored::StoredCache,
+    /// The residual halves of vLLM (hidden, residual) pairs, by the entry of their hidden half,
+    /// which reads as their sum ([`residual_pairs`]).
+    residuals: BTreeMap<usize, Entry>,
     /// What a drafter pipeline's file was read as ([`pipelines`]), if one wrote it.
     pub pipeline: Option<pipelines::PipelineInfo>,
     /// An SGLang forward pass batching several requests: how many (each is a sample); 1
@@ -234,6 +238,7 @@ impl FileSource {
         src.dtype_hint = dtype_hint;
         src.inflated = inflated;
         if !src.read_as_pipeline(opts)? {
+            src.pair_residuals()?;
             src.split_stacked()?;
             src.assign_names();
         }
@@ -259,6 +264,7 @@ impl FileSource {
             clashes: BTreeMap::new(),
             views: BTreeMap::new(),
             stored: Default::default(),
+            residuals: BTreeMap::new(),
             pipeline: None,
             requests_in_pass: 1,
             pass_ids: Vec::new(),

@@ -88,6 +88,16 @@ fn alias(raw: &str) -> Option<String> {
     }
 }
 
+/// Whether `raw` is a decoder layer's module path (`model.layers.3`, `layers.3`), the key hook
+/// dumps save a layer's output under.
+pub fn is_decoder_layer(raw: &str) -> bool {
+    let layer = |s: &str| matches!(Key::of(s), Some(Key::Layer(_)));
+    layer(raw)
+        || PREFIXES
+            .iter()
+            .any(|p| raw.strip_prefix(p).is_some_and(layer))
+}
+
 /// `hidden_states.3` → (`hidden_states`, 3).
 fn flat_sequence(raw: &str) -> Option<(String, usize)> {
     let cut = raw.rfind(['.', '_', '/'])?;

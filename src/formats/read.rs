@@ -16,11 +16,15 @@ const RELEASE_ALIGN: usize = 64 << 10;
 impl FileSource {
     /// Reads one entry as stored.
     fn load(&self, idx: usize) -> Result<Tensor> {
-        if let Some(t) = self.load_box(idx, None)? {
+        if !self.is_pair(idx)
+            && let Some(t) = self.load_box(idx, None)?
+        {
             return Ok(t);
         }
         let e = &self.entries[idx];
         let t = self.stored.get_or_read(e, || self.load_entry(e))?;
+        // A pair's sum is the tensor its positions are then selected from.
+        let t = self.add_residual(idx, t)?;
         self.apply_view(idx, t)
     }
 
@@ -163,6 +167,15 @@ impl FileSource {
         let Some(&idx) = self.names.get(name) else {
             return Ok(None);
         };
+        // A (hidden, residual) pair is a sum of two tensors: read whole, then cut.
+        if self.is_pair(idx) {
+            let t = self.load(idx)?;
+            let axis = usize::from(t.rank() >= 3);
+            let rows = t.dim(axis)?.min(n);
+            return self
+                .normalise(idx, name, t.narrow(axis, 0, rows)?)
+                .map(Some);
+        }
         let e = &self.entries[idx];
         if let Some(t) = self.load_box(idx, Some(n))? {
             return self.normalise(idx, name, t).map(Some);

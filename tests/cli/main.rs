@@ -18,3 +18,4 @@ mod pipelines;
 mod pipelines_sglang;
 mod report;
 mod verdicts;
+mod vllm;

@@ -5,6 +5,7 @@
 
 pub mod dataset;
 pub mod disjoint;
+mod engine_tokens;
 pub mod pair;
 pub mod pair_steps;
 pub mod plausibility;

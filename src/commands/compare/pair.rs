@@ -280,6 +280,12 @@ fn compare_on(
                 say(&note);
                 notes.push(note);
             }
+            // vLLM's aux ids count from idx + 1: the truth shows whether the file's do.
+            if let Some(ids) = pipelines::check_aux_ids(src, truth, n)? {
+                let note = format!("{side}: {}", ids.describe());
+                say(&note);
+                notes.push(note);
+            }
         }
     }
     // Files of another model would read as "equally close to the truth": check them first.

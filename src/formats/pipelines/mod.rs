@@ -11,6 +11,7 @@
 //! was seen. Padded positions (`attention_mask` = 0) are cut out of every view, so they are
 //! never compared. docs/file-formats.md#drafter-pipelines describes the formats for users.
 
+mod aux_ids;
 mod ge_data;
 pub mod gzip;
 mod last_state;
@@ -23,6 +24,7 @@ pub mod stored;
 pub mod view;
 mod zero_padding;
 
+pub use aux_ids::{AuxIds, check_aux_ids};
 pub use last_state::check_last_state;
 pub use zero_padding::{ZeroPadding, drop_zero_padding};
 

@@ -12,7 +12,8 @@ use crate::capture::Key;
 
 pub(super) fn detect(index: &Index) -> bool {
     match (index.shape("token_ids"), index.shape("hidden_states")) {
-        (Some([t]), Some([t2, _, _])) => t == t2,
+        // Counts that differ are still this layout: refused with the counts in `plan`.
+        (Some([_]), Some([_, _, _])) => true,
         _ => false,
     }
 }
@@ -25,6 +26,19 @@ pub(super) fn plan(index: &Index, opts: &ReadOptions) -> Result<Plan, String> {
         ));
     };
     let (t, k, h) = (*t, *k, *h);
+    if let Some([n]) = index.shape("token_ids")
+        && *n != t
+    {
+        let one = if t == 1 {
+            " (one position's state: a capture of one column of a multi-token output)"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "`hidden_states` holds {t} states for {n} token ids{one}: they do not add up \
+             (vLLM's ExampleHiddenStatesConnector writes one state per id), so nothing is compared"
+        ));
+    }
     check_ids(index, "token_ids", 1, t)?;
     check_width(h, opts, "`hidden_states`")?;
     let convention = Convention::HiddenStatesIndex;

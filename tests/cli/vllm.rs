@@ -1,0 +1,178 @@
+//! vLLM as served, on files tests/fixtures/vllm/make.py writes the way vLLM hands states out:
+//! decoder layers' (hidden, residual) pairs summed in their dtype as the next fused add-RMSNorm
+//! does, the aux hidden states' ids counted from idx + 1 (an off-by-one planted and named), and
+//! token ids with the repeats vllm-project/vllm#56417 produced named, never compared.
+
+use std::path::PathBuf;
+
+use crate::common::{compare_json, golden_model_dir, hsdiff, repo_root, stderr_of};
+
+fn fixture(name: &str) -> String {
+    repo_root()
+        .join("tests/fixtures/vllm")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn model() -> String {
+    golden_model_dir("qwen3_5_tiny")
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn notes(r: &serde_json::Value) -> String {
+    r["notes"]
+        .as_array()
+        .expect("notes")
+        .iter()
+        .map(|n| n.as_str().expect("note").to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The largest |Δ| of the report's layer rows.
+fn largest_layer_diff(r: &serde_json::Value) -> f64 {
+    r["tensors"]
+        .as_array()
+        .expect("tensors")
+        .iter()
+        .filter(|t| t["name"].as_str().is_some_and(|n| n.starts_with("layers.")))
+        .map(|t| t["max_abs"].as_f64().expect("max_abs"))
+        .fold(0.0, f64::max)
+}
+
+/// vLLM's pairs, saved as a plain hook saves the tuple, are transformers' layer outputs bit for
+/// bit once summed in bf16 (an f32 sum is not: the generator checks both).
+#[test]
+fn pairs_sum_in_bf16_to_the_transformers_capture() {
+    for pairs in ["pairs.bf16.pt", "pairs.bf16.safetensors"] {
+        let (code, r, err) = compare_json(
+            &PathBuf::from(fixture(pairs)),
+            &PathBuf::from(fixture("transformers.bf16.pt")),
+            &["--model", &model()],
+        );
+        assert_eq!(code, 0, "{pairs}: {} {err}", r["summary"]);
+        let n = notes(&r);
+        assert!(
+            n.contains("A: vLLM (hidden, residual) pairs summed in bf16 as vLLM's next fused add-RMSNorm does"),
+            "{pairs}: {n}"
+        );
+        assert!(n.contains("8 layers"), "{pairs}: {n}");
+        let rows = crate::common::row_names(&r);
+        assert_eq!(
+            rows.iter().filter(|n| n.starts_with("layers.")).count(),
+            8,
+            "{pairs}: {rows:?}"
+        );
+        assert_eq!(largest_layer_diff(&r), 0.0, "{pairs}: {}", r["tensors"]);
+    }
+}
+
+/// A pair whose halves differ in dtype, or that lacks its residual, is refused naming the layer.
+#[test]
+fn broken_pairs_are_refused_naming_the_layer() {
+    let cwd = repo_root();
+    for (file, what) in [
+        (
+            "pairs_mixed.pt",
+            "`model.layers.2`: is vLLM's (hidden, residual) pair, but its halves differ",
+        ),
+        (
+            "pairs_half.safetensors",
+            "`model.layers.3`: holds the hidden half of vLLM's (hidden, residual) pair but no residual",
+        ),
+    ] {
+        let out = hsdiff(
+            &["compare", &fixture(file), &fixture("transformers.bf16.pt")],
+            &cwd,
+        );
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{file}: {err}");
+        assert!(err.contains(what), "{file}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{file}: {err}");
+    }
+}
+
+/// The connector's file with its drafter's ids (vLLM's convention: id N = output of layer
+/// N − 1) is benign against transformers' capture of the same run, and the note says which
+/// convention was read and that the truth agrees.
+#[test]
+fn aux_states_in_vllm_ids_are_benign() {
+    let draft = fixture("draft.json");
+    let (code, r, err) = compare_json(
+        &PathBuf::from(fixture("aux/req-0.safetensors")),
+        &PathBuf::from(fixture("transformers.bf16.pt")),
+        &["--model", &model(), "--draft-config", &draft],
+    );
+    assert_eq!(code, 0, "{} {err}", r["summary"]);
+    let n = notes(&r);
+    assert!(
+        n.contains("A: layer ids 2,4,5 read in vLLM's convention (id N = hidden_states[N]"),
+        "{n}"
+    );
+    assert_eq!(
+        crate::common::row_names(&r)
+            .iter()
+            .filter(|n| n.starts_with("layers."))
+            .cloned()
+            .collect::<Vec<_>>(),
+        ["layers.1", "layers.3", "layers.4"]
+    );
+    assert_eq!(largest_layer_diff(&r), 0.0, "{}", r["tensors"]);
+}
+
+/// The planted off-by-one: under ids 2,4,5 the states of ids 3,5,6. Named with the ids that
+/// fit, and the comparison diverges (exit 1): the fix is --layer-ids, which then reads benign.
+#[test]
+fn an_off_by_one_in_aux_ids_is_named() {
+    let draft = fixture("draft.json");
+    let shifted = PathBuf::from(fixture("aux_shifted/req-0.safetensors"));
+    let reference = PathBuf::from(fixture("transformers.bf16.pt"));
+    let (code, r, err) = compare_json(
+        &shifted,
+        &reference,
+        &["--model", &model(), "--draft-config", &draft],
+    );
+    assert_eq!(code, 1, "{} {err}", r["summary"]);
+    let n = notes(&r);
+    assert!(
+        n.contains("A: layer ids declared 2,4,5 in vLLM's convention"),
+        "{n}"
+    );
+    assert!(
+        n.contains("but the states are ids 3,5,6 (layers.2, layers.4, layers.5: one layer later than declared"),
+        "{n}"
+    );
+    assert!(n.contains("pass --layer-ids 3,5,6"), "{n}");
+    let (code, r, err) = compare_json(
+        &shifted,
+        &reference,
+        &["--model", &model(), "--layer-ids", "3,5,6"],
+    );
+    assert_eq!(code, 0, "{} {err}", r["summary"]);
+    assert!(notes(&r).contains("A: layer ids 3,5,6 read in vLLM's convention"));
+}
+
+/// vllm-project/vllm#56417: the served sequence repeated tokens; the capture is of other
+/// inputs, so it is refused (exit 2) with the failure named, never compared.
+#[test]
+fn repeated_tokens_name_the_extract_hidden_states_bug() {
+    let out = hsdiff(
+        &[
+            "compare",
+            &fixture("repeated/req-0.safetensors"),
+            &fixture("transformers.bf16.pt"),
+            "--layer-ids",
+            "2,4,5",
+        ],
+        &repo_root(),
+    );
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("A's are the other's with 2 tokens repeated in place (positions 7, 13 of A)"),
+        "{err}"
+    );
+    assert!(err.contains("vllm-project/vllm#56417"), "{err}");
+}
