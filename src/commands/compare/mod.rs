@@ -8,6 +8,8 @@ pub mod disjoint;
 pub mod pair;
 pub mod pair_steps;
 pub mod plausibility;
+mod positions;
+pub mod routes;
 pub mod tokens;
 
 use std::path::{Path, PathBuf};
