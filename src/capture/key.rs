@@ -77,6 +77,10 @@ pub enum RouterField {
     /// Per token, the router probability gap between the last chosen expert and the best
     /// expert left out, `[1, T]` (accumulation dtype).
     Margin,
+    /// A run with forced routing only: per token, how far the forced experts are from the
+    /// router's own choice, in units of the token's router-logit RMS; −1 where they are its
+    /// own choice, `[1, T]` f64 (`model::mlp`).
+    FlipGap,
 }
 
 /// A name that is not one of hsdiff's own ([`Key`]'s `FromStr`).
@@ -146,6 +150,7 @@ named!(RouterField {
     TopkIds => "topk_ids",
     Logits => "logits",
     Margin => "margin",
+    FlipGap => "flip_gap",
 });
 
 const INPUT_IDS: &str = "input_ids";

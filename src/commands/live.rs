@@ -54,6 +54,7 @@ impl LiveRun {
             },
             ops: self.ops,
             through: None,
+            routing: crate::job::Routing::Own,
         }
     }
 }

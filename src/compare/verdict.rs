@@ -88,9 +88,11 @@ pub fn thresholds(dtype: DType) -> Thresholds {
 /// What a tensor's verdict is decided from.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Judged {
-    /// rel L2 of A against B over the tokens judged (routing flips set aside).
+    /// rel L2 of A against B — or, where the sides route apart at MoE layers, the worse side's
+    /// against the f64 truth under its own routing.
     pub rel_l2: f64,
-    /// The larger side's floor over the same tokens; None when uncalibrated.
+    /// The floor that distance is measured against (the larger side's, or that side's); None
+    /// when uncalibrated.
     pub floor: Option<f64>,
     /// Elements where the sides disagree about being finite, or are non-finite on both sides.
     pub non_finite: bool,

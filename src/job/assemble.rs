@@ -43,10 +43,11 @@ where
     f
 }
 
-/// The truth and floors of a calibration, each seen through a view.
+/// The truth, the floors and B's own truth of a calibration, each seen through a view.
 type SeenCalibration<'s> = (
     Box<dyn TensorSource + 's>,
     Box<dyn TensorSource + 's>,
+    Option<Box<dyn TensorSource + 's>>,
     Option<Box<dyn TensorSource + 's>>,
 );
 
@@ -56,6 +57,7 @@ fn seen_sources<'s>(cal: &Option<Calibrated<'s>>, view: View) -> Option<SeenCali
             view(c.truth),
             view(c.floor_a.src),
             c.floor_b.as_ref().map(|f| view(f.src)),
+            c.truth_b.map(view),
         )
     })
 }
@@ -66,8 +68,9 @@ fn seen_calibration<'s>(
     seen: &'s Option<SeenCalibration>,
 ) -> Option<Calibrated<'s>> {
     match (cal, seen) {
-        (Some(c), Some((t, fa, fb))) => Some(Calibrated {
+        (Some(c), Some((t, fa, fb, tb))) => Some(Calibrated {
             truth: &**t,
+            truth_b: tb.as_deref(),
             floor_a: Floor {
                 src: &**fa,
                 dtype: c.floor_a.dtype,

@@ -2,7 +2,7 @@
 
 use candle_core::DType;
 
-use super::plan::{Role, Run, Source};
+use super::plan::{Role, RoutedBy, Run, Source};
 use super::{Job, Spec};
 use crate::backends::LinearAttentionBackend;
 use crate::capture::Captures;
@@ -139,11 +139,23 @@ fn forward(
         device: input.device.clone(),
         backend,
     };
+    let missing = || {
+        Error::Internal(format!(
+            "a run routed by side {:?} was given no router choices of that side",
+            run.routes
+        ))
+    };
+    let routes = match run.routes {
+        RoutedBy::Own => None,
+        RoutedBy::A => Some(input.routes.a.ok_or_else(missing)?),
+        RoutedBy::B => Some(input.routes.b.ok_or_else(missing)?),
+    };
     let mut recorder = Recorder::new(input.ids)
         .with_ops(capture_ops)
         // The `state.layers.{i}.*` rows of the report.
         .with_states(true)
-        .fed_by(feed);
+        .fed_by(feed)
+        .routed_by(routes);
     input
         .model
         .observe(input.ids, &opts, &mut recorder, &progress, run.through)?;
@@ -213,6 +225,11 @@ impl<'a> Executed<'a> {
         let truth_backend = self.job.plan.runs.get(c.truth)?.backend.name();
         Some(Calibrated {
             truth: self.runs.get(c.truth)?,
+            truth_b: if c.truth_b == c.truth {
+                None
+            } else {
+                Some(self.runs.get(c.truth_b)?)
+            },
             floor_a: floor(c.floor_a, a)?,
             floor_b: if c.floor_b == c.floor_a {
                 None

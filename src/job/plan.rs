@@ -18,11 +18,16 @@
 //!   same last layer): a `reference` side, being the definition, for the truth (at f64) or its
 //!   dtype's floor; a calibration run for another role of the same backend and dtype — so the
 //!   floor at f64 is the truth itself, and two sides of one dtype share one floor run. A side
-//!   of another backend is what is under test, and never stands in.
+//!   of another backend is what is under test, and never stands in;
+//! - on an MoE model whose files record their router choices at every MoE layer, the
+//!   calibration runs route as the sides did ([`Routing`]): one truth and floor under both sides'
+//!   choices when they agree, else a truth and floor per side under its own, so that a side's
+//!   distance from its truth measures arithmetic only (a live side routes itself, and stands in
+//!   for no routed run).
 
 use candle_core::DType;
 
-use super::spec::{Calibration, SideSpec, Spec};
+use super::spec::{Calibration, Routing, SideSpec, Spec};
 use crate::backends::BackendKind;
 
 /// The backend of the float64 truth run (see the module comment for why not `reference`).
@@ -62,13 +67,28 @@ pub struct Run {
     /// Stops after this decoder layer.
     pub through: Option<usize>,
     pub role: Role,
+    /// Whose recorded router choices the run's MoE layers use.
+    pub routes: RoutedBy,
+}
+
+/// Whose router choices a run uses at MoE layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoutedBy {
+    /// Its own router's.
+    Own,
+    /// Side A's recorded choices.
+    A,
+    /// Side B's recorded choices.
+    B,
 }
 
 impl Run {
     /// Whether this run's captures are those of `want`, a calibration run (module comment).
     fn stands_in_for(&self, want: &Run) -> bool {
-        let same_input =
-            self.dtype == want.dtype && self.fed == want.fed && self.through == want.through;
+        let same_input = self.dtype == want.dtype
+            && self.fed == want.fed
+            && self.through == want.through
+            && self.routes == want.routes;
         same_input
             && match self.role {
                 Role::Calibration => self.backend == want.backend,
@@ -92,6 +112,9 @@ pub struct CalibrationPlan {
     pub truth: usize,
     pub floor_a: usize,
     pub floor_b: usize,
+    /// The truth B is judged against: `truth`, unless B routes otherwise than A
+    /// ([`Routing::EachSide`]).
+    pub truth_b: usize,
 }
 
 /// Every run of a job, in the order they are made, and what each side and calibration role
@@ -116,6 +139,7 @@ pub fn plan(spec: &Spec) -> Plan {
                 fed: l.fed,
                 through: None,
                 role,
+                routes: RoutedBy::Own,
             });
             Source::Run(runs.len() - 1)
         }
@@ -125,13 +149,14 @@ pub fn plan(spec: &Spec) -> Plan {
     let b = side(spec.b, Role::B);
     let calibration = (spec.calibration == Calibration::Measure).then(|| {
         let fed = matches!(spec.b, SideSpec::Live(l) if l.fed);
-        let mut find = |dtype: DType| {
+        let mut find = |dtype: DType, routes: RoutedBy| {
             let want = Run {
                 backend: calibration_backend(dtype),
                 dtype,
                 fed,
                 through: spec.through,
                 role: Role::Calibration,
+                routes,
             };
             match runs.iter().position(|r| r.stands_in_for(&want)) {
                 Some(i) => i,
@@ -141,10 +166,16 @@ pub fn plan(spec: &Spec) -> Plan {
                 }
             }
         };
+        let (a_routes, b_routes) = match spec.routing {
+            Routing::Own => (RoutedBy::Own, RoutedBy::Own),
+            Routing::Shared => (RoutedBy::A, RoutedBy::A),
+            Routing::EachSide => (RoutedBy::A, RoutedBy::B),
+        };
         CalibrationPlan {
-            truth: find(DType::F64),
-            floor_a: find(spec.a.dtype()),
-            floor_b: find(spec.b.dtype()),
+            truth: find(DType::F64, a_routes),
+            floor_a: find(spec.a.dtype(), a_routes),
+            floor_b: find(spec.b.dtype(), b_routes),
+            truth_b: find(DType::F64, b_routes),
         }
     });
     Plan {
@@ -179,6 +210,7 @@ mod tests {
             calibration: Calibration::Measure,
             ops: false,
             through: None,
+            routing: Routing::Own,
         })
     }
 
@@ -303,6 +335,7 @@ mod tests {
             calibration: Calibration::NoFloor,
             ops: false,
             through: Some(3),
+            routing: Routing::Own,
         };
         let p = plan(&spec);
         assert!(p.runs.is_empty() && p.calibration.is_none());
@@ -311,5 +344,41 @@ mod tests {
             ..spec
         });
         assert!(p.runs.iter().all(|r| r.through == Some(3)));
+    }
+
+    #[test]
+    fn sides_that_route_apart_get_a_truth_and_floor_each() {
+        let spec = |routing| Spec {
+            a: file(DType::BF16),
+            b: file(DType::BF16),
+            calibration: Calibration::Measure,
+            ops: false,
+            through: None,
+            routing,
+        };
+        let p = plan(&spec(Routing::Shared));
+        assert_eq!(made(&p), [(Fused, DType::F64), (Reference, DType::BF16)]);
+        assert!(p.runs.iter().all(|r| r.routes == RoutedBy::A));
+        assert_eq!(p.calibration.map(|c| c.truth_b), Some(0));
+        let p = plan(&spec(Routing::EachSide));
+        let routes: Vec<RoutedBy> = p.runs.iter().map(|r| r.routes).collect();
+        assert_eq!(
+            routes,
+            [RoutedBy::A, RoutedBy::A, RoutedBy::B, RoutedBy::B],
+            "{:?}",
+            p.runs
+        );
+        let c = p.calibration.expect("calibrated");
+        assert_eq!((c.truth, c.floor_a, c.floor_b, c.truth_b), (0, 1, 2, 3));
+        // A live reference side routes itself: it stands in for no routed run.
+        let p = plan(&Spec {
+            a: SideSpec::Live(Live {
+                backend: Reference,
+                dtype: DType::BF16,
+                fed: false,
+            }),
+            ..spec(Routing::Shared)
+        });
+        assert_eq!(p.runs.len(), 3, "{:?}", p.runs);
     }
 }

@@ -8,8 +8,8 @@ use candle_core::{DType, Device};
 use crate::backends::LinearAttentionBackend;
 use crate::capture::fingerprint::{Fingerprint, run_fingerprint};
 use crate::error::{Error, Result};
-use crate::model::Model;
 use crate::model::builtin;
+use crate::model::{Model, Routes};
 use crate::report::{ComparedInput, TokenIds};
 use crate::util::device::DeviceName;
 use crate::util::input::{PromptSource, Tokenizer, parse_token_list, resolve_prompt};
@@ -49,6 +49,16 @@ pub struct ModelInput<'a> {
     /// How the input was given, for fingerprints.
     pub prompt_label: Option<&'a str>,
     pub device: &'a Device,
+    /// Each side's recorded router choices, for calibration runs told to use them
+    /// ([`crate::job::Routing`]).
+    pub routes: SideRoutes<'a>,
+}
+
+/// Side A's and side B's router choices, where recorded.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SideRoutes<'a> {
+    pub a: Option<&'a Routes>,
+    pub b: Option<&'a Routes>,
 }
 
 impl ModelInput<'_> {
@@ -84,6 +94,7 @@ impl Session {
             ids: &self.ids,
             prompt_label: self.prompt_label.as_deref(),
             device: &self.device,
+            routes: SideRoutes::default(),
         }
     }
 

@@ -50,6 +50,20 @@ pub enum Calibration {
     Unavailable,
 }
 
+/// How the calibration runs route tokens at MoE layers. A side's distance from a truth that
+/// routed some token otherwise mixes that routing difference — and all it causes downstream —
+/// into what should measure arithmetic; a truth under the side's own routing does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Routing {
+    /// Each run's router chooses (no side's choices at every MoE layer are at hand).
+    #[default]
+    Own,
+    /// The truth and the floors use the choices both sides recorded (the same on both).
+    Shared,
+    /// Side A's truth and floor use A's recorded choices, B's truth and floor B's.
+    EachSide,
+}
+
 /// A comparison of side A with side B.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Spec {
@@ -61,6 +75,9 @@ pub struct Spec {
     /// The truth and floor runs stop after this decoder layer (`compare --layers` on a deep
     /// model: the calibration costs only the layers reported).
     pub through: Option<usize>,
+    /// How the calibration runs route at MoE layers (the choices are the job input's:
+    /// [`crate::job::session::ModelInput::routes`]).
+    pub routing: Routing,
 }
 
 impl Spec {
@@ -106,6 +123,7 @@ mod tests {
             calibration: Calibration::Measure,
             ops: false,
             through: None,
+            routing: Routing::Own,
         };
         let s = spec(live(DType::F32, false), live(DType::F32, true));
         assert_eq!((s.mode(), s.dtype()), ("isolate", DType::F32));

@@ -75,8 +75,9 @@ impl<'a> DecoderLayer<'a> {
         backend: &dyn LinearAttentionBackend,
         capture_ops: bool,
         capture_state: bool,
+        route: Option<&[Vec<u32>]>,
     ) -> Result<(Tensor, LayerCaptures)> {
-        self.residual(x, |mixer, normed| match mixer {
+        self.residual(x, route, |mixer, normed| match mixer {
             Mixer::Linear(gdn) => {
                 let (out, gdn, state) = gdn.forward(normed, backend, capture_ops, capture_state)?;
                 let captures = LayerCaptures {
@@ -100,7 +101,7 @@ impl<'a> DecoderLayer<'a> {
         entry: &mut LayerCache,
         capture_ops: bool,
     ) -> Result<(Tensor, LayerCaptures)> {
-        self.residual(x, |mixer, normed| match mixer {
+        self.residual(x, None, |mixer, normed| match mixer {
             Mixer::Linear(gdn) => {
                 let step = match (call.doc_starts, call.real) {
                     (Some(starts), _) => GdnStep::Packed(starts),
@@ -130,10 +131,12 @@ impl<'a> DecoderLayer<'a> {
 
     /// The whole layer around its mixer: `h = x + mix(norm(x))`, then `h + ffn(norm(h))`; `mix`
     /// runs the mixer on the normed input and hands back its captures (Gated DeltaNet values and
-    /// state, if any); the router's choice is added here.
+    /// state, if any); the router's choice is added here. `route`: the experts each token
+    /// must use, when this layer's routing is forced (ignored by a dense layer).
     fn residual(
         &self,
         x: &Tensor,
+        route: Option<&[Vec<u32>]>,
         mix: impl FnOnce(&Mixer, &Tensor) -> Result<(Tensor, LayerCaptures)>,
     ) -> Result<(Tensor, LayerCaptures)> {
         let normed = self.input_layernorm.forward(x)?;
@@ -143,7 +146,7 @@ impl<'a> DecoderLayer<'a> {
         let ff = match &self.ffn {
             FeedForward::Dense(mlp) => mlp.forward(&normed)?,
             FeedForward::Sparse(moe) => {
-                let (out, choice) = moe.forward(&normed)?;
+                let (out, choice) = moe.forward(&normed, route)?;
                 captures.router = Some(choice);
                 out
             }

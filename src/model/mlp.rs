@@ -55,11 +55,32 @@ pub struct SparseMoe<'a> {
 
 /// What the router decided for each token.
 pub struct RouterChoice {
-    /// The experts each token was routed to, `[tokens][k]`, most probable first.
+    /// The experts each token was routed to, `[tokens][k]`: most probable first, or in the
+    /// order they were forced.
     pub experts: Vec<Vec<u32>>,
-    /// Per token, the probability gap between the k-th chosen expert and the best expert left
-    /// out: how close the routing was to flipping.
+    /// Per token, the probability gap between the router's own k-th expert and the best expert
+    /// it left out: how close the routing was to flipping.
     pub margins: Vec<f64>,
+    /// Forced routing only: per token, how far the forced set is from the router's own choice
+    /// ([`flip_gap`]); None for a run that routed itself.
+    pub flip_gaps: Option<Vec<f64>>,
+}
+
+/// Where the forced set `forced` is the router's own top-k (`own`): −1. Otherwise the gap, in
+/// units of the token's router-logit RMS, between the best expert of its own that the router
+/// was denied and the worst forced expert it would not have chosen: the logit change that
+/// would have made the router choose the forced set itself. Dimensionless, so a bound from
+/// the arithmetic's relative error applies to it (`report::routing`).
+fn flip_gap(logits: &[f64], own: &[usize], forced: &[usize]) -> f64 {
+    let denied = own.iter().filter(|e| !forced.contains(e));
+    let imposed = forced.iter().filter(|e| !own.contains(e));
+    let best_denied = denied.map(|&e| logits[e]).fold(f64::NEG_INFINITY, f64::max);
+    let worst_imposed = imposed.map(|&e| logits[e]).fold(f64::INFINITY, f64::min);
+    if !best_denied.is_finite() {
+        return -1.0;
+    }
+    let rms = (logits.iter().map(|l| l * l).sum::<f64>() / logits.len().max(1) as f64).sqrt();
+    ((best_denied - worst_imposed) / rms).max(0.0)
 }
 
 /// Where the routed experts' weights are, read one expert at a time.
@@ -117,8 +138,15 @@ impl<'a> SparseMoe<'a> {
         })
     }
 
-    /// x: `[B, T, H]` → (`[B, T, H]`, the experts chosen per token).
-    pub fn forward(&self, x: &Tensor) -> Result<(Tensor, RouterChoice)> {
+    /// x: `[B, T, H]` → (`[B, T, H]`, the experts chosen per token). `forced`: the experts
+    /// each token must use (`[B·T][k]`), in place of the router's top-k; their weights are the
+    /// router's own probabilities of those experts, renormalised over them when configured —
+    /// as transformers weighs whichever experts top-k picked.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        forced: Option<&[Vec<u32>]>,
+    ) -> Result<(Tensor, RouterChoice)> {
         let (b, t, h) = x.dims3()?;
         let dtype = x.dtype();
         let flat = x.reshape((b * t, h))?;
@@ -126,16 +154,24 @@ impl<'a> SparseMoe<'a> {
         let probs =
             candle_nn::ops::softmax(&logits.to_dtype(accumulation_dtype(dtype))?, D::Minus1)?;
         let ranked = rank_experts(&probs, self.top_k)?;
+        let forced = match forced {
+            Some(f) => Some(self.forced_choice(f, &probs, &logits, &ranked)?),
+            None => None,
+        };
 
         let mut choice = RouterChoice {
             experts: Vec::with_capacity(ranked.len()),
             margins: Vec::with_capacity(ranked.len()),
+            flip_gaps: forced.as_ref().map(|(_, gaps)| gaps.clone()),
         };
         // per expert: (token rows, routing weights)
         let mut routed: Vec<(Vec<u32>, Vec<f64>)> =
             vec![(Vec::new(), Vec::new()); self.experts.count];
         for (token, best) in ranked.iter().enumerate() {
-            let top = &best[..self.top_k];
+            let top = match &forced {
+                Some((sets, _)) => &sets[token][..],
+                None => &best[..self.top_k],
+            };
             let total: f64 = top.iter().map(|&(_, p)| p).sum();
             for &(e, p) in top {
                 let w = if self.norm_topk_prob { p / total } else { p };
@@ -145,7 +181,7 @@ impl<'a> SparseMoe<'a> {
             choice
                 .experts
                 .push(top.iter().map(|&(e, _)| e as u32).collect());
-            let kth = top[self.top_k - 1].1;
+            let kth = best[self.top_k - 1].1;
             choice
                 .margins
                 .push(best.get(self.top_k).map_or(kth, |&(_, p)| kth - p));
@@ -171,6 +207,61 @@ impl<'a> SparseMoe<'a> {
         let gate = candle_nn::ops::sigmoid(&self.shared_expert_gate.forward(&flat)?)?;
         let out = (out + shared.broadcast_mul(&gate)?)?;
         Ok((out.reshape((b, t, h))?, choice))
+    }
+}
+
+impl SparseMoe<'_> {
+    /// The forced experts with the router's probabilities of them, and each token's
+    /// [`flip_gap`]; refused unless every token is given `k` distinct experts of this block.
+    #[allow(clippy::type_complexity)]
+    fn forced_choice(
+        &self,
+        forced: &[Vec<u32>],
+        probs: &Tensor,
+        logits: &Tensor,
+        ranked: &[Vec<(usize, f64)>],
+    ) -> Result<(Vec<Vec<(usize, f64)>>, Vec<f64>)> {
+        let refuse = |msg: String| {
+            Err(crate::error::Error::Compare(format!(
+                "forced routing: {msg}"
+            )))
+        };
+        if forced.len() != ranked.len() {
+            return refuse(format!(
+                "{} tokens' experts given for {} tokens",
+                forced.len(),
+                ranked.len()
+            ));
+        }
+        let probs: Vec<Vec<f64>> = probs.to_dtype(candle_core::DType::F64)?.to_vec2()?;
+        let logits: Vec<Vec<f64>> = logits.to_dtype(candle_core::DType::F64)?.to_vec2()?;
+        let mut sets = Vec::with_capacity(forced.len());
+        let mut gaps = Vec::with_capacity(forced.len());
+        for (token, ids) in forced.iter().enumerate() {
+            let ids: Vec<usize> = ids.iter().map(|&e| e as usize).collect();
+            let mut distinct = ids.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            if ids.len() != self.top_k || distinct.len() != ids.len() {
+                return refuse(format!(
+                    "token {token}: {ids:?} is not {} distinct experts",
+                    self.top_k
+                ));
+            }
+            if let Some(bad) = ids.iter().find(|&&e| e >= self.experts.count) {
+                return refuse(format!(
+                    "token {token}: expert {bad} of {} experts",
+                    self.experts.count
+                ));
+            }
+            sets.push(ids.iter().map(|&e| (e, probs[token][e])).collect());
+            let own: Vec<usize> = ranked[token][..self.top_k]
+                .iter()
+                .map(|&(e, _)| e)
+                .collect();
+            gaps.push(flip_gap(&logits[token], &own, &ids));
+        }
+        Ok((sets, gaps))
     }
 }
 

@@ -41,7 +41,7 @@ pub use decode::{DecodePlan, push_states};
 pub use gdn::GdnCaptures;
 pub use layer::DecoderLayer;
 pub use linear::{Linear, product_flops};
-pub use observer::{Observer, Recorder};
+pub use observer::{Observer, Recorder, Routes};
 pub use source::WeightSource;
 pub use weight_cache::WeightCache;
 pub use weights::Weights;
@@ -237,7 +237,8 @@ impl Model {
                 .iter()
                 .any(|&kind| observer.wants(Key::State(i, kind)));
             let layer = DecoderLayer::new(cfg, i, &w.pp("layers").pp(i))?;
-            let (out, layer_caps) = layer.forward(&x, &rope, opts.backend, ops, states)?;
+            let route = observer.route(i);
+            let (out, layer_caps) = layer.forward(&x, &rope, opts.backend, ops, states, route)?;
             // A GPU runs ahead of the host: a fault surfaces here, and the progress line's
             // per-layer timing stays true.
             crate::util::device::check_device(device, &format!("during layer {i}"))?;
@@ -255,6 +256,13 @@ impl Model {
                 if observer.wants(margin) {
                     let t = choice.margins.len();
                     observer.record(margin, Tensor::from_vec(choice.margins, (1, t), device)?);
+                }
+                let gap = Key::Router(i, RouterField::FlipGap);
+                if let Some(gaps) = choice.flip_gaps
+                    && observer.wants(gap)
+                {
+                    let t = gaps.len();
+                    observer.record(gap, Tensor::from_vec(gaps, (1, t), device)?);
                 }
             }
             hand(observer, Key::Layer(i), &out);

@@ -20,6 +20,34 @@ pub trait Observer {
     /// The input decoder layer `layer` is to run on instead of the pass's own residual stream
     /// (`layer` = the number of layers: the final norm's input); None keeps the pass's own.
     fn feed(&self, layer: usize) -> Result<Option<Tensor>>;
+
+    /// The experts each token must use at MoE layer `layer` (`[tokens][k]`), in place of the
+    /// router's own top-k; None lets the router choose.
+    fn route(&self, _layer: usize) -> Option<&[Vec<u32>]> {
+        None
+    }
+}
+
+/// Another run's router choices, per MoE layer: a forward told to use them computes its own
+/// router probabilities but routes every token to the experts given here.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Routes {
+    layers: std::collections::BTreeMap<usize, Vec<Vec<u32>>>,
+}
+
+impl Routes {
+    pub fn insert(&mut self, layer: usize, experts: Vec<Vec<u32>>) {
+        self.layers.insert(layer, experts);
+    }
+
+    pub fn get(&self, layer: usize) -> Option<&[Vec<u32>]> {
+        self.layers.get(&layer).map(Vec::as_slice)
+    }
+
+    /// The layers routed, ascending.
+    pub fn layers(&self) -> impl Iterator<Item = usize> + '_ {
+        self.layers.keys().copied()
+    }
 }
 
 /// The observer of a run whose captures are kept: every hidden state and router choice, the
@@ -28,6 +56,7 @@ pub struct Recorder<'a> {
     ops: bool,
     states: bool,
     feed: Option<&'a Captures>,
+    routes: Option<&'a Routes>,
     caps: Captures,
 }
 
@@ -38,6 +67,7 @@ impl<'a> Recorder<'a> {
             ops: false,
             states: false,
             feed: None,
+            routes: None,
             caps: Captures::new(ids.to_vec()),
         }
     }
@@ -57,6 +87,11 @@ impl<'a> Recorder<'a> {
     /// instead of this run's own residual stream.
     pub fn fed_by(self, feed: Option<&'a Captures>) -> Self {
         Recorder { feed, ..self }
+    }
+
+    /// Forced routing: each MoE layer in `routes` uses the experts given there.
+    pub fn routed_by(self, routes: Option<&'a Routes>) -> Self {
+        Recorder { routes, ..self }
     }
 
     pub fn into_captures(self) -> Captures {
@@ -91,6 +126,10 @@ impl Observer for Recorder<'_> {
             .map(Some)
             .ok_or_else(|| Error::Compare(format!("isolate mode: the feeding run has no `{key}`")))
     }
+
+    fn route(&self, layer: usize) -> Option<&[Vec<u32>]> {
+        self.routes.and_then(|r| r.get(layer))
+    }
 }
 
 #[cfg(test)]
@@ -100,7 +139,7 @@ mod tests {
     use super::*;
     use crate::backends::Reference;
     use crate::backends::cases::SplitMix;
-    use crate::capture::Op;
+    use crate::capture::{Op, RouterField};
     use crate::model::{Model, RunOptions};
     use crate::util::progress::Progress;
     use crate::weights::config::LayerType;
@@ -204,5 +243,103 @@ mod tests {
             )
             .expect_err("no embed to feed");
         assert!(err.to_string().contains("has no `embed`"), "{err}");
+    }
+
+    /// The golden MoE model's own router choices, per MoE layer, and its run.
+    fn moe_run() -> (Model, Vec<u32>, Captures) {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/qwen3_next_moe_tiny");
+        let model = Model::load(&dir).expect("golden MoE model");
+        let mut rng = SplitMix::new(0x40e);
+        let v = model.config.vocab_size as u64;
+        let ids: Vec<u32> = (0..12).map(|_| (rng.next_u64() % v) as u32).collect();
+        let own = model.run(&ids, &opts(), &Progress::hidden()).expect("run");
+        (model, ids, own)
+    }
+
+    fn experts(caps: &Captures, layer: usize) -> Vec<Vec<u32>> {
+        let t = caps
+            .get(Key::Router(layer, RouterField::TopkIds))
+            .expect("router ids");
+        let rows: Vec<Vec<i64>> = t.squeeze(0).and_then(|t| t.to_vec2()).expect("i64 [T, k]");
+        rows.iter()
+            .map(|r| r.iter().map(|&e| e as u32).collect())
+            .collect()
+    }
+
+    fn values(caps: &Captures, key: Key) -> Vec<f32> {
+        caps.get(key)
+            .expect("captured")
+            .flatten_all()
+            .and_then(|t| t.to_vec1())
+            .expect("f32")
+    }
+
+    #[test]
+    fn a_run_forced_to_its_own_routing_is_the_same_run_and_another_set_moves_it() {
+        let (model, ids, own) = moe_run();
+        let moe: Vec<usize> = (0..model.config.num_hidden_layers)
+            .filter(|&i| model.config.is_moe_layer(i))
+            .collect();
+        let mut routes = Routes::default();
+        for &i in &moe {
+            routes.insert(i, experts(&own, i));
+        }
+        let mut forced = Recorder::new(&ids).routed_by(Some(&routes));
+        model
+            .observe(&ids, &opts(), &mut forced, &Progress::hidden(), None)
+            .expect("forced run");
+        let forced = forced.into_captures();
+        let last = Key::Layer(model.config.num_hidden_layers - 1);
+        assert_eq!(values(&forced, last), values(&own, last));
+        let gaps = values(&forced, Key::Router(moe[0], RouterField::FlipGap));
+        assert!(gaps.iter().all(|&g| g == -1.0), "{gaps:?}");
+
+        // Token 5 of the first MoE layer sent to two experts the router did not choose.
+        let (layer, token) = (moe[0], 5);
+        let mut sets = experts(&own, layer);
+        let count = model.config.moe.as_ref().expect("MoE").num_experts as u32;
+        let other: Vec<u32> = (0..count).filter(|e| !sets[token].contains(e)).collect();
+        sets[token] = other[..sets[token].len()].to_vec();
+        routes.insert(layer, sets.clone());
+        let mut moved = Recorder::new(&ids).routed_by(Some(&routes));
+        model
+            .observe(&ids, &opts(), &mut moved, &Progress::hidden(), None)
+            .expect("moved run");
+        let moved = moved.into_captures();
+        assert_eq!(experts(&moved, layer), sets);
+        let gaps = values(&moved, Key::Router(layer, RouterField::FlipGap));
+        assert!(gaps[token] > 0.0, "{gaps:?}");
+        assert!(
+            gaps.iter()
+                .enumerate()
+                .all(|(t, &g)| (t == token) != (g == -1.0)),
+            "{gaps:?}"
+        );
+        let (a, b) = (
+            values(&own, Key::Layer(layer)),
+            values(&moved, Key::Layer(layer)),
+        );
+        let h = model.config.hidden_size;
+        assert_eq!(
+            a[..token * h],
+            b[..token * h],
+            "tokens before it keep their output"
+        );
+        assert_ne!(a[token * h..(token + 1) * h], b[token * h..(token + 1) * h]);
+
+        // Routes that do not fit the block are refused.
+        sets[token] = vec![count; sets[token].len()];
+        routes.insert(layer, sets);
+        let err = model
+            .observe(
+                &ids,
+                &opts(),
+                &mut Recorder::new(&ids).routed_by(Some(&routes)),
+                &Progress::hidden(),
+                None,
+            )
+            .expect_err("no such expert");
+        assert!(err.to_string().contains("forced routing: token 5"), "{err}");
     }
 }

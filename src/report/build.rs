@@ -5,13 +5,14 @@ use candle_core::{DType, Tensor};
 use sha2::{Digest, Sha256};
 
 use super::first_values;
-use super::routing::{MAX_SET_ASIDE, Routing, router_layers, routing};
+use super::router_rows::router_rows;
+use super::routing::{Routing, routing};
+use super::routing_words;
 use super::summary::{self, Subject};
 use super::{
-    Alignment, Inputs, Judgement, Report, RouterRow, SCHEMA, Side, TensorRow, ThresholdInfo,
-    TokenIds,
+    Alignment, Inputs, Judgement, Report, SCHEMA, Side, TensorRow, ThresholdInfo, TokenIds,
 };
-use crate::capture::{Key, RouterField};
+use crate::capture::Key;
 use crate::compare::metrics::logits::logit_stats;
 use crate::compare::metrics::{DiffStats, diff_stats};
 use crate::compare::softmax_equal::{self, Offset};
@@ -76,6 +77,9 @@ pub struct ComparedInput {
 /// The f64 truth and each side's rounding floor (the reference backend at that side's dtype).
 pub struct Calibrated<'a> {
     pub truth: &'a dyn TensorSource,
+    /// The truth under B's own router choices, where B routed otherwise than A (`truth` is
+    /// then under A's): each side is judged against the truth of its own routing.
+    pub truth_b: Option<&'a dyn TensorSource>,
     pub floor_a: Floor<'a>,
     /// None when B's floor is A's (same dtype).
     pub floor_b: Option<Floor<'a>>,
@@ -127,13 +131,27 @@ fn stats_vs(
     }
 }
 
-/// Decoder layers a row's tensor has passed, and the MoE layers whose routing it has seen.
-fn depth(row: &PlannedRow, num_layers: usize) -> (usize, Option<usize>) {
+/// The worse of two sides judged each against its own truth: (its distance, its floor), the
+/// side with the larger ratio to its floor — or with a NaN distance, which never passes.
+/// None when either side lacks a distance or a floor.
+fn worse_side(a: (Option<f64>, Option<f64>), b: (Option<f64>, Option<f64>)) -> Option<(f64, f64)> {
+    let (ra, fa) = (a.0?, a.1?);
+    let (rb, fb) = (b.0?, b.1?);
+    let ratio = |r: f64, f: f64| if r.is_nan() { f64::INFINITY } else { r / f };
+    Some(if ratio(rb, fb) > ratio(ra, fa) {
+        (rb, fb)
+    } else {
+        (ra, fa)
+    })
+}
+
+/// Decoder layers a row's tensor has passed.
+fn depth(row: &PlannedRow, num_layers: usize) -> usize {
     match (row.kind, row.layer) {
-        (Kind::Embed, _) => (0, Some(0)),
-        (Kind::Op, Some(l)) => (l, Some(l)),
-        (_, Some(l)) => (l + 1, Some(l + 1)),
-        _ => (num_layers, None),
+        (Kind::Embed, _) => 0,
+        (Kind::Op, Some(l)) => l,
+        (_, Some(l)) => l + 1,
+        _ => num_layers,
     }
 }
 
@@ -152,45 +170,40 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
             .map_or(0, |l| l + 1)
     });
     let routing = match &c.calibration {
-        Some(cal) => {
-            let mut runs: Vec<(&str, &dyn TensorSource)> =
-                vec![("A", c.a), ("B", c.b), ("floor", cal.floor_a.src)];
-            if let Some(f) = &cal.floor_b {
-                runs.push(("floor", f.src));
-            }
-            routing(cal.truth, &runs, "floor", c.dtype)?
-        }
+        Some(cal) => routing(
+            &[
+                ("A", c.a, cal.truth, cal.floor_a.src),
+                (
+                    "B",
+                    c.b,
+                    cal.truth_b.unwrap_or(cal.truth),
+                    cal.floor_b.as_ref().unwrap_or(&cal.floor_a).src,
+                ),
+            ],
+            c.dtype,
+        )?,
         None => Routing::none(),
     };
+    // Sides that route apart are each judged against the truth under their own routing.
+    let each_side = c
+        .calibration
+        .as_ref()
+        .is_some_and(|cal| cal.truth_b.is_some());
     let mut notes = c.notes.clone();
     notes.extend(conv_window_note(&c.a.names(), &c.b.names()));
     let mut tensors = Vec::with_capacity(c.rows.len());
     // Logit gap under which a top-2 order is within the noise: twice the RMS logit error of the
     // floor run, or, without a floor, the static ok band times the logits' RMS.
     let mut tie_margin = None;
-    // The most tokens set aside in a row, and the most refused by the MAX_SET_ASIDE bound.
-    let (mut most_aside, mut most_refused) = (0, 0);
     for row in &c.rows {
         let mut stats = pair_stats(c, &row.name)?;
-        let (depth, upto) = depth(row, num_layers);
-        // A final state mixes every token, so tokens set aside for routing flips cannot be
-        // taken out of it: it is judged whole.
-        let mut aside = if row.kind == Kind::State {
-            Vec::new()
-        } else {
-            routing.set_aside(upto)
-        };
-        // Evidence rule: the judged set must cover most of the tensor.
-        if aside.len() as f64 > MAX_SET_ASIDE * stats.per_token_rel.len() as f64 {
-            most_refused = most_refused.max(aside.len());
-            aside.clear();
-        }
-        most_aside = most_aside.max(aside.len());
+        let depth = depth(row, num_layers);
         let (mut floor_a, mut floor_b, mut a_vs, mut b_vs) = (None, None, None, None);
         if let Some(cal) = &c.calibration {
+            let truth_b = cal.truth_b.unwrap_or(cal.truth);
             floor_a = stats_vs(cal.floor_a.src, cal.truth, &row.name)?;
             floor_b = match &cal.floor_b {
-                Some(f) => stats_vs(f.src, cal.truth, &row.name)?,
+                Some(f) => stats_vs(f.src, truth_b, &row.name)?,
                 None => floor_a.clone(),
             };
             // A side standing in with the truth's value has no distance of its own.
@@ -203,21 +216,26 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
                 a_vs = stats_vs(c.a, cal.truth, &row.name)?.map(|s| s.rel_l2);
             }
             if !stand_in(|o| &o.truth_for_b) {
-                b_vs = stats_vs(c.b, cal.truth, &row.name)?.map(|s| s.rel_l2);
+                b_vs = stats_vs(c.b, truth_b, &row.name)?.map(|s| s.rel_l2);
             }
         }
         // The larger side's floor judges (two dtypes: the coarser side's rounding dominates).
-        let larger = |skip: &[usize]| -> Option<f64> {
-            let x = floor_a.as_ref().map(|s| s.rel_l2_without(skip));
-            let y = floor_b.as_ref().map(|s| s.rel_l2_without(skip));
-            match (x, y) {
-                (Some(x), Some(y)) => Some(x.max(y)),
-                (x, y) => x.or(y),
-            }
+        let floor = match (&floor_a, &floor_b) {
+            (Some(x), Some(y)) => Some(x.rel_l2.max(y.rel_l2)),
+            (x, y) => x.as_ref().or(y.as_ref()).map(|s| s.rel_l2),
         };
-        let floor = larger(&[]);
-        let floor_judged = larger(&aside);
-        let rel_judged = stats.rel_l2_without(&aside);
+        let per_side = each_side
+            .then(|| {
+                worse_side(
+                    (a_vs, floor_a.as_ref().map(|s| s.rel_l2)),
+                    (b_vs, floor_b.as_ref().map(|s| s.rel_l2)),
+                )
+            })
+            .flatten();
+        let (rel_judged, floor_judged) = match per_side {
+            Some((rel, floor)) => (rel, Some(floor)),
+            None => (stats.rel_l2, floor),
+        };
         if row.kind == Kind::Logits {
             let worst_floor = [&floor_a, &floor_b]
                 .into_iter()
@@ -249,13 +267,12 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
             layer: row.layer,
             stats,
             judgement: Judgement {
-                floor,
+                floor: floor_judged,
                 ratio_to_floor: ratio_to_floor(rel_judged, floor_judged),
                 floor_a: floor_a.as_ref().map(|s| s.rel_l2),
                 floor_b: floor_b.as_ref().map(|s| s.rel_l2),
-                rel_l2_judged: (!aside.is_empty()).then_some(rel_judged),
-                floor_judged: floor_judged.filter(|_| !aside.is_empty()),
-                set_aside_tokens: aside,
+                rel_l2_judged: per_side.map(|(rel, _)| rel),
+                floor_judged: per_side.map(|(_, floor)| floor),
                 depth,
                 // Rows without a floor (uncalibrated, or a tensor the truth run lacks) are
                 // judged by the depth-scaled band.
@@ -300,9 +317,12 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         .iter()
         .find(|t| t.judgement.verdict != Verdict::Ok)
         .map(|t| t.name.clone());
+    // A flip rounding cannot explain is a finding, whatever the rows say.
+    let routing_finding = routing_words::routing_finding(&routing);
     let overall = tensors
         .iter()
         .map(|t| t.judgement.verdict)
+        .chain(routing_finding.as_ref().map(|_| Verdict::Mismatch))
         .max()
         .unwrap_or(Verdict::Ok);
     let one_sided_words = c.one_sided.as_ref().map(|o| {
@@ -314,12 +334,7 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         };
         (list(&o.a_layers), list(&o.b_layers))
     });
-    let routing_words = summary::routing_clause(
-        most_aside,
-        most_refused,
-        c.input.tokens,
-        &routing.silent_sides(),
-    );
+    let routing_words = routing_words::routing_clause(&routing, each_side, &routers);
     let mut summary = summary::summary(
         &Subject {
             a: &c.a_side.label,
@@ -330,6 +345,7 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
             floor_skipped: c.floor_skipped,
             uncalibrated_why: c.uncalibrated_why.as_deref(),
             routing: routing_words.as_deref(),
+            routing_finding: routing_finding.as_deref(),
             one_sided: one_sided_words
                 .as_ref()
                 .map(|(x, y)| (x.as_str(), y.as_str())),
@@ -428,78 +444,4 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         first_overflow,
         notes,
     })
-}
-
-/// Both sides' router choices cover every token once with the same k: otherwise agreement over
-/// the rows that happen to exist would read as "100 % agree".
-fn check_router_pair(name: &str, a: &[Vec<i64>], b: &[Vec<i64>], tokens: usize) -> Result<()> {
-    let k = |rows: &[Vec<i64>]| rows.first().map_or(0, Vec::len);
-    let refuse = |msg: String| Err(crate::error::Error::Compare(format!("`{name}`: {msg}")));
-    if k(a) != k(b) {
-        return refuse(format!(
-            "A chose {} experts per token, B {}: not the same router",
-            k(a),
-            k(b)
-        ));
-    }
-    for (side, rows) in [("A", a), ("B", b)] {
-        if tokens > 0 && rows.len() != tokens {
-            return refuse(format!(
-                "{side} has router choices for {} tokens, the comparison has {tokens}",
-                rows.len()
-            ));
-        }
-    }
-    if a.len() != b.len() {
-        return refuse(format!(
-            "A has router choices for {} tokens, B for {}",
-            a.len(),
-            b.len()
-        ));
-    }
-    Ok(())
-}
-
-/// Router top-k agreement for every `router.{i}.topk_ids` both sides carry.
-fn router_rows(c: &Comparison) -> Result<Vec<RouterRow>> {
-    let mut rows = Vec::new();
-    for layer in router_layers(c.a) {
-        let name = Key::Router(layer, RouterField::TopkIds).to_string();
-        let (Some(a), Some(b)) = (c.a.tensor(&name)?, c.b.tensor(&name)?) else {
-            continue;
-        };
-        let a: Vec<Vec<i64>> = a.squeeze(0)?.to_dtype(DType::I64)?.to_vec2()?;
-        let b: Vec<Vec<i64>> = b.squeeze(0)?.to_dtype(DType::I64)?.to_vec2()?;
-        check_router_pair(&name, &a, &b, c.input.tokens)?;
-        let flipped: Vec<usize> = a
-            .iter()
-            .zip(&b)
-            .enumerate()
-            .filter(|(_, (x, y))| {
-                let (mut x, mut y) = ((*x).clone(), (*y).clone());
-                x.sort_unstable();
-                y.sort_unstable();
-                x != y
-            })
-            .map(|(t, _)| t)
-            .collect();
-        let margins: Option<Vec<f64>> = match c
-            .b
-            .tensor(&Key::Router(layer, RouterField::Margin).to_string())?
-        {
-            Some(m) => Some(m.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?),
-            None => None,
-        };
-        let flip_margins = flipped
-            .iter()
-            .map(|&t| margins.as_ref().and_then(|m| m.get(t).copied()))
-            .collect();
-        rows.push(RouterRow {
-            layer,
-            agree: 1.0 - flipped.len() as f64 / a.len().max(1) as f64,
-            flipped_tokens: flipped,
-            flip_margins,
-        });
-    }
-    Ok(rows)
 }

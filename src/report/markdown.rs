@@ -2,10 +2,11 @@
 //! command that reproduces it.
 
 use super::cells::{TENSOR_COLUMNS, clip, escaped, sci, tensor_cells};
+use super::routing_words::routing_line;
 use super::sentences::{
     amplification, env_empty_note, env_shown, router_agreement, token_ids_note,
 };
-use super::summary::{logits_line, routing_line};
+use super::summary::logits_line;
 use super::{Lead, Report, Side};
 use crate::compare::verdict::Verdict;
 use crate::error::Result;

@@ -12,7 +12,9 @@ mod fp8_notes;
 pub mod markdown;
 pub mod plot;
 mod raster;
+mod router_rows;
 mod routing;
+mod routing_words;
 mod row;
 pub mod sentences;
 pub mod summary;
@@ -60,8 +62,8 @@ pub struct Report {
     pub alignment: Option<Alignment>,
     /// Keys whose values differ between the two sides' fingerprints.
     pub env_diff: Vec<EnvDiff>,
-    /// MoE tokens whose expert choice differs from the truth's on some side (or the floor run):
-    /// judged apart from the other tokens where shown (docs/reading-a-report.md#routing-flips-moe).
+    /// MoE tokens whose experts on some side are not the exact router's choice on that side's
+    /// path (docs/reading-a-report.md#routing-flips-moe).
     pub routing_flips: Vec<RoutingFlip>,
     /// Each side's first non-finite element in forward order (docs/reading-a-report.md#nan-and-inf).
     pub first_non_finite: first_values::FirstNonFinite,
@@ -72,19 +74,21 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
-/// One token whose MoE routing differs from the f64 truth's in one layer.
+/// One token whose experts in one MoE layer, on some side, are not the ones the exact router
+/// would choose on that side's own path (the f64 truth under that side's routing).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoutingFlip {
     pub layer: usize,
     pub token: usize,
-    /// Which runs chose other experts than the truth: `A`, `B`, `floor` (a side that records
-    /// no routing is not listed).
+    /// The sides whose choice this is: `A`, `B`.
     pub on: Vec<String>,
-    /// The truth's router margin at this token (probability gap between the last chosen and the
-    /// best left-out expert).
-    pub truth_margin: Option<f64>,
-    /// Whether the truth's margin is within the range where rounding flips choices (the largest
-    /// truth margin at which the floor run flipped, ×2): only such flips are set aside.
+    /// The logit change, in units of the token's router-logit RMS, that would make the exact
+    /// router choose the side's experts (the routed truth's `router.{i}.flip_gap`).
+    pub flip_gap: f64,
+    /// The most the side's own arithmetic error can move that gap (`report::routing`); the
+    /// smaller of the sides' where both flipped.
+    pub near_tie_bound: f64,
+    /// `flip_gap <= near_tie_bound`: rounding; otherwise a finding.
     pub near_tie: bool,
 }
 

@@ -1,44 +1,44 @@
-//! MoE routing flips against the truth. A bf16 run flips near-tie router choices at other tokens
-//! than the floor run does, and one flipped token dominates a layer's rel L2; so tokens whose
-//! expert set differs from the f64 truth's — on side A, side B or the floor run — at a near-tie
-//! are judged apart from the rest (docs/reading-a-report.md#routing-flips).
+//! MoE routing flips against the f64 truth (docs/reading-a-report.md#routing-flips-moe).
 //!
-//! Near-tie: the truth's router margin at that token is below τ = 2 × the largest truth margin
-//! at which the floor run itself flipped (rounding at this dtype demonstrably flips choices that
-//! close), and at least [`MIN_TIE`] × the dtype's unit roundoff. A flip at a larger margin is not
-//! explained by rounding: it is listed, and its token stays in the judged set.
+//! When both sides record their router choices at every MoE layer, the truth and floor were run
+//! under each side's own routing (`job::spec::Routing`), so a side's distance from its truth is
+//! arithmetic only: a flip and all it causes downstream are in neither. What is left to say
+//! about routing is where a side's choice differs from the one the exact router would have made
+//! on that side's own path — the routed truth's `router.{i}.flip_gap` — and whether that is a
+//! rounding-level near-tie.
 //!
-//! Evidence rule: a token is set aside only where a flip is *shown* — a run's own recorded router
-//! choice differs from the truth's. A side that records no router choice at an MoE layer could
-//! have flipped anywhere, so nothing is set aside at that layer (the floor run's flips neither:
-//! taking them out of the floor alone would shrink it against a difference that keeps its own
-//! flips), and the report says the flips could not be separated. Where the tokens set aside
-//! would exceed [`MAX_SET_ASIDE`] of the tensor, none are: the verdict needs a judged set that
-//! covers most of the tensor (`report::build`).
-
-use std::collections::BTreeSet;
+//! Near-tie: the flip gap (the logit change, in units of the token's router-logit RMS, that
+//! would make the exact router choose the side's experts) is within what the arithmetic's own
+//! error can move it: [`NEAR_TIE_SIGMAS`] × the relative error at that token of that layer's
+//! output against the routed truth — the larger of the side's (where it holds that layer) and
+//! the floor run's (the reference at that dtype under the same routing) — and never below
+//! [`MIN_TIE`] unit roundoffs of the compared dtype. A flip beyond that is not rounding: it is a
+//! finding.
+//!
+//! Without router ids on both sides the flips cannot be located: the report says so, and no
+//! flip is listed.
 
 use candle_core::DType;
 
 use super::RoutingFlip;
 use crate::capture::{Key, RouterField};
 use crate::compare::TensorSource;
+use crate::compare::metrics::diff_stats;
 use crate::error::Result;
 
-/// The smallest τ, in units of the dtype's unit roundoff (router probabilities are computed
-/// from logits rounded to the dtype; a margin a few roundoffs wide is a tie at that precision).
+/// The smallest near-tie bound, in units of the dtype's unit roundoff: router logits are
+/// rounded to the dtype, so a gap a few roundoffs wide is a tie at that precision.
 const MIN_TIE: f64 = 4.0;
 
-/// The largest share of a tensor's tokens that may be set aside for routing flips; beyond it
-/// every token is judged (and the report says the flips could not be separated).
-pub const MAX_SET_ASIDE: f64 = 0.25;
+/// A relative error e of the router's input moves each logit by about e × the logits' RMS, a
+/// difference of two by about √2 of that; six is over four standard deviations of it.
+const NEAR_TIE_SIGMAS: f64 = 6.0;
 
-/// Flips found, and per MoE layer the tokens set aside there.
+/// Flips found, and the MoE layers where a side records no router choice.
 pub struct Routing {
     pub flips: Vec<RoutingFlip>,
-    aside: Vec<(usize, Vec<usize>)>,
     /// MoE layers where a compared side records no router choice, and those sides: flips there
-    /// cannot be located, so none are set aside.
+    /// cannot be located.
     pub unseen: Vec<(usize, Vec<String>)>,
 }
 
@@ -46,7 +46,6 @@ impl Routing {
     pub fn none() -> Self {
         Routing {
             flips: Vec::new(),
-            aside: Vec::new(),
             unseen: Vec::new(),
         }
     }
@@ -59,40 +58,10 @@ impl Routing {
         sides
     }
 
-    /// Tokens set aside for a tensor that has passed MoE layers `< upto` (all when None).
-    pub fn set_aside(&self, upto: Option<usize>) -> Vec<usize> {
-        let mut set = BTreeSet::new();
-        for (layer, tokens) in &self.aside {
-            if upto.is_none_or(|u| *layer < u) {
-                set.extend(tokens.iter().copied());
-            }
-        }
-        set.into_iter().collect()
+    /// The flips beyond the rounding bound: findings.
+    pub fn beyond_ties(&self) -> impl Iterator<Item = &RoutingFlip> {
+        self.flips.iter().filter(|f| !f.near_tie)
     }
-}
-
-fn topk(src: &dyn TensorSource, layer: usize) -> Result<Option<Vec<Vec<i64>>>> {
-    let Some(t) = src.tensor(&Key::Router(layer, RouterField::TopkIds).to_string())? else {
-        return Ok(None);
-    };
-    let t = if t.rank() == 3 { t.squeeze(0)? } else { t };
-    if t.rank() != 2 {
-        return Ok(None);
-    }
-    let mut rows: Vec<Vec<i64>> = t.to_dtype(DType::I64)?.to_vec2()?;
-    for r in &mut rows {
-        r.sort_unstable();
-    }
-    Ok(Some(rows))
-}
-
-/// One MoE layer: the truth's margins, per token the runs that chose other experts, and the
-/// runs that record no routing there.
-struct LayerFlips<'a> {
-    layer: usize,
-    margins: Option<Vec<f64>>,
-    on: Vec<Vec<String>>,
-    silent: Vec<&'a str>,
 }
 
 fn unit_roundoff(d: DType) -> f64 {
@@ -118,100 +87,99 @@ pub(super) fn router_layers(source: &dyn TensorSource) -> Vec<usize> {
     layers
 }
 
-/// Routing flips of `runs` (label, source) against `truth`; `floor_label` names the floor run(s)
-/// among them; `dtype` is the coarsest dtype compared.
-pub fn routing(
+fn row_f64(src: &dyn TensorSource, key: Key) -> Result<Option<Vec<f64>>> {
+    match src.tensor(&key.to_string())? {
+        Some(t) => Ok(Some(t.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?)),
+        None => Ok(None),
+    }
+}
+
+/// Per token, the relative error of `run` against `truth` at `layers.{layer}` (empty when
+/// either lacks it).
+fn token_errors(
+    run: &dyn TensorSource,
     truth: &dyn TensorSource,
-    runs: &[(&str, &dyn TensorSource)],
-    floor_label: &str,
+    layer: usize,
+) -> Result<Vec<f64>> {
+    let name = Key::Layer(layer).to_string();
+    Ok(match (run.tensor(&name)?, truth.tensor(&name)?) {
+        (Some(x), Some(y)) => diff_stats(&name, &x, &y)?.per_token_rel,
+        _ => Vec::new(),
+    })
+}
+
+/// Routing flips of the compared `sides` (label, captures, the truth under that side's
+/// routing, the floor run under the same routing); `dtype` is the coarsest dtype compared.
+#[allow(clippy::type_complexity)]
+pub fn routing(
+    sides: &[(
+        &str,
+        &dyn TensorSource,
+        &dyn TensorSource,
+        &dyn TensorSource,
+    )],
     dtype: DType,
 ) -> Result<Routing> {
-    let layers = router_layers(truth);
-    let mut found: Vec<LayerFlips> = Vec::new();
-    for &layer in &layers {
-        let Some(want) = topk(truth, layer)? else {
-            continue;
-        };
-        let margins: Option<Vec<f64>> =
-            match truth.tensor(&Key::Router(layer, RouterField::Margin).to_string())? {
-                Some(m) => Some(m.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?),
-                None => None,
-            };
-        let mut on: Vec<Vec<String>> = vec![Vec::new(); want.len()];
-        let mut silent = Vec::new();
-        for (label, src) in runs {
-            match topk(*src, layer)? {
-                Some(got) if got.len() == want.len() => {
-                    for (t, (x, y)) in got.iter().zip(&want).enumerate() {
-                        if x != y && !on[t].iter().any(|l| l == label) {
-                            on[t].push((*label).to_string());
-                        }
-                    }
+    let floor_bound = MIN_TIE * unit_roundoff(dtype);
+    let mut flips: Vec<RoutingFlip> = Vec::new();
+    let mut unseen: Vec<(usize, Vec<String>)> = Vec::new();
+    for &(label, side, truth, floor) in sides {
+        for layer in router_layers(truth) {
+            let recorded = side
+                .tensor(&Key::Router(layer, RouterField::TopkIds).to_string())?
+                .is_some();
+            if !recorded {
+                match unseen.iter_mut().find(|(l, _)| *l == layer) {
+                    Some((_, who)) => who.push(label.to_string()),
+                    None => unseen.push((layer, vec![label.to_string()])),
                 }
-                _ => silent.push(*label),
-            }
-        }
-        found.push(LayerFlips {
-            layer,
-            margins,
-            on,
-            silent,
-        });
-    }
-    let floor_max = found
-        .iter()
-        .flat_map(|LayerFlips { margins: m, on, .. }| {
-            on.iter().enumerate().filter_map(move |(t, who)| {
-                who.iter()
-                    .any(|w| w == floor_label)
-                    .then(|| m.as_ref().and_then(|m| m.get(t).copied()))
-                    .flatten()
-            })
-        })
-        .fold(0.0_f64, f64::max);
-    let tau = (2.0 * floor_max).max(MIN_TIE * unit_roundoff(dtype));
-    let mut flips = Vec::new();
-    let mut aside = Vec::new();
-    let mut unseen = Vec::new();
-    for LayerFlips {
-        layer,
-        margins,
-        on,
-        silent,
-    } in found
-    {
-        let margin = |t: usize| margins.as_ref().and_then(|m| m.get(t).copied());
-        // Only the compared sides' silence matters: the floor run is always ours and records.
-        let silent_sides: Vec<String> = silent
-            .iter()
-            .filter(|l| **l != floor_label)
-            .map(|l| l.to_string())
-            .collect();
-        let mut tokens = Vec::new();
-        for (t, who) in on.into_iter().enumerate() {
-            if who.is_empty() {
                 continue;
             }
-            let near_tie = margin(t).is_some_and(|m| m < tau);
-            if near_tie && silent_sides.is_empty() {
-                tokens.push(t);
+            // A truth its router routed (the other side records no choice somewhere): this
+            // side's flips against it are not located either; the silent side is named.
+            let Some(gaps) = row_f64(truth, Key::Router(layer, RouterField::FlipGap))? else {
+                continue;
+            };
+            // The side's own error there when it holds that layer, and the floor run's (the
+            // reference at that dtype under the same routing, which holds every layer).
+            let noise = [
+                token_errors(side, truth, layer)?,
+                token_errors(floor, truth, layer)?,
+            ];
+            for (token, &gap) in gaps.iter().enumerate() {
+                // −1: the side's experts are the exact router's own choice there.
+                if gap < 0.0 {
+                    continue;
+                }
+                // A NaN error bounds nothing: the flip is judged against the dtype's bound.
+                let e = noise
+                    .iter()
+                    .filter_map(|n| n.get(token).copied())
+                    .filter(|e| e.is_finite())
+                    .fold(0.0, f64::max);
+                let bound = (NEAR_TIE_SIGMAS * e).max(floor_bound);
+                match flips
+                    .iter_mut()
+                    .find(|f| f.layer == layer && f.token == token)
+                {
+                    Some(f) => {
+                        f.on.push(label.to_string());
+                        f.near_tie_bound = f.near_tie_bound.min(bound);
+                        f.near_tie = f.near_tie && gap <= bound;
+                    }
+                    None => flips.push(RoutingFlip {
+                        layer,
+                        token,
+                        on: vec![label.to_string()],
+                        flip_gap: gap,
+                        near_tie_bound: bound,
+                        near_tie: gap <= bound,
+                    }),
+                }
             }
-            flips.push(RoutingFlip {
-                layer,
-                token: t,
-                on: who,
-                truth_margin: margin(t),
-                near_tie,
-            });
         }
-        if !silent_sides.is_empty() {
-            unseen.push((layer, silent_sides));
-        }
-        aside.push((layer, tokens));
     }
-    Ok(Routing {
-        flips,
-        aside,
-        unseen,
-    })
+    flips.sort_by_key(|f| (f.layer, f.token));
+    unseen.sort();
+    Ok(Routing { flips, unseen })
 }

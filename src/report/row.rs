@@ -27,14 +27,14 @@ pub struct Judgement {
     /// The reference backend's own rel L2 against the f64 truth at this dtype, this tensor
     /// (the larger of the two sides' floors when their dtypes differ).
     pub floor: Option<f64>,
-    /// rel L2 judged / floor judged (routing flips set aside).
+    /// rel L2 judged / floor judged.
     pub ratio_to_floor: Option<f64>,
     /// Each side's own floor (the reference at that side's dtype vs the truth).
     pub floor_a: Option<f64>,
     pub floor_b: Option<f64>,
-    /// Tokens judged apart (MoE routing flips at near-ties up to this layer), and the rel L2 and
-    /// floor over the other tokens, which the verdict uses (None when no token is set aside).
-    pub set_aside_tokens: Vec<usize>,
+    /// Where the sides route apart at MoE layers, the distance the verdict judges instead of A
+    /// against B: the worse side's rel L2 against the f64 truth under its own routing, and that
+    /// side's floor (under the same routing); None otherwise.
     pub rel_l2_judged: Option<f64>,
     pub floor_judged: Option<f64>,
     /// Decoder layers this tensor has passed through (0: the embedding output).
@@ -116,7 +116,9 @@ impl<'a> From<&'a TensorRow> for RowV1<'a> {
             ratio_to_floor: j.ratio_to_floor,
             floor_a: j.floor_a,
             floor_b: j.floor_b,
-            set_aside_tokens: &j.set_aside_tokens,
+            // Schema v1 keeps the key: no token is set aside any more (routing flips are judged
+            // by truths under each side's routing instead).
+            set_aside_tokens: &[],
             rel_l2_judged: j.rel_l2_judged,
             floor_judged: j.floor_judged,
             depth: j.depth,

@@ -21,8 +21,10 @@ pub struct Subject<'a> {
     pub floor_skipped: bool,
     /// Why not calibrated otherwise (what is missing, how to supply it).
     pub uncalibrated_why: Option<&'a str>,
-    /// How MoE routing flips were handled ([`routing_clause`]), when there were any to handle.
+    /// How MoE routing was handled ([`routing_clause`]), when there is something to say.
     pub routing: Option<&'a str>,
+    /// A routing flip rounding cannot explain ([`routing_finding`]): the report is flagged.
+    pub routing_finding: Option<&'a str>,
     /// The layers of each side, when the two hold none in common and each row was judged
     /// against the truth ("1, 3, 5", "0, 2, 4").
     pub one_sided: Option<(&'a str, &'a str)>,
@@ -119,7 +121,13 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
     if let Some(layers) = s.one_sided {
         return one_sided(s, layers, rows);
     }
-    let Some(first) = rows.iter().find(|r| r.judgement.verdict != Verdict::Ok) else {
+    let first_flagged = rows.iter().find(|r| r.judgement.verdict != Verdict::Ok);
+    if let (None, Some(finding)) = (first_flagged, s.routing_finding) {
+        let mut out = Summary::new(Some(Lead::Flagged(s.overall)), finding.to_string());
+        out.clauses.extend(s.routing.map(str::to_string));
+        return out;
+    }
+    let Some(first) = first_flagged else {
         // Equal everywhere is the strongest answer there is, whatever the floor.
         if rows
             .iter()
@@ -135,7 +143,7 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
                 ),
             );
         }
-        let set_aside = s.routing.map(|w| format!(" ({w})")).unwrap_or_default();
+        let routing_words = s.routing.map(|w| format!(" ({w})")).unwrap_or_default();
         if !s.calibrated {
             let mut out = Summary::new(Some(Lead::Uncalibrated), uncalibrated(s));
             out.clauses.push(format!(
@@ -158,7 +166,7 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
             Some(Lead::Benign),
             format!(
                 "{a} and {b} differ by at most {max_ratio:.1}× the {dtype} rounding \
-                 floor{set_aside} (max rel L2 {:.2e} at {})",
+                 floor{routing_words} (max rel L2 {:.2e} at {})",
                 worst.stats.rel_l2, worst.name
             ),
         );
@@ -187,6 +195,7 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
             how(worse, dtype)
         ));
     }
+    out.clauses.extend(s.routing_finding.map(str::to_string));
     if s.calibrated {
         out.clauses.extend(who_is_right(a, b, first, rows));
     } else {
@@ -234,40 +243,6 @@ fn one_sided(s: &Subject, (la, lb): (&str, &str), rows: &[TensorRow]) -> Summary
             )
         }
     }
-}
-
-/// How MoE routing flips were handled, for the headline: `aside` tokens set aside at most in a
-/// row, `refused` tokens that would have been set aside beyond the bound, of `tokens`; `silent`
-/// the sides that record no router choice. None when no flip had to be handled.
-pub fn routing_clause(
-    aside: usize,
-    refused: usize,
-    tokens: usize,
-    silent: &[String],
-) -> Option<String> {
-    if !silent.is_empty() {
-        let who = silent.join(" and ");
-        let verb = if silent.len() == 1 {
-            "records"
-        } else {
-            "record"
-        };
-        return Some(format!(
-            "MoE routing flips could not be separated: {who} {verb} no router ids, so every token is judged"
-        ));
-    }
-    if refused > 0 {
-        return Some(format!(
-            "MoE routing flips at near-ties on {refused} of {tokens} tokens, more than {:.0}%: \
-             every token is judged, the flips could not be separated",
-            100.0 * super::routing::MAX_SET_ASIDE
-        ));
-    }
-    (aside > 0).then(|| {
-        format!(
-            "{aside} of {tokens} tokens set aside: MoE routing flips at near-ties shown by the router ids"
-        )
-    })
 }
 
 /// Why there is no floor: "no model to measure the bf16 floor — pass --model DIR" (after the
@@ -446,43 +421,6 @@ pub fn logits_line(l: &LogitStats) -> String {
         logits_sentence(l),
         100.0 * l.top5_overlap
     )
-}
-
-/// "MoE routing flips against the f64 truth (28 of 30 at near-ties): layer 0 token 41 (B, truth margin
-/// 8.0e-5), …" — None when nothing flipped.
-pub fn routing_line(flips: &[super::RoutingFlip], max_shown: usize) -> Option<String> {
-    if flips.is_empty() {
-        return None;
-    }
-    let shown: Vec<String> = flips
-        .iter()
-        .take(max_shown)
-        .map(|f| {
-            let margin = f
-                .truth_margin
-                .map(|m| format!(", truth margin {m:.1e}"))
-                .unwrap_or_default();
-            let tie = if f.near_tie { "" } else { ", NOT a near-tie" };
-            format!(
-                "layer {} token {} ({}{margin}{tie})",
-                f.layer,
-                f.token,
-                f.on.join("+")
-            )
-        })
-        .collect();
-    let more = flips.len().saturating_sub(shown.len());
-    let more = if more > 0 {
-        format!(" and {more} more")
-    } else {
-        String::new()
-    };
-    let apart = flips.iter().filter(|f| f.near_tie).count();
-    Some(format!(
-        "MoE routing flips against the f64 truth ({apart} of {} at near-ties): {}{more}",
-        flips.len(),
-        shown.join(", ")
-    ))
 }
 
 #[cfg(test)]

@@ -5,10 +5,11 @@ use comfy_table::{Cell, Color, ContentArrangement, Table as Grid};
 
 use super::Report;
 use super::cells::{TENSOR_COLUMNS, clip, escaped, tensor_cells};
+use super::routing_words::routing_line;
 use super::sentences::{
     amplification, env_empty_note, env_shown, router_agreement, token_ids_note,
 };
-use super::summary::{logits_line, routing_line};
+use super::summary::logits_line;
 use crate::compare::verdict::Verdict;
 use crate::error::Result;
 use crate::render::Render;

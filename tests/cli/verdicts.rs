@@ -114,13 +114,6 @@ fn a_skipped_qk_l2_norm_on_the_moe_model_is_a_mismatch_at_layer_1() {
             o.summary()
         );
         assert_eq!(o.row("layers.1")["verdict"], "mismatch");
-        // The judged set covers most of the tensor, whatever was set aside.
-        for name in ["layers.1", "layers.3", "layers.5"] {
-            let aside = o.row(name)["set_aside_tokens"]
-                .as_array()
-                .map_or(0, Vec::len);
-            assert!(aside * 4 <= 32, "{name}: {aside} of 32 tokens set aside");
-        }
     }
     // Without router ids the headline says the flips could not be separated.
     let o = compare(

@@ -148,6 +148,7 @@ pub fn check_golden(
         ids: &ids,
         prompt_label: prompt_label.as_deref(),
         device: &run.device,
+        routes: crate::job::session::SideRoutes::default(),
     };
     if let Some(layers) = &run.layers {
         check_layer_list(layers, model.config.num_hidden_layers, "the model")?;
@@ -174,6 +175,7 @@ pub fn check_golden(
             },
             ops: capture_ops,
             through: None,
+            routing: crate::job::Routing::Own,
         };
         let done = Job::plan(spec).execute(Some(input))?;
         let ours = done

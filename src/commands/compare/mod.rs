@@ -9,6 +9,8 @@ mod engine_tokens;
 pub mod pair;
 pub mod pair_steps;
 pub mod plausibility;
+mod positions;
+pub mod routes;
 pub mod tokens;
 
 use std::path::{Path, PathBuf};

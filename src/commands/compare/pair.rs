@@ -10,18 +10,20 @@
 
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 
 use crate::capture::Key;
 use crate::commands::compare::disjoint;
 use crate::commands::compare::pair_steps;
 use crate::commands::compare::plausibility;
+use crate::commands::compare::positions::{Positions, trained_positions};
+use crate::commands::compare::routes;
 use crate::commands::compare::tokens::{self, GivenIds};
 use crate::compare::verdict::thresholds;
 use crate::compare::{Kind, OneSided, TensorSource};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::formats::{FileSource, pipelines, value_dtype_notes};
-use crate::job::session::ModelInput;
+use crate::job::session::{ModelInput, SideRoutes};
 use crate::job::{self, Job, Parts, SideSpec, Spec};
 use crate::model::Model;
 use crate::report::{ComparedInput, Report};
@@ -171,6 +173,7 @@ pub fn compare_pair(
         ids: &input_ids,
         prompt_label: None,
         device: &cpu,
+        routes: SideRoutes::default(),
     });
     let result = compare_on(
         &mut a,
@@ -249,9 +252,23 @@ fn compare_on(
             .filter(|&l| l + 1 < n),
         _ => None,
     };
+    // Each side's router choices, for calibration runs that route as the side did.
+    let recorded = |src: &FileSource| match &session {
+        Some((s, _)) => routes::recorded(src, &s.model.config, input_ids.len(), last_layer),
+        None => Ok(None),
+    };
+    let (routes_a, routes_b) = (recorded(a)?, recorded(b)?);
+    let session = session.map(|(input, how)| {
+        let routes = SideRoutes {
+            a: routes_a.as_ref(),
+            b: routes_b.as_ref(),
+        };
+        (ModelInput { routes, ..input }, how)
+    });
     let spec = Spec {
         a: sides.0,
         b: sides.1,
+        routing: routes::routing(routes_a.as_ref(), routes_b.as_ref()),
         calibration: match (&session, opts.no_floor) {
             (Some(_), _) => job::Calibration::Measure,
             (None, true) => job::Calibration::NoFloor,
@@ -443,69 +460,4 @@ fn compare_on(
         held_by_one,
         unnamed,
     })
-}
-
-/// The positions a `loss_mask` trains on (A's, else B's), when they are some but not all of
-/// the `tokens` compared.
-fn trained_positions(a: &FileSource, b: &FileSource, tokens: usize) -> Result<Option<Vec<u32>>> {
-    let mask = match a.loss_mask()? {
-        Some(m) => Some((m, a)),
-        None => b.loss_mask()?.map(|m| (m, b)),
-    };
-    let Some((mask, src)) = mask else {
-        return Ok(None);
-    };
-    if mask.len() != tokens {
-        return Err(Error::tensor(
-            src.path(),
-            "loss_mask",
-            format!("marks {} positions, {tokens} are compared", mask.len()),
-        ));
-    }
-    let index: Vec<u32> = (0..tokens as u32).filter(|&i| mask[i as usize]).collect();
-    Ok((!index.is_empty() && index.len() < tokens).then_some(index))
-}
-
-/// A source seen at some positions only (the token axis of `[1, T, D]` captures).
-struct Positions<'a> {
-    inner: &'a dyn TensorSource,
-    index: Vec<u32>,
-}
-
-impl<'s> Positions<'s> {
-    fn of(inner: &'s dyn TensorSource, index: &[u32]) -> Self {
-        Positions {
-            inner,
-            index: index.to_vec(),
-        }
-    }
-
-    /// Whether `name` holds one row per position (routers and final states do not).
-    fn per_token(name: &str) -> bool {
-        matches!(
-            Key::of(name),
-            Some(Key::Embed | Key::FinalNorm | Key::Logits | Key::Layer(_) | Key::Op(..))
-        )
-    }
-}
-
-impl TensorSource for Positions<'_> {
-    fn tensor(&self, name: &str) -> Result<Option<Tensor>> {
-        if !Self::per_token(name) {
-            return Ok(None);
-        }
-        let Some(t) = self.inner.tensor(name)? else {
-            return Ok(None);
-        };
-        let axis = usize::from(t.rank() >= 3);
-        let idx = Tensor::from_vec(self.index.clone(), self.index.len(), t.device())?;
-        Ok(Some(t.index_select(&idx, axis)?.contiguous()?))
-    }
-    fn names(&self) -> Vec<String> {
-        self.inner
-            .names()
-            .into_iter()
-            .filter(|n| Self::per_token(n))
-            .collect()
-    }
 }

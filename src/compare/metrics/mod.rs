@@ -107,22 +107,6 @@ impl DiffStats {
         }
     }
 
-    /// rel L2 over the tokens not in `skip` (sorted or not); the whole tensor's when `skip` is
-    /// empty.
-    pub fn rel_l2_without(&self, skip: &[usize]) -> f64 {
-        if skip.is_empty() {
-            return self.rel_l2;
-        }
-        let (mut num, mut den) = (0.0, 0.0);
-        for (t, (d, b)) in self.token_sq_diff.iter().zip(&self.token_sq_b).enumerate() {
-            if !skip.contains(&t) {
-                num += d;
-                den += b;
-            }
-        }
-        ratio(f64::sqrt(num), f64::sqrt(den))
-    }
-
     /// Root-mean-square of the absolute difference.
     pub fn rms_abs(&self) -> f64 {
         self.rel_l2 * self.norm_b / (self.elements.max(1) as f64).sqrt()

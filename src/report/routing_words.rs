@@ -1,0 +1,89 @@
+//! What the report says about MoE routing: the headline's clause on how routing was handled,
+//! a flip rounding cannot explain as a finding, and the line listing the flips.
+
+use super::routing::Routing;
+use super::{RouterRow, RoutingFlip};
+
+/// How MoE routing was handled, for the headline: the sides that record no router choice
+/// (flips cannot be separated), or, where the sides routed apart (`each_side`), how many
+/// tokens route differently on A and B; None when there is nothing to say.
+pub fn routing_clause(routing: &Routing, each_side: bool, routers: &[RouterRow]) -> Option<String> {
+    let silent = routing.silent_sides();
+    if !silent.is_empty() {
+        let who = silent.join(" and ");
+        let verb = if silent.len() == 1 {
+            "records"
+        } else {
+            "record"
+        };
+        return Some(format!(
+            "MoE routing flips could not be separated: {who} {verb} no router ids, so every token is judged"
+        ));
+    }
+    if !each_side {
+        return None;
+    }
+    let apart: usize = routers.iter().map(|r| r.flipped_tokens.len()).sum();
+    let layers = routers
+        .iter()
+        .filter(|r| !r.flipped_tokens.is_empty())
+        .count();
+    let ties = routing.flips.iter().filter(|f| f.near_tie).count();
+    Some(format!(
+        "A and B route {apart} token(s) apart in {layers} MoE layer(s), so each is judged against \
+         the f64 truth under its own routing; {ties} of {} flip(s) against the exact router are \
+         rounding-level near-ties",
+        routing.flips.len()
+    ))
+}
+
+/// The first routing flip rounding cannot explain, as a finding; None when every flip is a
+/// near-tie.
+pub fn routing_finding(routing: &Routing) -> Option<String> {
+    let n = routing.beyond_ties().count();
+    let f = routing.beyond_ties().next()?;
+    let (who, verb) = match f.on.len() {
+        1 => (f.on.join(""), "routes"),
+        _ => (f.on.join(" and "), "route"),
+    };
+    Some(format!(
+        "{who} {verb} token {} at layer {} to experts the exact router would not choose there \
+         (gap {:.1e} of the logits' RMS, beyond the {:.1e} its rounding can explain; {n} such \
+         flip(s))",
+        f.token, f.layer, f.flip_gap, f.near_tie_bound
+    ))
+}
+
+/// "MoE routing flips against the f64 truth (28 of 30 at near-ties): layer 0 token 41 (B, gap
+/// 8.0e-5), …" — None when nothing flipped.
+pub fn routing_line(flips: &[RoutingFlip], max_shown: usize) -> Option<String> {
+    if flips.is_empty() {
+        return None;
+    }
+    let shown: Vec<String> = flips
+        .iter()
+        .take(max_shown)
+        .map(|f| {
+            let tie = if f.near_tie { "" } else { ", NOT a near-tie" };
+            format!(
+                "layer {} token {} ({}, gap {:.1e}{tie})",
+                f.layer,
+                f.token,
+                f.on.join("+"),
+                f.flip_gap
+            )
+        })
+        .collect();
+    let more = flips.len().saturating_sub(shown.len());
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    let apart = flips.iter().filter(|f| f.near_tie).count();
+    Some(format!(
+        "MoE routing flips against the f64 truth ({apart} of {} at near-ties): {}{more}",
+        flips.len(),
+        shown.join(", ")
+    ))
+}
