@@ -88,8 +88,11 @@ pub struct CompareArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub calibrate: Option<u64>,
 
-    /// Datasets: compare every N-th pair from the I-th (0-based), for `hsdiff merge`.
-    #[arg(long, value_name = "I/N")]
+    /// Datasets: compare every N-th pair from the I-th (0-based), for `hsdiff merge`; `auto/N`
+    /// takes I from the scheduler (SLURM_ARRAY_TASK_ID − SLURM_ARRAY_TASK_MIN,
+    /// JOB_COMPLETION_INDEX, or HSDIFF_SHARD_INDEX). With `--format json --out PART`, a PART
+    /// that already holds this run's complete part is kept and the shard skipped.
+    #[arg(long, value_name = "I/N|auto/N")]
     pub shard: Option<String>,
 
     /// Token ids the files were captured on, when they carry none (comma-separated, or @FILE):
@@ -108,6 +111,9 @@ pub struct CompareArgs {
 }
 
 pub fn run(args: &CompareArgs) -> Result<i32> {
+    let shard = super::shard::resolve(args.shard.as_deref())?;
+    let options = args.report.options();
+    let part = super::shard::part(shard, &options);
     let req = CompareRequest {
         a: args.a.clone(),
         b: args.b.clone(),
@@ -127,11 +133,11 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         layer_ids_b: args.layer_ids_b.clone(),
         draft_config: args.draft_config.clone(),
         calibrate: args.calibrate,
-        shard: args.shard.clone(),
+        shard,
+        part,
         tokens: args.tokens.clone(),
         prompt: args.prompt.clone(),
     };
-    let options = args.report.options();
     options.check_targets(&req.inputs())?;
     match compare(&req)? {
         Compared::Pair(report) => emit(&report, &options),
@@ -139,5 +145,6 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
             dataset_render::emit(&report, &options)?;
             Ok(dataset::exit_code(&report, options.fail_on))
         }
+        Compared::Resumed(report) => Ok(dataset::exit_code(&report, options.fail_on)),
     }
 }

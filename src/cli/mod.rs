@@ -16,6 +16,7 @@ mod merge;
 mod paths;
 mod report_args;
 mod selftest;
+mod shard;
 mod values;
 
 use clap::{Parser, Subcommand};

@@ -10,6 +10,10 @@ use crate::compare::verdict::Verdict;
 
 pub const DATASET_SCHEMA: &str = "hsdiff.dataset/v1";
 
+/// The most shards a run is cut into (`--shard I/N`, and what a part may claim): far past any
+/// cluster, and small enough that nothing sized by N can exhaust memory.
+pub const MAX_SHARDS: usize = 1 << 24;
+
 impl crate::render::JsonDocument for DatasetReport {
     const WHAT: &'static str = "the dataset report";
 }
@@ -110,6 +114,11 @@ pub struct DatasetReport {
     #[serde(default)]
     pub sample_notes: Vec<String>,
     pub command: Option<String>,
+    /// A shard's part (`--shard`): the run it belongs to and the digest of the file. Last, so
+    /// that the digest is the file's last string ([`super::dataset_part`]); absent from a whole
+    /// run's report and from a merge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<super::dataset_part::PartHeader>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

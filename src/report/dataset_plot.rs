@@ -541,6 +541,7 @@ mod tests {
             notes: vec![],
             sample_notes: vec![],
             command: None,
+            part: None,
         }
     }
 

@@ -248,7 +248,13 @@ pub fn renderer(format: Format) -> Box<dyn Render<DatasetReport>> {
 
 /// Writes the report as `options` ask, and draws `--plot` (`dataset_plot`).
 pub fn emit(r: &DatasetReport, options: &ReportOptions) -> Result<()> {
-    let bytes = renderer(options.format).render(r)?;
+    let mut bytes = renderer(options.format).render(r)?;
+    if options.format == Format::Json && r.part.is_some() {
+        // A shard's part carries the digest of its own bytes (`dataset_part`).
+        bytes = super::dataset_part::stamp(bytes).ok_or_else(|| {
+            crate::error::Error::Internal("a part's JSON has no digest to stamp".into())
+        })?;
+    }
     options.write(&bytes, &[&r.summary])?;
     if let Some(path) = &options.plot {
         super::dataset_plot::write_plot(r, path)?;

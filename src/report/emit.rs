@@ -38,6 +38,15 @@ impl FailOn {
             FailOn::Mismatch => verdict == Verdict::Mismatch,
         }
     }
+
+    /// The command line's name (`--fail-on NAME`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailOn::Drift => "drift",
+            FailOn::Mismatch => "mismatch",
+            FailOn::Never => "never",
+        }
+    }
 }
 
 /// How and where a report is written.

@@ -4,6 +4,7 @@
 mod build;
 pub mod cells;
 pub mod dataset;
+pub mod dataset_part;
 pub mod dataset_plot;
 pub mod dataset_render;
 pub mod emit;

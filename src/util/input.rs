@@ -14,14 +14,19 @@ use crate::util::limits;
 /// Opens `path` for reading only if it is a regular file (after following links): a FIFO would
 /// block the open, a device or `/dev/zero` would never end, a directory is not data.
 pub fn open_regular(path: &Path) -> Result<File> {
+    let (file, meta) = open_checked(path)?;
+    record_opened(path, &meta);
+    Ok(file)
+}
+
+fn open_checked(path: &Path) -> Result<(File, std::fs::Metadata)> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     check_regular(path, &meta.file_type())?;
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
     // The path may have been swapped between the two calls: check what was opened.
     let meta = file.metadata().map_err(|e| Error::io(path, e))?;
     check_regular(path, &meta.file_type())?;
-    record_opened(path, &meta);
-    Ok(file)
+    Ok((file, meta))
 }
 
 /// Every file opened through [`open_regular`]: its identity (device, inode) and resolved path.
@@ -67,7 +72,17 @@ fn check_regular(path: &Path, kind: &std::fs::FileType) -> Result<()> {
 /// The whole of a regular file, refused up front if it is longer than `cap` bytes (`limit`
 /// names the `--limit` that raises the cap).
 pub fn read_regular(path: &Path, cap: usize, limit: &str) -> Result<Vec<u8>> {
-    let file = open_regular(path)?;
+    read_bounded(path, open_regular(path)?, cap, limit)
+}
+
+/// As [`read_regular`], a file an earlier run of this command wrote where this one writes (a
+/// shard's part at `--out`, read to resume it): not recorded as an input, since this run may
+/// replace it.
+pub fn read_previous_output(path: &Path, cap: usize, limit: &str) -> Result<Vec<u8>> {
+    read_bounded(path, open_checked(path)?.0, cap, limit)
+}
+
+fn read_bounded(path: &Path, file: File, cap: usize, limit: &str) -> Result<Vec<u8>> {
     let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
     let len = usize::try_from(len).unwrap_or(usize::MAX);
     if len > cap {

@@ -1,5 +1,5 @@
 //! Foundations every layer uses: text escaping, input limits and reading, devices and dtypes
-//! named on the command line, progress, memory maps, the output policy, `/proc` facts and the JSON
+//! named on the command line, progress, memory maps, the output policy, a scheduler's shard index, `/proc` facts and the JSON
 //! documents' encoding. Nothing here knows about models, files' formats or reports.
 
 pub mod device;
@@ -10,4 +10,5 @@ pub mod limits;
 pub mod mapped;
 pub mod output;
 pub mod progress;
+pub mod scheduler;
 pub mod sysinfo;

@@ -1,5 +1,5 @@
 //! Integration tests, `cli` binary: the commands end to end through the built binary: compare, the
-//! report renderers, verdicts, bench, env/check, drafter pipelines, and the module layering of
+//! report renderers, verdicts, bench, env/check, drafter pipelines, shards and merge, and the module layering of
 //! src/.
 //!
 //! One test binary per group (docs/architecture.md#tests): each former `tests/NAME.rs` is
@@ -18,5 +18,6 @@ mod moe;
 mod pipelines;
 mod pipelines_sglang;
 mod report;
+mod shards;
 mod verdicts;
 mod vllm;

@@ -17,13 +17,13 @@ use std::path::{Path, PathBuf};
 
 use candle_core::DType;
 
-use crate::commands::compare::dataset::DatasetOptions;
+use crate::commands::compare::dataset::{DatasetOptions, DatasetRun, PartOptions};
 use crate::commands::compare::pair::{Calibration, PairOptions, Trained, compare_pair};
 use crate::error::{Error, Result};
 use crate::formats::FileSource;
 use crate::formats::pipelines::{self, LayerIds, ReadOptions, layer_ids};
 use crate::report::Report;
-use crate::report::dataset::DatasetReport;
+use crate::report::dataset::{DatasetReport, Shard};
 use crate::weights::config::ModelConfig;
 
 /// What `hsdiff compare` was asked.
@@ -40,7 +40,9 @@ pub struct CompareRequest {
     pub layer_ids_b: Option<String>,
     pub draft_config: Option<PathBuf>,
     pub calibrate: Option<u64>,
-    pub shard: Option<String>,
+    pub shard: Option<Shard>,
+    /// With `shard`: the part's identity beyond these options and where to resume from.
+    pub part: Option<PartOptions>,
     pub tokens: Option<String>,
     pub prompt: Option<String>,
 }
@@ -49,6 +51,8 @@ pub struct CompareRequest {
 pub enum Compared {
     Pair(Box<Report>),
     Dataset(Box<DatasetReport>),
+    /// A shard whose complete part was already at `--out`: its report, not rewritten.
+    Resumed(Box<DatasetReport>),
 }
 
 impl CompareRequest {
@@ -92,7 +96,10 @@ pub fn compare(req: &CompareRequest) -> Result<Compared> {
                 "applies to two files, not to datasets (each sample carries its own token ids)",
             ));
         }
-        return compare_datasets(req, read_a, read_b).map(|r| Compared::Dataset(Box::new(r)));
+        return Ok(match compare_datasets(req, read_a, read_b)? {
+            DatasetRun::Compared(r) => Compared::Dataset(Box::new(r)),
+            DatasetRun::Resumed(r) => Compared::Resumed(Box::new(r)),
+        });
     }
     if req.shard.is_some() || req.calibrate.is_some() {
         return Err(Error::argument(
@@ -208,7 +215,7 @@ fn compare_datasets(
     req: &CompareRequest,
     read_a: ReadOptions,
     read_b: ReadOptions,
-) -> Result<DatasetReport> {
+) -> Result<DatasetRun> {
     if req.calibrate.is_some() && req.model.is_none() {
         return Err(Error::argument("--calibrate", "needs --model DIR"));
     }
@@ -224,7 +231,8 @@ fn compare_datasets(
         calibrate: req
             .calibrate
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
-        shard: req.shard.as_deref().map(dataset::parse_shard).transpose()?,
+        shard: req.shard,
+        part: req.part.clone(),
     };
     dataset::run(&req.a, &req.b, &opts)
 }

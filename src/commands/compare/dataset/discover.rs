@@ -6,9 +6,11 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use super::listing;
 use crate::error::{Error, Result};
 use crate::formats::FileSource;
 use crate::formats::pipelines::{ReadOptions, sample_id};
+use crate::report::dataset_part::InputListing;
 
 /// File names a capture can have.
 const CAPTURE_SUFFIXES: &[&str] = &[
@@ -53,6 +55,8 @@ pub struct Side {
     pub pipeline: bool,
     /// Whether some file carries an hsdiff fingerprint (which may name a model to calibrate).
     pub fingerprinted: bool,
+    /// Every file the side listed, for a shard's part (`listing`).
+    pub listing: InputListing,
 }
 
 /// Whether `spec` names more than one file: a folder or a glob.
@@ -64,8 +68,9 @@ fn has_wildcard(s: &str) -> bool {
     s.contains(['*', '?'])
 }
 
-/// The files `spec` names, in natural order (`data_2` before `data_10`).
-pub fn files(spec: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+/// The files `spec` names, in natural order (`data_2` before `data_10`); the files no capture's
+/// by name; and the listing of both (every file of an SGLang pass, before one stands for it).
+pub fn files(spec: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>, InputListing)> {
     let text = spec.to_string_lossy().into_owned();
     let (root, pattern): (PathBuf, Option<Vec<String>>) = if has_wildcard(&text) {
         let parts: Vec<&str> = text.split('/').collect();
@@ -85,7 +90,8 @@ pub fn files(spec: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
     } else if spec.is_dir() {
         (spec.to_path_buf(), None)
     } else {
-        return Ok((vec![spec.to_path_buf()], Vec::new()));
+        let listing = listing::of(spec, [spec]);
+        return Ok((vec![spec.to_path_buf()], Vec::new(), listing));
     };
     if !root.is_dir() {
         return Err(Error::file(&root, "no such folder (from the glob)"));
@@ -107,6 +113,7 @@ pub fn files(spec: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
         }
     }
     keep.sort_by_key(|p| natural_key(&p.to_string_lossy()));
+    let listing = listing::of(spec, keep.iter().chain(&skipped).map(PathBuf::as_path));
     // An SGLang dumper folder holds one file per tensor: one file stands for each forward pass.
     let keep = crate::formats::pipelines::sglang::collapse(keep)?;
     if keep.is_empty() {
@@ -118,7 +125,7 @@ pub fn files(spec: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
             ),
         ));
     }
-    Ok((keep, skipped))
+    Ok((keep, skipped, listing))
 }
 
 /// Folders are searched this deep at most (SpecForge nests one level, ge_data one).
@@ -219,7 +226,7 @@ pub fn side(
     hint: Option<candle_core::DType>,
     read: &ReadOptions,
 ) -> Result<(Side, Vec<(PathBuf, Error)>)> {
-    let (paths, skipped) = files(spec)?;
+    let (paths, skipped, listing) = files(spec)?;
     let mut samples = Vec::new();
     let mut formats: Vec<String> = Vec::new();
     let mut failed = Vec::new();
@@ -293,6 +300,7 @@ pub fn side(
             skipped,
             pipeline,
             fingerprinted,
+            listing,
         },
         failed,
     ))

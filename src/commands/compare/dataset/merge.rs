@@ -1,97 +1,113 @@
-//! `hsdiff merge PART.json…`: the dataset reports of `--shard I/N` runs joined into the report
-//! of the whole run — the same samples, per-layer rows, verdict and headline — after checking
-//! that the parts are the N shards of one dataset, each once.
+//! `hsdiff merge PART.json…`: the parts of `--shard I/N` runs joined into the report of the
+//! whole run — the same samples, per-layer rows, verdict and headline. Nothing in a part is
+//! taken on trust: each is checked whole (digest, rows against its shard, verdict against its
+//! rows: [`super::part::parse`]), all must be parts of one run, each shard once and none
+//! missing; the merged verdict and headline are computed again from the samples' rows.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use super::aggregate;
+use super::part;
 use crate::error::{Error, Result};
-use crate::report::dataset::{DATASET_SCHEMA, DatasetReport};
+use crate::report::dataset::DatasetReport;
+use crate::report::dataset_part::{PartHeader, first_difference};
 
-fn read(path: &PathBuf) -> Result<DatasetReport> {
-    let bytes = crate::util::input::read_regular(
-        path,
-        crate::util::limits::get().json_bytes,
-        "json-bytes",
-    )?;
-    let r: DatasetReport = serde_json::from_slice(&bytes).map_err(|e| {
-        Error::file(
-            path,
-            format!("not a dataset report ({DATASET_SCHEMA}, from --format json): {e}"),
-        )
-    })?;
-    if r.schema != DATASET_SCHEMA {
-        return Err(Error::file(
-            path,
-            format!("schema `{}`, not {DATASET_SCHEMA}", r.schema),
-        ));
-    }
-    Ok(r)
-}
+/// Missing shards named at most this many at once.
+const NAMED: usize = 10;
 
-/// Joins the shard reports at `paths`.
+/// Joins the parts at `paths`.
 pub fn merge(paths: &[PathBuf]) -> Result<DatasetReport> {
-    let mut parts = Vec::with_capacity(paths.len());
+    let mut parts: Vec<(&PathBuf, DatasetReport, PartHeader)> = Vec::with_capacity(paths.len());
     for p in paths {
-        parts.push((p, read(p)?));
+        let bytes = crate::util::input::read_regular(
+            p,
+            crate::util::limits::get().json_bytes,
+            "json-bytes",
+        )?;
+        let (r, h) = part::parse(&bytes).map_err(|why| Error::file(p, why))?;
+        parts.push((p, r, h));
     }
-    let Some((first_path, first)) = parts.first() else {
-        return Err(Error::argument("PART.json", "no report to merge"));
+    let Some((first_path, first, first_header)) = parts.first() else {
+        return Err(Error::argument("PART.json", "no part to merge"));
     };
-    let count = match first.shard {
-        Some(s) => s.count,
-        None => {
-            return Err(Error::file(
-                first_path,
-                "not a shard's report (no `shard`): run with --shard I/N",
-            ));
+    let count = first_header.shard.count;
+    // Keyed by index: nothing is sized by a count a file claims.
+    let mut seen: BTreeMap<usize, &PathBuf> = BTreeMap::new();
+    for (path, r, h) in &parts {
+        let another = |what: String| {
+            Error::file(
+                path,
+                format!(
+                    "a part of another run than {}: {what}",
+                    first_path.display()
+                ),
+            )
+        };
+        if let Some(d) = first_difference(&first_header.run, &h.run) {
+            return Err(another(d));
         }
-    };
-    let mut seen = vec![None; count];
-    for (path, r) in &parts {
         let same = r.a == first.a
             && r.b == first.b
             && r.pairs_total == first.pairs_total
             && r.unpaired_a == first.unpaired_a
             && r.unpaired_b == first.unpaired_b
             && r.token_mismatches == first.token_mismatches
-            && r.calibration == first.calibration;
+            && r.calibration == first.calibration
+            && r.formats_a == first.formats_a
+            && r.formats_b == first.formats_b;
         if !same {
+            return Err(another(
+                "the sides' pairing, pairs_total, formats or calibration differ".to_string(),
+            ));
+        }
+        if let Some(other) = seen.insert(h.shard.index, path) {
             return Err(Error::file(
                 path,
                 format!(
-                    "a shard of another comparison than {} (sides, pairs or calibration differ)",
-                    first_path.display()
+                    "shard {}/{count} again (also {})",
+                    h.shard.index,
+                    other.display()
                 ),
             ));
         }
-        let s = r
-            .shard
-            .filter(|s| s.count == count && s.index < count)
-            .ok_or_else(|| Error::file(path, format!("not one of {count} shards")))?;
-        if let Some(other) = seen[s.index].replace(*path) {
-            return Err(Error::file(
-                path,
-                format!("shard {}/{count} again (also {})", s.index, other.display()),
-            ));
-        }
     }
-    if let Some(missing) = seen.iter().position(Option::is_none) {
-        return Err(Error::argument(
-            "PART.json",
-            format!("shard {missing}/{count} is missing"),
-        ));
+    if seen.len() < count {
+        let missing: Vec<String> = (0..count)
+            .filter(|i| !seen.contains_key(i))
+            .take(NAMED)
+            .map(|i| i.to_string())
+            .collect();
+        let all = count - seen.len();
+        let msg = match all {
+            1 => format!("shard {}/{count} is missing", missing[0]),
+            _ if all <= NAMED => format!("shards {} of {count} are missing", missing.join(", ")),
+            _ => format!(
+                "shards {}, … of {count} are missing ({all} in all)",
+                missing.join(", ")
+            ),
+        };
+        return Err(Error::argument("PART.json", msg));
     }
     let mut whole = first.clone();
     whole.shard = None;
+    whole.part = None;
     whole.command = None;
     whole.samples = Vec::new();
     whole.failed = Vec::new();
-    for (_, r) in parts {
+    // Files that failed to open are found by every shard: each is kept once (a set, so that
+    // parts listing many such files merge in linear time).
+    let mut failed_seen = BTreeSet::new();
+    for (_, r, _) in parts {
         whole.samples.extend(r.samples);
         for f in r.failed {
-            // Files that failed to open are found by every shard.
-            if !whole.failed.contains(&f) {
+            let key = (
+                f.id.clone(),
+                f.file_a.clone(),
+                f.file_b.clone(),
+                f.error.clone(),
+            );
+            if failed_seen.insert(key) {
                 whole.failed.push(f);
             }
         }

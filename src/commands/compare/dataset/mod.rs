@@ -6,15 +6,18 @@
 //! others concurrently within a memory bound (`workers`, never more than a few samples in
 //! memory), and the rows are summed up in pairing order (`aggregate`). `--calibrate N`
 //! measures floors on the first N pairs of the whole dataset (in every shard) and applies them
-//! to the rest (`floors`); `--shard I/N` compares every N-th pair, and `hsdiff merge` joins the
-//! shards' reports into the report of the whole (`merge`).
+//! to the rest (`floors`); `--shard I/N` compares every N-th pair into a part that names its run
+//! (`part`, `listing`) — or finds that part already at `--out` and stops — and `hsdiff merge`
+//! joins verified parts into the report of the whole (`merge`).
 
 mod aggregate;
 mod discover;
 mod floors;
 mod keep_memory;
+mod listing;
 mod match_samples;
 pub mod merge;
+mod part;
 mod plan;
 mod prefetch;
 mod workers;
@@ -32,6 +35,7 @@ use crate::error::{Error, Result};
 use crate::formats::pipelines::ReadOptions;
 use crate::model::Model;
 use crate::report::dataset::{DATASET_SCHEMA, DatasetReport, Failed, Shard, Unpaired};
+use crate::report::emit::FailOn;
 use discover::Sample;
 use plan::{PairJob, PlanInputs, RunPlan};
 use workers::Workers;
@@ -49,29 +53,29 @@ pub struct DatasetOptions {
     /// all.
     pub calibrate: Option<usize>,
     pub shard: Option<Shard>,
+    /// With `shard`: the part's header is stamped on the report (and resumed from).
+    pub part: Option<PartOptions>,
 }
 
-/// `--shard I/N`.
-pub fn parse_shard(arg: &str) -> Result<Shard> {
-    let bad = || {
-        Error::argument(
-            "--shard",
-            format!("expects I/N with 0 ≤ I < N, got `{arg}`"),
-        )
-    };
-    let (i, n) = arg.split_once('/').ok_or_else(bad)?;
-    let (index, count): (usize, usize) = (
-        i.trim().parse().map_err(|_| bad())?,
-        n.trim().parse().map_err(|_| bad())?,
-    );
-    if count == 0 || index >= count {
-        return Err(bad());
-    }
-    Ok(Shard { index, count })
+/// What a `--shard` run knows beyond the comparison: the rest of its part's identity, and where
+/// an earlier run of it may have left its part.
+#[derive(Debug, Clone)]
+pub struct PartOptions {
+    /// `--fail-on`: decides the shard's exit code, so it is part of the run.
+    pub fail_on: FailOn,
+    /// `--out` of a JSON part: resumed from when it already holds this run's part.
+    pub resume_from: Option<PathBuf>,
+}
+
+/// A dataset run's result: compared now, or a complete part of the same run found at
+/// `--out` (the shard was not run again).
+pub enum DatasetRun {
+    Compared(DatasetReport),
+    Resumed(DatasetReport),
 }
 
 /// Compares the samples of `a` with those of `b`.
-pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
+pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetRun> {
     keep_memory::keep_freed_buffers();
     let (side_a, failed_a) = discover::side(a, opts.dtype_hint, &opts.read_a)?;
     let (side_b, failed_b) = discover::side(b, opts.dtype_hint, &opts.read_b)?;
@@ -102,6 +106,20 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         }
     }
     let total = matching.pairs.len();
+    if let Some(s) = opts.shard {
+        part::check_fits(s, total)?;
+    }
+    let mut header = match (&opts.part, opts.shard) {
+        (Some(p), Some(s)) => Some(part::header((&side_a, &side_b), opts, p, s)?),
+        _ => None,
+    };
+    if let (Some(h), Some(path)) = (
+        &header,
+        opts.part.as_ref().and_then(|p| p.resume_from.as_ref()),
+    ) && let Some(done) = part::resume(path, h)
+    {
+        return Ok(DatasetRun::Resumed(done));
+    }
     let plan = RunPlan::new(
         &matching.pairs,
         PlanInputs {
@@ -132,6 +150,8 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         _ => None,
     };
     let mut failed: Vec<Failed> = Vec::new();
+    // This shard's pairs that failed: with the rows, every pair of the shard (the part's check).
+    let mut failed_pairs: Vec<usize> = Vec::new();
     for (path, e) in failed_a.iter().chain(&failed_b) {
         failed.push(Failed {
             id: crate::formats::pipelines::sample_id(path),
@@ -195,7 +215,10 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         if job.keep {
             match outcome {
                 Ok(o) => samples.push(row_of(job, sa, sb, &o)),
-                Err(e) => failed.push(failed_of(sa, sb, e)),
+                Err(e) => {
+                    failed_pairs.push(job.k);
+                    failed.push(failed_of(sa, sb, e));
+                }
             }
         }
         progress.tick(&sa.id);
@@ -221,7 +244,10 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
     workers::run_all(&rest, workers.count, judge, |i, row| {
         match row {
             Ok(row) => samples.push(row),
-            Err(f) => failed.push(f),
+            Err(f) => {
+                failed_pairs.push(rest[i].k);
+                failed.push(f);
+            }
         }
         let j = &rest[i];
         progress.tick(&side_a.samples[j.pair.a].id);
@@ -281,9 +307,15 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetReport> {
         notes,
         sample_notes: Vec::new(),
         command: opts.pair.command.clone(),
+        part: None,
     };
     aggregate::finish(&mut report);
-    Ok(report)
+    if let Some(h) = &mut header {
+        failed_pairs.sort_unstable();
+        h.failed_pairs = failed_pairs;
+    }
+    report.part = header;
+    Ok(DatasetRun::Compared(report))
 }
 
 fn row_of(
