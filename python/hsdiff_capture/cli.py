@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
 
+from . import __version__
+from .binary import ENV_VAR, checked, locate
 from .environment import local_folder
 from .errors import CaptureError
 from .fingerprint import torch_dtype_name
@@ -201,13 +202,15 @@ def run_reserved(args, note, settings, outs) -> int:
         note(f"--ab {settings[0]},{settings[1]}: both sides ran the same implementations "
              f"({', '.join(f'{k}: {v}' for k, v in ran[0].items()) or 'none recorded'}), so the comparison "
              "does not test one against the other (is the kernel package importable here?)")
-    hsdiff = shutil.which("hsdiff")
-    if hsdiff is None:
-        note(f"hsdiff is not on PATH; compare with: hsdiff compare {paths[0]} {paths[1]}")
+    found = locate()
+    if found is None:
+        note(f"no hsdiff here (not in this environment, ${ENV_VAR} unset, none on PATH); compare with: "
+             f"hsdiff compare {paths[0]} {paths[1]}")
         return 0
-    note(f"running: hsdiff compare {paths[0]} {paths[1]}")
+    hsdiff = checked(found)
+    note(f"running: hsdiff compare {paths[0]} {paths[1]} (hsdiff {__version__} at {hsdiff.describe()})")
     sys.stdout.flush()
-    return subprocess.run([hsdiff, "compare", str(paths[0]), str(paths[1])]).returncode
+    return subprocess.run([str(hsdiff.path), "compare", str(paths[0]), str(paths[1])]).returncode
 
 
 def what_ran(fp: dict) -> dict:
