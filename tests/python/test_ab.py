@@ -59,6 +59,8 @@ def test_ab_refuses_an_hsdiff_of_another_version(tmp_path, fizzbuzz_args, bare_p
     assert (f"error: hsdiff at {bindir / 'hsdiff'} ($HSDIFF_BIN) is version 0.0.1, but hsdiff-capture is "
             f"{hsdiff_capture.__version__}") in r.stderr, r.stderr
     assert not (bindir / "args").exists()  # never run for the comparison
+    # Refused before the model load: nothing captured.
+    assert "wrote " not in r.stderr and not list(tmp_path.glob("v.*")), r.stderr
 
 
 def test_ab_without_any_hsdiff_writes_both_and_says_how_to_compare(tmp_path, fizzbuzz_args, bare_python):

@@ -7,12 +7,13 @@ import json
 import subprocess
 
 import pytest
-from conftest import GOLDEN_MODEL, REPO, hsdiff_binary, run_cli
+from conftest import GOLDEN_MODEL, REPO, hsdiff_binary
 from hsdiff_capture import HsdiffError, compare
 from hsdiff_capture.compare import flags
 
 PIPELINES = REPO / "tests" / "fixtures" / "pipelines" / "qwen3_5_tiny"
 DATASET = (PIPELINES / "specforge_dflash", PIPELINES / "eval")
+COMPARE = REPO / "tests" / "fixtures" / "compare"
 
 
 def cli_json(*args: str) -> tuple[int, dict]:
@@ -26,15 +27,6 @@ def without(report: dict, *keys: str) -> dict:
     return {k: v for k, v in report.items() if k not in keys}
 
 
-@pytest.fixture(scope="module")
-def standin_dump(tmp_path_factory, standin, fizzbuzz_args):
-    """The capture with the stand-in kernels (25 % off the torch functions): a planted bug."""
-    out = tmp_path_factory.mktemp("standin") / "standin.safetensors"
-    r = run_cli([*fizzbuzz_args, "--out", str(out)], standin=standin)
-    assert r.returncode == 0, r.stderr
-    return out
-
-
 def test_same_captures_give_exit_code_0_and_the_clis_report(absent_dump):
     report = compare(absent_dump, absent_dump)
     assert report["exit_code"] == 0
@@ -42,10 +34,12 @@ def test_same_captures_give_exit_code_0_and_the_clis_report(absent_dump):
     assert code == 0 and without(report, "exit_code", "command") == without(cli, "command")
 
 
-def test_a_planted_bug_gives_exit_code_1(standin_dump, absent_dump):
-    report = compare(standin_dump, absent_dump)
-    assert report["exit_code"] == 1
-    code, cli = cli_json(str(standin_dump), str(absent_dump))
+def test_a_planted_bug_gives_exit_code_1():
+    # tests/cli's pair with a perturbation planted in one layer.
+    a, b = COMPARE / "dump_f32.safetensors", COMPARE / "dump_perturbed.safetensors"
+    report = compare(a, b)
+    assert report["exit_code"] == 1 and report["verdict"] == "mismatch"
+    code, cli = cli_json(str(a), str(b))
     assert code == 1 and without(report, "exit_code", "command") == without(cli, "command")
 
 
