@@ -33,10 +33,12 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.pins" 2>/dev/null)" != "$pins
     "$venv/era-a/bin/pip" install --quiet --no-cache-dir --no-deps -r tests/python/requirements-era-a.txt
     echo "$pins" > "$venv/.pins"
 fi
-# The package as a user gets it (`pip install ./python`), with the venv's pinned setuptools.
-# (setuptools builds in python/build: a stale copy there could ship modules no longer in the sources.)
-rm -rf python/build
-"$venv/bin/pip" install --quiet --no-deps --no-build-isolation --force-reinstall ./python
+# The package as a PyTorch user gets it: the root wheel with the hsdiff binary and hsdiff_capture
+# (pyproject.toml). maturin's dev profile is `cargo test`'s, so the binary above is reused, not
+# rebuilt (about 10 s: zipping it). tests/python/test_package.py builds `pip install ./python` too.
+rm -rf target/wheels
+"$venv/bin/maturin" build --quiet --locked --profile dev --out target/wheels
+"$venv/bin/pip" install --quiet --no-deps --force-reinstall target/wheels/hsdiff-*.whl
 
 # The package clean under ruff and mypy (configured in python/pyproject.toml; pinned above), and
 # its tests under the same ruff rules.
@@ -44,9 +46,13 @@ rm -rf python/build
 "$venv/bin/ruff" check --config python/pyproject.toml tests/python
 (cd python && "$venv/bin/mypy")
 
-# pytest exits 5 when it collects no test: that is a failure here, never a pass.
+# pytest exits 5 when it collects no test: that is a failure here, never a pass. It runs with no
+# hsdiff on PATH and no $HSDIFF_BIN: the tests run the wheel's binary, as the package finds it.
 rc=0
-HSDIFF_BIN="$PWD/target/debug/hsdiff" HSDIFF_ERA_A_PYTHON="$venv/era-a/bin/python" \
+no_hsdiff_path="$(tr ':' '\n' <<<"$PATH" | while read -r dir; do
+    if [ -n "$dir" ] && [ ! -e "$dir/hsdiff" ]; then printf '%s:' "$dir"; fi
+done)"
+env -u HSDIFF_BIN PATH="${no_hsdiff_path%:}" HSDIFF_ERA_A_PYTHON="$venv/era-a/bin/python" \
     "$venv/bin/python" -m pytest tests/python -q -p no:cacheprovider || rc=$?
 if [ "$rc" -eq 5 ]; then
     echo "scripts/test.sh: error: pytest collected no tests in tests/python" >&2

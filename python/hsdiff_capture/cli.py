@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
 
+from . import __version__
+from .binary import ENV_VAR, Hsdiff, checked, locate
 from .environment import local_folder
 from .errors import CaptureError
 from .fingerprint import torch_dtype_name
@@ -159,6 +160,9 @@ def run(args, note) -> int:
         Request.from_options(args.linear_attention, conv=args.conv, core=args.core, norm=args.norm)]
     for request in requests:  # before the (possibly long) model load: fail fast
         request.package_functions()
+    # --ab's hsdiff, found and version-checked before the model load too (None: none here).
+    found = locate() if settings else None
+    hsdiff = checked(found) if found is not None else None
     # Every output checked and reserved before the model loads; never over the model's folder or
     # files or the prompt file (outputs.py).
     paths = ab_paths(args.out, settings) if settings else [args.out]
@@ -167,13 +171,13 @@ def run(args, note) -> int:
     try:
         for out in outs:
             out.reserve()
-        return run_reserved(args, note, settings, outs)
+        return run_reserved(args, note, settings, outs, hsdiff)
     finally:
         for out in outs:
             out.discard()
 
 
-def run_reserved(args, note, settings, outs) -> int:
+def run_reserved(args, note, settings, outs, hsdiff: Hsdiff | None) -> int:
     import torch
 
     torch_dtype = getattr(torch, torch_dtype_name(args.dtype))
@@ -201,13 +205,13 @@ def run_reserved(args, note, settings, outs) -> int:
         note(f"--ab {settings[0]},{settings[1]}: both sides ran the same implementations "
              f"({', '.join(f'{k}: {v}' for k, v in ran[0].items()) or 'none recorded'}), so the comparison "
              "does not test one against the other (is the kernel package importable here?)")
-    hsdiff = shutil.which("hsdiff")
     if hsdiff is None:
-        note(f"hsdiff is not on PATH; compare with: hsdiff compare {paths[0]} {paths[1]}")
+        note(f"no hsdiff here (not in this environment, ${ENV_VAR} unset, none on PATH); compare with: "
+             f"hsdiff compare {paths[0]} {paths[1]}")
         return 0
-    note(f"running: hsdiff compare {paths[0]} {paths[1]}")
+    note(f"running: hsdiff compare {paths[0]} {paths[1]} (hsdiff {__version__} at {hsdiff.describe()})")
     sys.stdout.flush()
-    return subprocess.run([hsdiff, "compare", str(paths[0]), str(paths[1])]).returncode
+    return subprocess.run([str(hsdiff.path), "compare", str(paths[0]), str(paths[1])]).returncode
 
 
 def what_ran(fp: dict) -> dict:

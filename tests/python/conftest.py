@@ -96,14 +96,25 @@ def cli_command() -> list[str]:
 
 
 def run_cli(args: list[str], standin: Path | None = None, path: str | None = None,
-            script: bool = False) -> subprocess.CompletedProcess:
+            script: bool = False, python: Path | None = None,
+            hsdiff_bin: Path | None = None) -> subprocess.CompletedProcess:
+    """The installed `hsdiff-capture`, or `python -m hsdiff_capture` with another interpreter
+    (`bare_python`: one whose environment has no hsdiff of its own)."""
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
+    env.pop("HSDIFF_BIN", None)
     if standin is not None:
         env["PYTHONPATH"] = str(standin)
     if path is not None:
         env["PATH"] = path
-    cmd = [sys.executable, str(REPO / "scripts" / "capture_hf.py")] if script else cli_command()
+    if hsdiff_bin is not None:
+        env["HSDIFF_BIN"] = str(hsdiff_bin)
+    if script:
+        cmd = [sys.executable, str(REPO / "scripts" / "capture_hf.py")]
+    elif python is not None:
+        cmd = [str(python), "-m", "hsdiff_capture"]
+    else:
+        cmd = cli_command()
     return subprocess.run(cmd + args, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -164,11 +175,40 @@ def absent_dump(tmp_path_factory, fizzbuzz_args) -> Path:
 
 
 def hsdiff_binary() -> Path:
-    """hsdiff built by `cargo test` (scripts/test.sh runs it first), or $HSDIFF_BIN."""
-    env = os.environ.get("HSDIFF_BIN")
-    path = Path(env) if env else REPO / "target" / "debug" / "hsdiff"
-    assert path.is_file(), f"{path} missing: build hsdiff first (cargo build; scripts/test.sh does)"
+    """The hsdiff this environment's wheel installed next to the interpreter (scripts/test.sh
+    builds the wheel at the repository root and installs it here)."""
+    path = Path(sys.executable).parent / "hsdiff"
+    assert path.is_file(), f"{path} missing: install the wheel first (maturin build; scripts/test.sh does)"
     return path
+
+
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory) -> Path:
+    """An interpreter of a venv that sees this environment's packages (a .pth file) but has no
+    `hsdiff` of its own in its bin/: where the package must fall back to $HSDIFF_BIN and PATH."""
+    import sysconfig
+
+    root = tmp_path_factory.mktemp("bare-venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    python = root / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    # Every site folder this interpreter sees (its purelib, and any that a .pth there added).
+    sites = [p for p in sys.path if p.endswith("site-packages")] or [sysconfig.get_paths()["purelib"]]
+    (Path(purelib) / "zz-hsdiff-test-base.pth").write_text("".join(f"{p}\n" for p in sites))
+    assert not (root / "bin" / "hsdiff").exists()
+    return python
+
+
+def fake_hsdiff(folder: Path, version: str, code: int = 2) -> Path:
+    """A stand-in `hsdiff` in `folder`: answers `--version` with `version`, records any other
+    arguments in folder/args and exits `code`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fake = folder / "hsdiff"
+    fake.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then echo "hsdiff {version}"; exit 0; fi\n'
+                    f'echo "$@" > {folder}/args\nexit {code}\n')
+    fake.chmod(0o755)
+    return fake
 
 
 def path_with(folder: Path) -> str:
