@@ -21,10 +21,9 @@ mod values;
 
 use clap::{Parser, Subcommand};
 
-use boundary::{catch_panics, clap_line};
-
 use crate::error::Result;
 use crate::util::input::BUILTIN_PROMPTS;
+use boundary::{catch_panics, clap_line};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -60,7 +59,7 @@ enum Command {
     /// Compare two files of captured hidden states (hsdiff dumps, safetensors, torch.save,
     /// .npy/.npz, drafter pipelines' samples), or two datasets of them (folders or globs).
     Compare(compare::CompareArgs),
-    /// Join the JSON reports of `compare … --shard I/N` runs into the dataset's report.
+    /// Join the parts of `compare … --shard I/N` runs, each verified, into the dataset's report.
     Merge(merge::MergeArgs),
     /// List the linear-attention backends and what each would run on each device kind.
     Backends,
