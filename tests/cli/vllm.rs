@@ -46,7 +46,11 @@ fn largest_layer_diff(r: &serde_json::Value) -> f64 {
 /// bit once summed in bf16 (an f32 sum is not: the generator checks both).
 #[test]
 fn pairs_sum_in_bf16_to_the_transformers_capture() {
-    for pairs in ["pairs.bf16.pt", "pairs.bf16.safetensors"] {
+    for pairs in [
+        "pairs.bf16.pt",
+        "pairs.bf16.safetensors",
+        "pairs_by_index.bf16.pt",
+    ] {
         let (code, r, err) = compare_json(
             &PathBuf::from(fixture(pairs)),
             &PathBuf::from(fixture("transformers.bf16.pt")),
