@@ -1,8 +1,8 @@
 //! vLLM's decoder layers return the pair `(hidden_states, residual)` and leave the residual add
 //! to the next layer's fused add-RMSNorm; the hidden state transformers reports (and hsdiff
 //! compares) is their sum. A dump that keeps the pair — a 2-tuple saved as is under a layer's
-//! module path (`model.layers.N` → `.0`, `.1`), or the halves named `….hidden` / `….residual` —
-//! is read as `layers.N = hidden + residual`.
+//! module path (`model.layers.N` → `.0`, `.1`) or its index, or the halves named `….hidden` /
+//! `….residual` — is read as `layers.N = hidden + residual`.
 //!
 //! The sum is made in the tensors' own dtype and rounded once, as vLLM's
 //! `fused_add_rms_norm` kernel does (`z = input + residual` in the scalar type, stored back as the
@@ -28,7 +28,9 @@ enum Half {
 /// halves are named rather than numbered).
 fn half_of(e: &Entry) -> Option<(String, Half, bool)> {
     let (parent, last) = e.raw.rsplit_once('.')?;
-    if !naming::is_decoder_layer(parent) {
+    // A layer's module path, or its index as a dict key (`{3: (hidden, residual)}`), whose
+    // reading as layer N's output or input the name conventions then decide.
+    if !naming::is_decoder_layer(parent) && parent.parse::<usize>().is_err() {
         return None;
     }
     let (half, named) = match last {

@@ -46,7 +46,11 @@ fn largest_layer_diff(r: &serde_json::Value) -> f64 {
 /// bit once summed in bf16 (an f32 sum is not: the generator checks both).
 #[test]
 fn pairs_sum_in_bf16_to_the_transformers_capture() {
-    for pairs in ["pairs.bf16.pt", "pairs.bf16.safetensors"] {
+    for pairs in [
+        "pairs.bf16.pt",
+        "pairs.bf16.safetensors",
+        "pairs_by_index.bf16.pt",
+    ] {
         let (code, r, err) = compare_json(
             &PathBuf::from(fixture(pairs)),
             &PathBuf::from(fixture("transformers.bf16.pt")),
@@ -175,4 +179,26 @@ fn repeated_tokens_name_the_extract_hidden_states_bug() {
         "{err}"
     );
     assert!(err.contains("vllm-project/vllm#56417"), "{err}");
+}
+
+/// States and token ids of one request that do not add up are refused, never compared.
+#[test]
+fn states_that_do_not_add_up_to_the_ids_are_refused() {
+    let out = hsdiff(
+        &[
+            "compare",
+            &fixture("one_state/req-0.safetensors"),
+            &fixture("transformers.bf16.pt"),
+            "--layer-ids",
+            "2,4,5",
+        ],
+        &repo_root(),
+    );
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("`hidden_states` holds 1 states for 39 token ids (one position's state"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
