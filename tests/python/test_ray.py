@@ -99,17 +99,6 @@ def test_the_killed_shard_is_run_again(killed_run):
     assert sorted(q.name for q in run["parts"].iterdir()) == ["part-0.json", "part-1.json", "part-2.json"]
 
 
-def close(a, b) -> bool:
-    """Equal, numbers within 4 ulp (see the xfail below), the same structure otherwise."""
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or abs(a - b) <= 4 * sys.float_info.epsilon * max(abs(a), abs(b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
-
-
 def test_the_merge_equals_the_unsharded_run(killed_run):
     run = killed_run
     whole, merged = run["whole"], run["merged"]
@@ -121,14 +110,9 @@ def test_the_merge_equals_the_unsharded_run(killed_run):
         (s["id"], s["verdict"], s["first_divergent"]) for s in whole["samples"]]
     assert [(r["name"], r["flagged"], r["worst_sample"]) for r in merged["layers"]] == [
         (r["name"], r["flagged"], r["worst_sample"]) for r in whole["layers"]]
-    rest = {k: v for k, v in whole.items() if k not in ("command", "exit_code")}
-    assert close({k: v for k, v in merged.items() if k != "command"}, rest)
     assert merged["summary"] in run["stdout"]  # the merge's table leads with the same sentence
 
 
-@pytest.mark.xfail(strict=False, reason="hsdiff merge reads the parts with serde_json's default float parser, "
-                   "which is not round-trip exact: a part's 0.21764138311610162 comes back as 0.2176413831161016 "
-                   "(serde_json's float_roundtrip feature would make it exact)")
 def test_the_merge_is_bit_equal_to_the_unsharded_run(killed_run):
     whole, merged = killed_run["whole"], killed_run["merged"]
     assert {k: v for k, v in merged.items() if k != "command"} == {
