@@ -103,6 +103,11 @@ pub struct CompareArgs {
     #[arg(long, value_name = "TEXT|@FILE|NAME")]
     pub prompt: Option<String>,
 
+    /// Datasets: pairs of equal ids whose token ids differ are expected (listed, left out, and
+    /// the exit code is that of the compared pairs); without it such a pair exits 1.
+    #[arg(long)]
+    pub allow_token_mismatch: bool,
+
     #[command(flatten)]
     pub report: ReportArgs,
 }
@@ -130,6 +135,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         shard: args.shard.clone(),
         tokens: args.tokens.clone(),
         prompt: args.prompt.clone(),
+        allow_token_mismatch: args.allow_token_mismatch,
     };
     let options = args.report.options();
     options.check_targets(&req.inputs())?;

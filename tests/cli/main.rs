@@ -14,6 +14,7 @@ mod cli;
 mod compare;
 mod env_check;
 mod field;
+mod findings;
 mod pipelines;
 mod pipelines_sglang;
 mod report;

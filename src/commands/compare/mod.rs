@@ -5,9 +5,11 @@
 
 pub mod dataset;
 pub mod disjoint;
+pub mod layer_id_slip;
 pub mod pair;
 pub mod pair_steps;
 pub mod plausibility;
+pub mod token_difference;
 pub mod tokens;
 
 use std::path::{Path, PathBuf};
@@ -40,6 +42,8 @@ pub struct CompareRequest {
     pub shard: Option<String>,
     pub tokens: Option<String>,
     pub prompt: Option<String>,
+    /// `--allow-token-mismatch` (datasets).
+    pub allow_token_mismatch: bool,
 }
 
 /// One pair's report, or a dataset's.
@@ -91,12 +95,14 @@ pub fn compare(req: &CompareRequest) -> Result<Compared> {
         }
         return compare_datasets(req, read_a, read_b).map(|r| Compared::Dataset(Box::new(r)));
     }
-    if req.shard.is_some() || req.calibrate.is_some() {
+    if req.shard.is_some() || req.calibrate.is_some() || req.allow_token_mismatch {
         return Err(Error::argument(
             if req.shard.is_some() {
                 "--shard"
-            } else {
+            } else if req.calibrate.is_some() {
                 "--calibrate"
+            } else {
+                "--allow-token-mismatch"
             },
             "applies to datasets (folders, globs or batched files), not to two files",
         ));
@@ -222,6 +228,7 @@ fn compare_datasets(
             .calibrate
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         shard: req.shard.as_deref().map(dataset::parse_shard).transpose()?,
+        allow_token_mismatch: req.allow_token_mismatch,
     };
     dataset::run(&req.a, &req.b, &opts)
 }
