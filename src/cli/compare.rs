@@ -106,6 +106,11 @@ pub struct CompareArgs {
     #[arg(long, value_name = "TEXT|@FILE|NAME")]
     pub prompt: Option<String>,
 
+    /// Datasets: pairs of equal ids whose token ids differ are expected (listed, left out, and
+    /// the exit code is that of the compared pairs); without it such a pair exits 1.
+    #[arg(long)]
+    pub allow_token_mismatch: bool,
+
     #[command(flatten)]
     pub report: ReportArgs,
 }
@@ -137,6 +142,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         part,
         tokens: args.tokens.clone(),
         prompt: args.prompt.clone(),
+        allow_token_mismatch: args.allow_token_mismatch,
     };
     options.check_targets(&req.inputs())?;
     match compare(&req)? {

@@ -10,6 +10,7 @@
 //! and `read` reads them.
 
 mod entry_names;
+mod hook_batch;
 pub mod mapped_rows;
 pub mod naming;
 pub mod npy;
@@ -140,9 +141,9 @@ pub struct FileSource {
     residuals: BTreeMap<usize, Entry>,
     /// What a drafter pipeline's file was read as ([`pipelines`]), if one wrote it.
     pub pipeline: Option<pipelines::PipelineInfo>,
-    /// An SGLang forward pass batching several requests: how many (each is a sample); 1
-    /// otherwise.
-    pub requests_in_pass: usize,
+    /// Samples the file holds when no pipeline reading says: an SGLang forward pass's requests,
+    /// a masked hook batch's rows ([`hook_batch`]); 1 otherwise.
+    pub samples_in_file: usize,
     /// Such a pass's token ids of each request (empty when it holds one or carries none): the
     /// other requests' ids without reading the pass again ([`FileSource::held_input_ids`]).
     pass_ids: Vec<Tensor>,
@@ -160,7 +161,7 @@ impl FileSource {
     pub fn samples_held(&self) -> usize {
         self.pipeline
             .as_ref()
-            .map_or(self.requests_in_pass, |p| p.batch)
+            .map_or(self.samples_in_file, |p| p.batch)
     }
 
     /// The token ids of sample `b` of this file when this source already holds them (every
@@ -241,6 +242,7 @@ impl FileSource {
             src.pair_residuals()?;
             src.split_stacked()?;
             src.assign_names();
+            src.read_hook_batch(opts.sample)?;
         }
         Ok(src)
     }
@@ -266,7 +268,7 @@ impl FileSource {
             stored: Default::default(),
             residuals: BTreeMap::new(),
             pipeline: None,
-            requests_in_pass: 1,
+            samples_in_file: 1,
             pass_ids: Vec::new(),
             inflated: false,
         }

@@ -95,8 +95,13 @@ pub struct DatasetReport {
     pub samples: Vec<SampleRow>,
     /// Per row name across samples, in forward order.
     pub layers: Vec<LayerRow>,
-    /// Pairs whose token ids differ: named and left out.
+    /// Pairs whose token ids differ: named and left out. A finding (exit 1) unless
+    /// `token_mismatches_allowed`.
     pub token_mismatches: Vec<Unpaired>,
+    /// `--allow-token-mismatch`: the pairs left out for their token ids are listed, and the exit
+    /// code is as for the compared pairs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub token_mismatches_allowed: bool,
     /// Samples of one side with no partner on the other.
     pub unpaired_a: Vec<Unpaired>,
     pub unpaired_b: Vec<Unpaired>,
@@ -222,6 +227,11 @@ pub struct Unpaired {
     /// For a token mismatch: the other side's file, and what differs.
     pub other: Option<String>,
     pub why: Option<String>,
+    /// For a token mismatch: the kind of difference in words, without the positions (a
+    /// leading token one side lacks, a shift by k, other ids), the same for pairs that differ
+    /// alike.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -533,6 +533,7 @@ mod tests {
             layers: vec![layer("layers.1"), layer("layers.4")],
             samples,
             token_mismatches: vec![],
+            token_mismatches_allowed: false,
             unpaired_a: vec![],
             unpaired_b: vec![],
             failed: vec![],

@@ -220,7 +220,10 @@ fn different_token_ids_are_refused() {
     let err = stderr(&o);
     assert!(err.contains("position 3"), "{err}");
     assert!(err.contains("dump_tokens.safetensors"), "{err}");
-    assert!(err.contains("A has 300, B has 301"), "{err}");
+    assert!(
+        err.contains("other ids from position 3 (A 300, B 301;"),
+        "{err}"
+    );
     assert!(o.stdout.is_empty());
 }
 

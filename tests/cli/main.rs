@@ -14,6 +14,7 @@ mod cli;
 mod compare;
 mod env_check;
 mod field;
+mod findings;
 mod moe;
 mod pipelines;
 mod pipelines_sglang;

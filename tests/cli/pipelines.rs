@@ -487,11 +487,11 @@ fn cross_format_pairing() {
     }
     let left_out = &r["token_mismatches"];
     assert_eq!(common::sample_ids(left_out), ["3"]);
+    // A tokenisation difference leads the headline, with how the ids differ.
+    let summary = r["summary"].as_str().expect("summary");
     assert!(
-        r["summary"]
-            .as_str()
-            .expect("summary")
-            .contains("1 pair(s) left out, token ids differ (3)")
+        summary.starts_with("token ids differ in 1 of") && summary.contains("left out (3: "),
+        "{summary}"
     );
 }
 

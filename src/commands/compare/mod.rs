@@ -6,11 +6,13 @@
 pub mod dataset;
 pub mod disjoint;
 mod engine_tokens;
+pub mod layer_id_slip;
 pub mod pair;
 pub mod pair_steps;
 pub mod plausibility;
 mod positions;
 pub mod routes;
+pub mod token_difference;
 pub mod tokens;
 
 use std::path::{Path, PathBuf};
@@ -45,6 +47,8 @@ pub struct CompareRequest {
     pub part: Option<PartOptions>,
     pub tokens: Option<String>,
     pub prompt: Option<String>,
+    /// `--allow-token-mismatch` (datasets).
+    pub allow_token_mismatch: bool,
 }
 
 /// One pair's report, or a dataset's.
@@ -101,12 +105,14 @@ pub fn compare(req: &CompareRequest) -> Result<Compared> {
             DatasetRun::Resumed(r) => Compared::Resumed(Box::new(r)),
         });
     }
-    if req.shard.is_some() || req.calibrate.is_some() {
+    if req.shard.is_some() || req.calibrate.is_some() || req.allow_token_mismatch {
         return Err(Error::argument(
             if req.shard.is_some() {
                 "--shard"
-            } else {
+            } else if req.calibrate.is_some() {
                 "--calibrate"
+            } else {
+                "--allow-token-mismatch"
             },
             "applies to datasets (folders, globs or batched files), not to two files",
         ));
@@ -233,6 +239,7 @@ fn compare_datasets(
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         shard: req.shard,
         part: req.part.clone(),
+        allow_token_mismatch: req.allow_token_mismatch,
     };
     dataset::run(&req.a, &req.b, &opts)
 }

@@ -13,12 +13,10 @@ use std::path::Path;
 use candle_core::{DType, Device};
 
 use crate::capture::Key;
-use crate::commands::compare::disjoint;
-use crate::commands::compare::pair_steps;
-use crate::commands::compare::plausibility;
 use crate::commands::compare::positions::{Positions, trained_positions};
 use crate::commands::compare::routes;
 use crate::commands::compare::tokens::{self, GivenIds};
+use crate::commands::compare::{disjoint, layer_id_slip, pair_steps, plausibility};
 use crate::compare::verdict::thresholds;
 use crate::compare::{Kind, OneSided, TensorSource};
 use crate::error::Result;
@@ -286,7 +284,8 @@ fn compare_on(
     let done = Job::plan(spec).execute(session.map(|(input, _)| input))?;
 
     let truth = done.truth();
-    for note in pair_steps::read_layer_indices(a, b, truth)? {
+    let (index_notes, slips) = pair_steps::read_layer_indices(a, b, truth)?;
+    for note in index_notes {
         say(&note);
         notes.push(note);
     }
@@ -391,7 +390,7 @@ fn compare_on(
     let a_side = pair_steps::side(a, label_a, dtype)?;
     let b_side = pair_steps::side(b, label_b, dtype)?;
     let trained_positions = trained_positions(a, b, tokens)?;
-    let report = done.report(Parts {
+    let mut report = done.report(Parts {
         a: Some(src_a),
         b: Some(src_b),
         a_side: a_side.clone(),
@@ -409,6 +408,7 @@ fn compare_on(
         one_sided: one_sided.clone(),
         uncalibrated_why: uncalibrated_why.clone(),
     })?;
+    layer_id_slip::lead_headline(&mut report, &slips);
 
     let trained = match trained_positions {
         Some(index) => {

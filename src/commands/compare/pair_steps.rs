@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::capture::fingerprint::Fingerprint;
 use crate::capture::{Captures, Key};
+use crate::commands::compare::layer_id_slip::{self, LayerIdSlip};
 use crate::compare::alignment::{self, Alignment};
 use crate::compare::{Kind, PlannedRow, TensorSource, plan_rows};
 use crate::error::{Error, Result};
@@ -76,20 +77,12 @@ pub fn token_ids(a: &FileSource, b: &FileSource) -> Result<(Vec<u32>, TokenIds)>
 }
 
 fn token_mismatch(a: &FileSource, b: &FileSource, x: &[u32], y: &[u32]) -> Error {
-    let pos = x
-        .iter()
-        .zip(y)
-        .position(|(p, q)| p != q)
-        .unwrap_or(x.len().min(y.len()));
-    let at = |v: &[u32]| v.get(pos).map_or("nothing".to_string(), |t| t.to_string());
+    let how = crate::commands::compare::token_difference::token_difference(x, y)
+        .map_or_else(|| "equal".to_string(), |d| d.describe());
     Error::Compare(format!(
-        "token ids differ: {} ({} tokens) and {} ({} tokens) first differ at position {pos} (A has {}, B has {}); the two captures are of different inputs",
+        "token ids differ: {} and {}: {how}; the two captures are of different inputs",
         a.path().display(),
-        x.len(),
         b.path().display(),
-        y.len(),
-        at(x),
-        at(y)
     ))
 }
 
@@ -158,16 +151,28 @@ pub fn check_sequence_len(model: &Model, sources: [&FileSource; 2], mapped: bool
 
 /// Bare layer indices: output of layer N, or hidden_states[N]? Decided against the truth, else
 /// against the other side when that one is a full capture; a side read as hidden_states[N] is
-/// shifted by one. Returns one note per index-keyed side saying how it was read.
+/// shifted by one. A pipeline's declared ids that the truth shows to be off are a finding
+/// ([`LayerIdSlip`]): the side is read as its states are, and the slip returned. Returns one
+/// note per index-keyed side saying how it was read, and the slips.
 pub fn read_layer_indices(
     a: &mut FileSource,
     b: &mut FileSource,
     truth: Option<&Captures>,
-) -> Result<Vec<String>> {
+) -> Result<(Vec<String>, Vec<LayerIdSlip>)> {
     let mut notes = Vec::new();
+    let mut slips = Vec::new();
     for side in ["A", "B"] {
         let (this, other) = if side == "A" { (&*a, &*b) } else { (&*b, &*a) };
         if !this.index_keyed {
+            continue;
+        }
+        if let Some(t) = truth
+            && let Some(slip) = layer_id_slip::find(side, this, t)?
+        {
+            let this = if side == "A" { &mut *a } else { &mut *b };
+            this.shift_layers(slip.shift);
+            notes.push(slip.sentence());
+            slips.push(slip);
             continue;
         }
         let (reference, against): (Option<&dyn TensorSource>, String) = match truth {
@@ -181,6 +186,24 @@ pub fn read_layer_indices(
         let reading = match reference {
             Some(r) => alignment::index_reading(this, r)?,
             None => None,
+        };
+        // Both readings far from the truth: the indices are no evidence of either (files of
+        // another model, or a bug before the first layer), so neither is chosen.
+        let reading = match reading {
+            Some(r)
+                if truth.is_some()
+                    && r.output_median.min(r.input_median)
+                        > crate::commands::compare::plausibility::IMPLAUSIBLE_REL =>
+            {
+                notes.push(format!(
+                    "{side}: neither reading of index N fits the f64 truth (median rel L2 as the \
+                     output of layer N {:.2}, as hidden_states[N] {:.2}; {} indices): kept as the \
+                     output of layer N, no shift",
+                    r.output_median, r.input_median, r.pairs
+                ));
+                continue;
+            }
+            other => other,
         };
         notes.push(match &reading {
             Some(r) => format!("{side}: {}", r.describe(&against)),
@@ -214,7 +237,7 @@ pub fn read_layer_indices(
             }
         }
     }
-    Ok(notes)
+    Ok((notes, slips))
 }
 
 /// Detects a layer offset between the files (within `ok`, the dtype's ok band) and applies
@@ -293,6 +316,25 @@ pub fn paired_rows(
         }
     }
     if rows.is_empty() {
+        // A file of token ids alone: hooks registered on modules the forward never ran.
+        for (side, src) in [("A", a), ("B", b)] {
+            let states = src.names();
+            if states.iter().all(|n| Key::of(n) == Some(Key::InputIds)) {
+                return Err(Error::file(
+                    src.path(),
+                    format!(
+                        "side {side} holds no hidden state ({}): were its hooks ever called? \
+                         (hooks on modules the forward does not run — a VL model's vision blocks \
+                         on a text prompt — write nothing)",
+                        if states.is_empty() {
+                            "no tensor".to_string()
+                        } else {
+                            format!("only {}", list(&states))
+                        }
+                    ),
+                ));
+            }
+        }
         return Err(Error::Compare(format!(
             "{} and {} have no tensor in common (A: {}; B: {}); use --map A_NAME=B_NAME",
             a.path().display(),

@@ -9,7 +9,7 @@ use candle_core::DType;
 
 use super::view::{Op, View};
 use crate::capture::Key;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::formats::FileSource;
 
 /// The hidden states a padding decision reads: the embedding, layers and final norm.
@@ -152,12 +152,35 @@ pub fn drop_zero_padding(a: &mut FileSource, b: &mut FileSource) -> Result<Optio
         return Ok(None);
     }
     let tokens = za.len();
-    let keep: Vec<u32> = (0..tokens as u32)
-        .filter(|&i| !(za[i as usize] && zb[i as usize]))
+    let both: Vec<bool> = za.iter().zip(&zb).map(|(x, y)| *x && *y).collect();
+    if !both.contains(&false) {
+        return Err(Error::Compare(format!(
+            "{} and {}: every position is zero in every hidden state of both sides — no forward \
+             writes that, so there is nothing to compare (the hooks wrote no values?)",
+            a.path().display(),
+            b.path().display()
+        )));
+    }
+    // Padding sits at an end (left or right): a run from position 0 and one to the last.
+    let lead = both.iter().take_while(|&&z| z).count();
+    let trail = both.iter().rev().take_while(|&&z| z).count();
+    let inner: Vec<u32> = (lead..tokens - trail)
+        .filter(|&i| both[i])
+        .map(|i| i as u32)
         .collect();
+    if !inner.is_empty() {
+        return Err(Error::Compare(format!(
+            "{} and {}: position(s) {} of {tokens} are zero in every hidden state of both sides \
+             between real positions — not padding (padding sits at an end) and no forward \
+             writes an all-zero hidden state: both captures lost those positions",
+            a.path().display(),
+            b.path().display(),
+            ranges(&inner)
+        )));
+    }
+    let keep: Vec<u32> = (lead as u32..(tokens - trail) as u32).collect();
     let padded = tokens - keep.len();
-    if padded == 0 || keep.is_empty() {
-        // No padding, or nothing but zeros: no position to compare, which the comparison says.
+    if padded == 0 {
         return Ok(None);
     }
     let (Some(va), Some(vb)) = (

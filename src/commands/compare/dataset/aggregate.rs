@@ -282,25 +282,46 @@ fn grouped<'s>(
 
 fn headline(r: &DatasetReport) -> String {
     let n = r.samples.len();
+    let mismatched = r.token_mismatches.len();
+    if n == 0 {
+        return nothing_compared(r);
+    }
+    let lead = if mismatched > 0 && !r.token_mismatches_allowed {
+        format!(
+            "token ids differ in {mismatched} of {} pairs, left out ({}); ",
+            mismatched + n,
+            token_differences(&r.token_mismatches)
+        )
+    } else {
+        String::new()
+    };
     let flagged: Vec<&SampleRow> = r
         .samples
         .iter()
         .filter(|s| s.verdict != Verdict::Ok)
         .collect();
     let mut s = if flagged.is_empty() {
-        let how = match r
+        match r
             .samples
             .iter()
             .filter_map(|s| s.worst_x_floor)
             .reduce(f64::max)
         {
-            Some(x) if r.metric == "x_floor" => format!("within {x:.1}× the rounding floor"),
-            _ => format!(
-                "within the depth-scaled band (uncalibrated; max rel L2 {:.2e})",
-                r.samples.iter().map(|s| s.worst_rel_l2).fold(0.0, f64::max)
+            Some(x) if r.metric == "x_floor" => {
+                format!("ok: all {n} compared samples within {x:.1}× the rounding floor")
+            }
+            // No floor judged them: only what no rounding explains could have been flagged.
+            worst => format!(
+                "uncalibrated: all {n} compared samples within the depth-scaled band (max rel L2 \
+                 {:.2e}){}",
+                r.samples.iter().map(|s| s.worst_rel_l2).fold(0.0, f64::max),
+                if worst.is_none() {
+                    "; pass --model DIR to judge them against the rounding floor"
+                } else {
+                    ""
+                }
             ),
-        };
-        format!("ok: all {n} compared samples {how}")
+        }
     } else {
         let worst = flagged
             .iter()
@@ -359,10 +380,10 @@ fn headline(r: &DatasetReport) -> String {
         };
         format!("{}{more}", shown.join(", "))
     };
-    if !r.token_mismatches.is_empty() {
+    if mismatched > 0 && r.token_mismatches_allowed {
         s.push_str(&format!(
-            "; {} pair(s) left out, token ids differ ({})",
-            r.token_mismatches.len(),
+            "; {mismatched} pair(s) left out, token ids differ ({}), allowed by \
+             --allow-token-mismatch",
             ids(&r.token_mismatches)
         ));
     }
@@ -391,7 +412,60 @@ fn headline(r: &DatasetReport) -> String {
             r.calibration
         ));
     }
-    s
+    format!("{lead}{s}")
+}
+
+/// The headline when no pair was compared: why, never "ok".
+fn nothing_compared(r: &DatasetReport) -> String {
+    let mut why = Vec::new();
+    if !r.token_mismatches.is_empty() {
+        why.push(format!(
+            "token ids differ in all {} pairs of equal ids ({})",
+            r.token_mismatches.len(),
+            token_differences(&r.token_mismatches)
+        ));
+    }
+    if !r.failed.is_empty() {
+        why.push(format!(
+            "{} sample(s) could not be compared",
+            r.failed.len()
+        ));
+    }
+    if why.is_empty() {
+        why.push(match r.shard {
+            Some(s) => format!("shard {}/{} holds no pair", s.index, s.count),
+            None => "no pair".to_string(),
+        });
+    }
+    format!("nothing compared: {}", why.join("; "))
+}
+
+/// How the left-out pairs' token ids differ: once when every pair differs the same way, else
+/// the first few pairs each with its difference.
+fn token_differences(left_out: &[crate::report::dataset::Unpaired]) -> String {
+    let first_kind = left_out.first().and_then(|u| u.kind.as_deref());
+    if let Some(kind) = first_kind
+        && left_out.len() > 1
+        && left_out.iter().all(|u| u.kind.as_deref() == Some(kind))
+    {
+        return format!("every one the same way: {kind}");
+    }
+    let shown: Vec<String> = left_out
+        .iter()
+        .take(3)
+        .map(|u| {
+            format!(
+                "{}: {}",
+                u.id,
+                u.why.as_deref().unwrap_or("token ids differ")
+            )
+        })
+        .collect();
+    let more = match left_out.len().saturating_sub(3) {
+        0 => String::new(),
+        more => format!("; and {more} more"),
+    };
+    format!("{}{more}", shown.join("; "))
 }
 
 #[cfg(test)]

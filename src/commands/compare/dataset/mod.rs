@@ -30,6 +30,7 @@ use std::time::Instant;
 use candle_core::DType;
 
 use crate::commands::compare::pair::{Calibration, PairOptions, compare_pair};
+use crate::commands::compare::token_difference::token_difference;
 use crate::compare::verdict::Verdict;
 use crate::error::{Error, Result};
 use crate::formats::pipelines::ReadOptions;
@@ -55,6 +56,8 @@ pub struct DatasetOptions {
     pub shard: Option<Shard>,
     /// With `shard`: the part's header is stamped on the report (and resumed from).
     pub part: Option<PartOptions>,
+    /// `--allow-token-mismatch`: pairs left out for their token ids do not fail the run.
+    pub allow_token_mismatch: bool,
 }
 
 /// What a `--shard` run knows beyond the comparison: the rest of its part's identity, and where
@@ -84,9 +87,10 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetRun> {
         (&opts.read_b, side_b.pipeline),
     )?;
     let matching = match_samples::match_samples(&side_a.samples, &side_b.samples);
-    if matching.pairs.is_empty() {
+    if matching.pairs.is_empty() && matching.token_mismatches.is_empty() {
         return Err(Error::Compare(format!(
-            "no sample of {} ({} samples) pairs with one of {} ({}): neither their ids nor their token ids match",
+            "no sample of {} ({} samples) pairs with one of {} ({}): no id is on both sides and \
+             no two samples carry the same token ids",
             a.display(),
             side_a.samples.len(),
             b.display(),
@@ -259,6 +263,7 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetRun> {
                 file: side[i].file_label(),
                 other: None,
                 why: None,
+                kind: None,
             })
             .collect()
     };
@@ -292,13 +297,9 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetRun> {
         token_mismatches: matching
             .token_mismatches
             .iter()
-            .map(|&(i, j)| Unpaired {
-                id: side_a.samples[i].id.clone(),
-                file: side_a.samples[i].file_label(),
-                other: Some(side_b.samples[j].file_label()),
-                why: Some(token_difference(&side_a.samples[i], &side_b.samples[j])),
-            })
+            .map(|&(i, j)| token_mismatch(&side_a.samples[i], &side_b.samples[j], opts))
             .collect(),
+        token_mismatches_allowed: opts.allow_token_mismatch,
         unpaired_a: unpaired(&side_a.samples, &matching.unpaired_a),
         unpaired_b: unpaired(&side_b.samples, &matching.unpaired_b),
         failed,
@@ -394,10 +395,27 @@ fn compare_one(
     )
 }
 
-fn token_difference(a: &Sample, b: &Sample) -> String {
-    match (a.tokens, b.tokens) {
-        (Some((_, x)), Some((_, y))) if x != y => format!("{x} vs {y} token ids"),
-        _ => "same length, different token ids".to_string(),
+/// A pair of equal ids left out for its token ids, with how they differ (read again: the
+/// samples' digests say only that they do).
+fn token_mismatch(a: &Sample, b: &Sample, opts: &DatasetOptions) -> Unpaired {
+    let ids = |s: &Sample, read: &ReadOptions| {
+        discover::open(&s.path, s.batch_index, opts.dtype_hint, read)
+            .and_then(|src| src.input_ids())
+    };
+    let (why, kind) = match (ids(a, &opts.read_a), ids(b, &opts.read_b)) {
+        (Ok(Some(x)), Ok(Some(y))) => match token_difference(&x, &y) {
+            Some(d) => (d.describe(), Some(d.kind.describe())),
+            None => ("token ids differ".to_string(), None),
+        },
+        (Err(e), _) | (_, Err(e)) => (format!("token ids differ (not read again: {e})"), None),
+        _ => ("token ids differ".to_string(), None),
+    };
+    Unpaired {
+        id: a.id.clone(),
+        file: a.file_label(),
+        other: Some(b.file_label()),
+        why: Some(why),
+        kind,
     }
 }
 
@@ -407,10 +425,14 @@ fn count_files(samples: &[Sample]) -> usize {
     paths.len()
 }
 
-/// Exit code of a dataset report: 2 when a sample could not be compared, else as for one pair.
+/// Exit code of a dataset report: 2 when a sample could not be compared, else as for one pair —
+/// and 1 at least when a pair was left out for its token ids (a tokenisation difference is a
+/// finding), unless `--allow-token-mismatch` said such pairs are expected.
 pub fn exit_code(report: &DatasetReport, fail_on: crate::report::emit::FailOn) -> i32 {
     if !report.failed.is_empty() {
         2
+    } else if !report.token_mismatches.is_empty() && !report.token_mismatches_allowed {
+        1
     } else {
         i32::from(fail_on.flags(report.verdict))
     }

@@ -147,7 +147,7 @@ pub fn source(
     src.names = index;
     src.conventions.push(sample.description);
     src.dtype_hint = dtype_hint;
-    src.requests_in_pass = requests;
+    src.samples_in_file = requests;
     src.pass_ids = pass_ids;
     // Anonymous memory: releasing its pages would zero them.
     src.inflated = true;

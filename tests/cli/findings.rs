@@ -1,0 +1,338 @@
+//! Verdicts that never hide a difference, on captures made by plain transformers + forward hooks
+//! (tests/fixtures/findings/make.py): a dataset pair left out for its token ids is a finding,
+//! and says how the ids differ; NaN evidence is named before any judgement of the model; a side
+//! far from the `--model` truth at every layer is no run of that model, whatever its floor.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::{compare_json, golden_model_dir, repo_root};
+
+fn fixture(name: &str) -> PathBuf {
+    repo_root().join("tests/fixtures/findings").join(name)
+}
+
+fn manifest() -> serde_json::Value {
+    let text = std::fs::read_to_string(fixture("MANIFEST.json")).expect("read MANIFEST.json");
+    serde_json::from_str(&text).expect("MANIFEST.json is JSON")
+}
+
+fn dense() -> String {
+    golden_model_dir("qwen3_5_tiny").display().to_string()
+}
+
+/// Exit code, stderr of `hsdiff compare A B EXTRA…` when it writes no report.
+fn compare_fails(a: &Path, b: &Path, extra: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+        .arg("compare")
+        .arg(a)
+        .arg(b)
+        .args(extra)
+        .output()
+        .expect("run hsdiff");
+    (
+        out.status.code().expect("exit code"),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn summary(r: &serde_json::Value) -> &str {
+    r["summary"].as_str().expect("summary")
+}
+
+#[test]
+fn an_honest_dataset_pairs_every_sample_and_passes() {
+    let (code, r, err) = compare_json(&fixture("tokens/a"), &fixture("tokens/b"), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r["samples"].as_array().expect("samples").len(), 3);
+    assert!(r["token_mismatches"].as_array().expect("list").is_empty());
+    let s = summary(&r);
+    assert!(
+        s.starts_with("uncalibrated: all 3 compared samples within the depth-scaled band"),
+        "{s}"
+    );
+    assert!(s.contains("pass --model DIR"), "{s}");
+    // With the model, the floor judges them.
+    let (code, r, err) = compare_json(
+        &fixture("tokens/a"),
+        &fixture("tokens/b"),
+        &["--model", &dense()],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        summary(&r).starts_with("ok: all 3 compared samples within"),
+        "{}",
+        summary(&r)
+    );
+}
+
+#[test]
+fn one_sample_with_a_leading_bos_fails_the_run_and_says_so() {
+    let (code, r, err) = compare_json(&fixture("tokens/a"), &fixture("tokens/b_bos"), &[]);
+    assert_eq!(code, 1, "a tokenisation difference is a finding: {err}");
+    let left = r["token_mismatches"].as_array().expect("list");
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0]["id"], "s1");
+    let bos = manifest()["bos"].as_u64().expect("bos");
+    let why = left[0]["why"].as_str().expect("why");
+    assert!(
+        why.starts_with(&format!("B starts with 1 token(s) A lacks (id {bos}")),
+        "{why}"
+    );
+    let s = summary(&r);
+    assert!(
+        s.starts_with("token ids differ in 1 of 3 pairs, left out (s1: B starts with 1 token(s)"),
+        "{s}"
+    );
+    // The compared samples are judged as before.
+    assert!(s.contains("uncalibrated: all 2 compared samples"), "{s}");
+}
+
+#[test]
+fn allow_token_mismatch_lists_the_pair_and_exits_as_the_rest() {
+    let (code, r, err) = compare_json(
+        &fixture("tokens/a"),
+        &fixture("tokens/b_bos"),
+        &["--allow-token-mismatch"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r["token_mismatches_allowed"], true);
+    let s = summary(&r);
+    assert!(s.starts_with("uncalibrated: all 2 compared samples"), "{s}");
+    assert!(
+        s.contains("1 pair(s) left out, token ids differ (s1), allowed by --allow-token-mismatch"),
+        "{s}"
+    );
+    // Two files are one pair: the flag has nothing to allow there.
+    let (code, err) = compare_fails(
+        &fixture("tokens/a/s0.pt"),
+        &fixture("tokens/b/s0.pt"),
+        &["--allow-token-mismatch"],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--allow-token-mismatch: applies to datasets"),
+        "{err}"
+    );
+}
+
+#[test]
+fn every_sample_with_a_leading_bos_is_said_once() {
+    let (code, r, err) = compare_json(&fixture("tokens/a"), &fixture("tokens/b_all_bos"), &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(r["samples"].as_array().expect("samples").is_empty());
+    let bos = manifest()["bos"].as_u64().expect("bos");
+    let s = summary(&r);
+    assert!(
+        s.starts_with(&format!(
+            "nothing compared: token ids differ in all 3 pairs of equal ids (every one the same \
+             way: B starts with 1 token(s) A lacks (id {bos}"
+        )),
+        "{s}"
+    );
+    assert!(!s.contains("neither their ids"), "{s}");
+}
+
+#[test]
+fn other_ids_name_the_position() {
+    let (code, r, err) = compare_json(&fixture("tokens/a"), &fixture("tokens/b_other"), &[]);
+    assert_eq!(code, 1, "{err}");
+    let m = &manifest()["other"];
+    let p = m["position"].as_u64().expect("position");
+    let left = r["token_mismatches"].as_array().expect("list");
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0]["id"], m["sample"]);
+    let why = left[0]["why"].as_str().expect("why");
+    assert!(
+        why.starts_with(&format!("other ids from position {p} (A ")),
+        "{why}"
+    );
+    assert!(why.contains("1 of the"), "{why}");
+}
+
+#[test]
+fn a_single_pair_with_a_leading_bos_says_how_the_ids_differ() {
+    let (code, err) = compare_fails(
+        &fixture("tokens/a/s1.pt"),
+        &fixture("tokens/b_all_bos/s1.pt"),
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            ": B starts with 1 token(s) A lacks (id 0: a BOS on one side only?), the rest equal"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn nan_everywhere_is_named_not_blamed_on_the_model() {
+    let m = dense();
+    let (code, r, err) = compare_json(&fixture("nan/a.pt"), &fixture("nan/b.pt"), &["--model", &m]);
+    assert_eq!(code, 1, "non-finite evidence is a finding: {err}");
+    assert_ne!(r["verdict"], "ok");
+    let s = summary(&r);
+    assert!(s.contains("first non-finite value: A NaN"), "{s}");
+    assert!(!err.contains("neither file matches"), "{err}");
+    // The honest twin of the same prompt passes with the same model.
+    let (code, r, err) = compare_json(
+        &fixture("tokens/a/s0.pt"),
+        &fixture("tokens/b/s0.pt"),
+        &["--model", &m],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(r["first_non_finite"]["a"].is_null());
+}
+
+#[test]
+fn a_model_far_from_both_sides_at_every_layer_is_refused_whatever_its_floor() {
+    let (a, b) = (fixture("plaus/a.bf16.pt"), fixture("plaus/b.bf16.pt"));
+    // The dense model the files were captured from: the comparison runs.
+    let (code, _, err) = compare_json(&a, &b, &["--model", &dense()]);
+    assert_ne!(code, 2, "{err}");
+    // The MoE model of the same width: neither side is a run of it.
+    let moe = golden_model_dir("qwen3_next_moe_tiny")
+        .display()
+        .to_string();
+    let (code, err) = compare_fails(&a, &b, &["--model", &moe]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("neither file matches this model (--model {moe})")),
+        "{err}"
+    );
+    assert!(
+        err.contains("A is far from its truth at every one of its"),
+        "{err}"
+    );
+    assert!(
+        err.contains("B is far from its truth at every one of its"),
+        "{err}"
+    );
+    // Neither reading of the bare indices fits that truth, so neither was chosen.
+    assert!(
+        err.contains("neither reading of index N fits the f64 truth"),
+        "{err}"
+    );
+}
+
+/// `compare` of a DFlash dump declaring ids 1,2,4,5,6 against the eval box's capture of every
+/// layer, with the truth.
+fn slip(which: &str) -> (i32, serde_json::Value, String) {
+    compare_json(
+        &fixture(&format!("slip/{which}/rows_0-5000/data_0.ckpt")),
+        &fixture("tokens/b/s0.pt"),
+        &["--layer-ids-a", "1,2,4,5,6", "--model", &dense()],
+    )
+}
+
+#[test]
+fn declared_layer_ids_that_fit_pass() {
+    let (code, r, err) = slip("honest");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !summary(&r).contains("layer ids declared"),
+        "{}",
+        summary(&r)
+    );
+}
+
+#[test]
+fn declared_layer_ids_off_by_one_are_the_headline() {
+    for (which, found) in [("minus", "0,1,3,4,5"), ("plus", "2,3,5,6,7")] {
+        let (code, r, err) = slip(which);
+        assert_eq!(code, 1, "{which}: {err}");
+        let s = summary(&r);
+        assert!(
+            s.starts_with(&format!(
+                "mismatch: A: layer ids declared 1,2,4,5,6 but the states are those of ids {found}"
+            )),
+            "{which}: {s}"
+        );
+        assert!(s.contains(&format!("pass --layer-ids-a {found}")), "{s}");
+        // The layers the states are were compared: each row within the floor, and no --shift
+        // proposed between the sides.
+        for t in r["tensors"].as_array().expect("tensors") {
+            assert_eq!(t["verdict"], "ok", "{which}: {t}");
+        }
+        assert!(!err.contains("--shift"), "{which}: {err}");
+        assert!(!s.contains("--shift"), "{which}: {s}");
+    }
+}
+
+#[test]
+fn a_masked_hook_batch_is_read_as_its_samples_and_pairs_with_each_alone() {
+    let lengths: Vec<u64> = manifest()["batch_ids"]
+        .as_array()
+        .expect("batch_ids")
+        .iter()
+        .map(|ids| ids.as_array().expect("ids").len() as u64)
+        .collect();
+    for batch in ["left.pt", "right.pt"] {
+        let (code, r, err) = compare_json(
+            &fixture(&format!("batch/{batch}")),
+            &fixture("batch/alone"),
+            &["--model", &dense()],
+        );
+        assert_eq!(code, 0, "{batch}: {err}");
+        let samples = r["samples"].as_array().expect("samples");
+        assert_eq!(samples.len(), 2, "{batch}: {}", summary(&r));
+        for (k, s) in samples.iter().enumerate() {
+            assert_eq!(s["paired_by"], "token ids", "{batch}");
+            assert_eq!(s["id_b"], format!("s{k}"), "{batch}");
+            // Only the real positions were compared.
+            assert_eq!(s["positions"].as_u64(), Some(lengths[k]), "{batch}");
+        }
+        assert!(
+            summary(&r).starts_with("ok: all 2 compared samples"),
+            "{}",
+            summary(&r)
+        );
+    }
+}
+
+#[test]
+fn a_batch_run_without_its_mask_is_flagged() {
+    let (code, r, err) = compare_json(
+        &fixture("batch/nomask.pt"),
+        &fixture("batch/alone"),
+        &["--model", &dense()],
+    );
+    assert_eq!(code, 1, "{err}");
+    let flagged: Vec<&str> = r["samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .filter(|s| s["verdict"] != "ok")
+        .map(|s| s["id"].as_str().expect("id"))
+        .collect();
+    // The shorter prompt was padded: the padding leaked into its real positions.
+    let lengths: Vec<usize> = manifest()["batch_ids"]
+        .as_array()
+        .expect("batch_ids")
+        .iter()
+        .map(|ids| ids.as_array().expect("ids").len())
+        .collect();
+    let padded = if lengths[0] < lengths[1] {
+        "nomask#0"
+    } else {
+        "nomask#1"
+    };
+    assert_eq!(flagged, [padded], "{}", summary(&r));
+}
+
+#[test]
+fn hooks_that_never_fired_are_named() {
+    // Hooks on the vision blocks of the VL model, on a text prompt: the file holds the ids alone.
+    let (code, err) = compare_fails(
+        &fixture("tokens/a/s0.pt"),
+        &fixture("hooks/vision_blocks.pt"),
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("side B holds no hidden state (only input_ids): were its hooks ever called?"),
+        "{err}"
+    );
+    assert!(!err.contains("--map"), "{err}");
+}
