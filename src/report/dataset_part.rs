@@ -79,6 +79,8 @@ pub struct RunOptions {
     pub calibrate: Option<usize>,
     /// `--fail-on`: the shard's exit code.
     pub fail_on: String,
+    /// `--allow-token-mismatch`: the exit code when pairs were left out for their token ids.
+    pub allow_token_mismatch: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -73,6 +73,7 @@ pub fn header(
                 no_floor: opts.pair.no_floor,
                 calibrate: opts.calibrate,
                 fail_on: part.fail_on.as_str().to_string(),
+                allow_token_mismatch: opts.allow_token_mismatch,
             },
             shards: shard.count,
         },
