@@ -267,10 +267,12 @@ mod tests {
             .collect()
     }
 
+    /// `key`'s values as f32 (flip gaps are f64; −1 and the hidden states are exact in f32).
     fn values(caps: &Captures, key: Key) -> Vec<f32> {
         caps.get(key)
             .expect("captured")
             .flatten_all()
+            .and_then(|t| t.to_dtype(DType::F32))
             .and_then(|t| t.to_vec1())
             .expect("f32")
     }
