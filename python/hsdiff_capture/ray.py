@@ -107,7 +107,8 @@ def run(args: argparse.Namespace, passthrough: list[str]) -> int:
             ok, why = False, f"the Ray task failed: {str(e).strip().splitlines()[-1]}"
         if ok:
             finished[index] = result.code
-            note(f"shard {index}/{n} done (exit {result.code}, on {result.where}); {len(finished)} of {n} done")
+            note(f"shard {index}/{n} done (exit {result.code}, on {result.where}; {len(finished)} of {n} done): "
+                 f"{result.last_words}")
         elif attempt < args.tries:
             note(f"shard {index}/{n}: {why}; running it again (try {attempt + 1} of {args.tries})")
             pending[submit(index)] = (index, attempt + 1)

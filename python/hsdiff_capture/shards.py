@@ -53,9 +53,9 @@ def shard_command(compare_args: list[str], index: int, total: int, part: Path) -
 
 def run_shard(compare_args: list[str], index: int, total: int, part: str, cwd: str) -> Attempt:
     """Runs shard `index` of `total` with the hsdiff of the environment this runs in (a worker's),
-    in `cwd` (the driver's folder, so relative paths mean what they meant there). A part that
-    is already complete for the same run is skipped by hsdiff itself where it supports resuming;
-    otherwise the shard is simply run again."""
+    in `cwd` (the driver's folder, so relative paths mean what they meant there). A part already
+    complete for the same run is skipped by hsdiff itself (resume, docs/datasets.md); anything
+    else at `part` is redone."""
     where = f"{socket.gethostname()} (pid {os.getpid()})"
     if not os.path.isdir(cwd):
         return Attempt(index, 2, f"the driver's folder {cwd} is not on this node (use paths on shared storage)", where)

@@ -75,7 +75,8 @@ def killed_run(cluster, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("killed")
     whole = compare(A, B, draft_config=OPTIONS[1], model=GOLDEN_MODEL)
     out = tmp / "merged.json"
-    p = runner([str(A), str(B), "--shards", "3", "--address", address, "--out", str(out), *OPTIONS], auth, tmp)
+    args = [str(A), str(B), "--shards", "3", "--address", address, "--out", str(out), *OPTIONS]
+    p = runner(args, auth, tmp)
     killed = None
     deadline = time.monotonic() + 300
     while killed is None and p.poll() is None and time.monotonic() < deadline:
@@ -86,7 +87,7 @@ def killed_run(cluster, tmp_path_factory):
     stdout, stderr = p.communicate(timeout=600)
     merged = json.loads(out.read_text()) if out.is_file() else None
     return {"whole": whole, "merged": merged, "code": p.returncode, "stdout": stdout, "stderr": stderr,
-            "killed": killed, "parts": tmp / "merged.json.parts"}
+            "killed": killed, "parts": tmp / "merged.json.parts", "args": args, "auth": auth, "tmp": tmp}
 
 
 def test_the_killed_shard_is_run_again(killed_run):
@@ -97,6 +98,18 @@ def test_the_killed_shard_is_run_again(killed_run):
     for i in range(3):
         assert f"shard {i}/3 done (exit " in run["stderr"], run["stderr"]
     assert sorted(q.name for q in run["parts"].iterdir()) == ["part-0.json", "part-1.json", "part-2.json"]
+
+
+def test_the_same_command_again_resumes_every_complete_part(killed_run):
+    run = killed_run
+    before = {q.name: q.read_bytes() for q in run["parts"].iterdir()}
+    p = runner(run["args"], run["auth"], run["tmp"])
+    _, stderr = p.communicate(timeout=600)
+    assert p.returncode == run["code"], stderr
+    for i in range(3):
+        assert f"part-{i}.json: a complete part of this run (shard {i}/3, digest verified): skipped" in stderr, stderr
+    assert {q.name: q.read_bytes() for q in run["parts"].iterdir()} == before
+    assert json.loads((run["tmp"] / "merged.json").read_text()) == run["merged"]
 
 
 def test_the_merge_equals_the_unsharded_run(killed_run):
