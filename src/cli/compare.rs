@@ -69,15 +69,12 @@ pub struct CompareArgs {
     /// (docs/file-formats.md#drafter-pipelines), e.g. 1,16,31,46,61.
     #[arg(long, value_name = "LIST")]
     pub layer_ids: Option<String>,
-
     /// Layer ids of side A only.
     #[arg(long, value_name = "LIST")]
     pub layer_ids_a: Option<String>,
-
     /// Layer ids of side B only.
     #[arg(long, value_name = "LIST")]
     pub layer_ids_b: Option<String>,
-
     /// A drafter's config.json naming the layer ids (`dflash_config.target_layer_ids`,
     /// `eagle_aux_hidden_state_layer_ids`, …).
     #[arg(long, value_name = "FILE")]
@@ -87,7 +84,6 @@ pub struct CompareArgs {
     /// instead of the truth and floor of every pair.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub calibrate: Option<u64>,
-
     /// Datasets: compare every N-th pair from the I-th (0-based), for `hsdiff merge`; `auto/N`
     /// takes I from the scheduler (SLURM_ARRAY_TASK_ID − SLURM_ARRAY_TASK_MIN,
     /// JOB_COMPLETION_INDEX, or HSDIFF_SHARD_INDEX). With `--format json --out PART`, a PART
@@ -100,7 +96,6 @@ pub struct CompareArgs {
     /// sequence length and against any ids they do carry. Two files only.
     #[arg(long, value_name = "IDS|@FILE", conflicts_with = "prompt")]
     pub tokens: Option<String>,
-
     /// The prompt the files were captured on (text, @FILE or a built-in prompt name),
     /// tokenised with --model's tokenizer; as --tokens otherwise.
     #[arg(long, value_name = "TEXT|@FILE|NAME")]
@@ -118,7 +113,6 @@ pub struct CompareArgs {
 pub fn run(args: &CompareArgs) -> Result<i32> {
     let shard = super::shard::resolve(args.shard.as_deref())?;
     let options = args.report.options();
-    let part = super::shard::part(shard, &options);
     let req = CompareRequest {
         a: args.a.clone(),
         b: args.b.clone(),
@@ -129,7 +123,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
             command: Some(command_line()),
             no_floor: args.no_floor,
             verbose: true,
-            given_ids: None,
+            ..PairOptions::default()
         },
         model: args.model.clone(),
         dtype_hint: args.dtype_hint.map(|d| d.0),
@@ -139,7 +133,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
         draft_config: args.draft_config.clone(),
         calibrate: args.calibrate,
         shard,
-        part,
+        part: super::shard::part(shard, &options),
         tokens: args.tokens.clone(),
         prompt: args.prompt.clone(),
         allow_token_mismatch: args.allow_token_mismatch,

@@ -179,10 +179,11 @@ mod tests {
 
     #[test]
     fn nan_codes_and_scales_that_overflow_the_weights_are_named() -> Result<(), String> {
-        let mut rng = crate::backends::cases::SplitMix::new(0xf8_5c);
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0xf8_5c);
         let (rows, cols) = (6, 10);
         let scales: Vec<f32> = (0..9)
-            .map(|_| (rng.uniform() * 0.02 + 1e-4) as f32)
+            .map(|_| (rng.random::<f64>() * 0.02 + 1e-4) as f32)
             .collect();
         let b = BlockScales::new(&[rows, cols], [2, 4], scales).ok_or("a 3 × 3 grid")?;
         // Random finite e4m3 codes (0x7f / 0xff are e4m3's NaNs), with ±448 in every block as
@@ -190,7 +191,7 @@ mod tests {
         let mut codes: Vec<u8> = (0..rows * cols)
             .map(|_| {
                 loop {
-                    let c = (rng.next_u64() & 0xff) as u8;
+                    let c: u8 = rng.random();
                     if c & 0x7f != 0x7f {
                         break c;
                     }
