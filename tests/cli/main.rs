@@ -16,5 +16,6 @@ mod env_check;
 mod field;
 mod pipelines;
 mod pipelines_sglang;
+mod pipelines_sglang_served;
 mod report;
 mod verdicts;

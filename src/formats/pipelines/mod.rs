@@ -13,6 +13,7 @@
 
 mod ge_data;
 pub mod gzip;
+pub mod held_positions;
 mod last_state;
 pub mod layer_ids;
 mod modelopt;
@@ -23,6 +24,7 @@ pub mod stored;
 pub mod view;
 mod zero_padding;
 
+pub use held_positions::{HeldPositions, align_held_positions};
 pub use last_state::check_last_state;
 pub use zero_padding::{ZeroPadding, drop_zero_padding};
 
