@@ -20,6 +20,7 @@ use crate::commands::compare::tokens::{self, GivenIds};
 use crate::compare::verdict::thresholds;
 use crate::compare::{Kind, OneSided, TensorSource};
 use crate::error::{Error, Result};
+use crate::formats::pipelines::HeldPositions;
 use crate::formats::{FileSource, pipelines, value_dtype_notes};
 use crate::job::session::ModelInput;
 use crate::job::{self, Job, Parts, SideSpec, Spec};
@@ -105,7 +106,7 @@ pub fn compare_pair(
         say(&p.note);
     }
     // Positions one side lacks (an SGLang request after a prefix-cache hit) are left out of both.
-    let held = crate::formats::pipelines::align_held_positions(&mut a, &mut b)?;
+    let held = pipelines::align_held_positions(&mut a, &mut b)?;
     if let Some(h) = &held {
         say(&h.note);
     }
@@ -136,14 +137,8 @@ pub fn compare_pair(
     notes.extend(held.iter().map(|h| h.note.clone()));
     notes.extend(value_notes);
     notes.extend(ids_note);
-    // The truth of rows from position p > 0 on needs the sequence from position 0, which one
-    // side does not hold: those rows are compared uncalibrated (a dataset's model is kept).
-    let unheld_why = held.as_ref().filter(|h| h.first > 0).map(|h| {
-        format!(
-            "the positions compared start at {}: the truth needs the sequence from position 0",
-            h.first
-        )
-    });
+    // Rows from position p > 0 on are compared uncalibrated (a dataset's model is kept).
+    let unheld_why = held.as_ref().and_then(HeldPositions::uncalibrated_why);
     let calibration = if opts.no_floor {
         Calibration::Skip("no floor measured (--no-floor)".to_string())
     } else {

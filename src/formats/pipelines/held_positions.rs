@@ -18,6 +18,19 @@ pub struct HeldPositions {
     pub note: String,
 }
 
+impl HeldPositions {
+    /// Why the pair cannot be calibrated, when the positions compared start past 0: the truth
+    /// of position p needs the sequence from position 0, which one side does not hold.
+    pub fn uncalibrated_why(&self) -> Option<String> {
+        (self.first > 0).then(|| {
+            format!(
+                "the positions compared start at {}: the truth needs the sequence from position 0",
+                self.first
+            )
+        })
+    }
+}
+
 /// The token rows `src`'s hidden states hold (the first one's), if it has any.
 fn held_tokens(src: &FileSource) -> Option<usize> {
     src.names()
