@@ -147,6 +147,9 @@ pub struct FileSource {
     /// Such a pass's token ids of each request (empty when it holds one or carries none): the
     /// other requests' ids without reading the pass again ([`FileSource::held_input_ids`]).
     pass_ids: Vec<Tensor>,
+    /// The position of the file's first token row: > 0 when the positions before it are in no
+    /// dump (an SGLang request extended after a prefix-cache hit); 0 otherwise.
+    pub held_from: usize,
     /// The map is anonymous memory (an inflated `.gz`): its pages are never released, as
     /// releasing them would zero them.
     inflated: bool,
@@ -270,6 +273,7 @@ impl FileSource {
             pipeline: None,
             samples_in_file: 1,
             pass_ids: Vec::new(),
+            held_from: 0,
             inflated: false,
         }
     }

@@ -30,22 +30,28 @@ fn open_checked(path: &Path) -> Result<(File, std::fs::Metadata)> {
 }
 
 /// Every file opened through [`open_regular`]: its identity (device, inode) and resolved path.
-static OPENED: Mutex<Vec<((u64, u64), PathBuf)>> = Mutex::new(Vec::new());
+/// A set: a dataset opens tens of thousands of files (an SGLang dumper folder's one per tensor
+/// and pass), and a list searched per opening made that quadratic.
+static OPENED: Mutex<std::collections::BTreeSet<((u64, u64), PathBuf)>> =
+    Mutex::new(std::collections::BTreeSet::new());
 
 fn record_opened(path: &Path, meta: &std::fs::Metadata) {
     use std::os::unix::fs::MetadataExt;
     let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let mut list = OPENED.lock().unwrap_or_else(|e| e.into_inner());
     let entry = ((meta.dev(), meta.ino()), real);
-    if !list.contains(&entry) {
-        list.push(entry);
-    }
+    list.insert(entry);
 }
 
 /// The files this process has opened for reading so far (identity and resolved path): outputs
 /// must not land on them ([`crate::util::output`]).
 pub fn opened_files() -> Vec<((u64, u64), PathBuf)> {
-    OPENED.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    OPENED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .cloned()
+        .collect()
 }
 
 fn check_regular(path: &Path, kind: &std::fs::FileType) -> Result<()> {

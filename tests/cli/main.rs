@@ -18,6 +18,7 @@ mod findings;
 mod moe;
 mod pipelines;
 mod pipelines_sglang;
+mod pipelines_sglang_served;
 mod report;
 mod shards;
 mod verdicts;

@@ -19,7 +19,8 @@ use crate::commands::compare::tokens::{self, GivenIds};
 use crate::commands::compare::{disjoint, layer_id_slip, pair_steps, plausibility};
 use crate::compare::verdict::thresholds;
 use crate::compare::{Kind, OneSided, TensorSource};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::formats::pipelines::HeldPositions;
 use crate::formats::{FileSource, pipelines, value_dtype_notes};
 use crate::job::session::{ModelInput, SideRoutes};
 use crate::job::{self, Job, Parts, SideSpec, Spec};
@@ -104,6 +105,11 @@ pub fn compare_pair(
     if let Some(p) = &padding_note {
         say(&p.note);
     }
+    // Positions one side lacks (an SGLang request after a prefix-cache hit) are left out of both.
+    let held = pipelines::align_held_positions(&mut a, &mut b)?;
+    if let Some(h) = &held {
+        say(&h.note);
+    }
     // A bf16 run saved as f32/f64 is judged as the bf16 run it is.
     let value_notes = value_dtype_notes([("A", &mut a), ("B", &mut b)])?;
     for note in &value_notes {
@@ -128,20 +134,31 @@ pub fn compare_pair(
         .flat_map(|(side, src)| src.conventions.iter().map(move |c| format!("{side}: {c}")))
         .collect();
     notes.extend(padding_note.iter().map(|p| p.note.clone()));
+    notes.extend(held.iter().map(|h| h.note.clone()));
     notes.extend(value_notes);
     notes.extend(ids_note);
+    // Rows from position p > 0 on are compared uncalibrated (a dataset's model is kept).
+    let unheld_why = held.as_ref().and_then(HeldPositions::uncalibrated_why);
     let calibration = if opts.no_floor {
         Calibration::Skip("no floor measured (--no-floor)".to_string())
     } else {
         calibration
     };
     let (found, slot) = match calibration {
+        Calibration::Find(_) if unheld_why.is_some() => {
+            (Err(unheld_why.clone().unwrap_or_default()), None)
+        }
         Calibration::Find(dir) => (
             pair_steps::calibration_model(dir, &a, &b, &input_ids)?,
             None,
         ),
         Calibration::Loaded(slot) => {
             let found = match slot.take() {
+                Some(m) if unheld_why.is_some() => {
+                    // Kept for the dataset's other samples.
+                    *slot = Some(m);
+                    Err(unheld_why.clone().unwrap_or_default())
+                }
                 _ if input_ids.is_empty() => Err(
                     "neither file carries token ids, so the truth cannot be computed".to_string(),
                 ),

@@ -14,6 +14,7 @@
 mod aux_ids;
 mod ge_data;
 pub mod gzip;
+pub mod held_positions;
 mod last_state;
 pub mod layer_ids;
 mod modelopt;
@@ -25,6 +26,7 @@ pub mod view;
 mod zero_padding;
 
 pub use aux_ids::{AuxIds, check_aux_ids};
+pub use held_positions::{HeldPositions, align_held_positions};
 pub use last_state::check_last_state;
 pub use zero_padding::{ZeroPadding, drop_zero_padding};
 

@@ -85,7 +85,7 @@ fn zero_rows_of(src: &FileSource, name: &str) -> Result<Scan> {
 
 /// The token axis of the tensor `name` seen with `shape`: the last for token ids and the loss
 /// mask (`[T]`, `[1, T]`), the first of `[T, D]`, the second of `[1, T, …]`.
-fn token_axis(ids_like: bool, shape: &[usize]) -> Option<usize> {
+pub(super) fn token_axis(ids_like: bool, shape: &[usize]) -> Option<usize> {
     match (ids_like, shape.len()) {
         (true, n) if n >= 1 => Some(n - 1),
         (false, 2) => Some(0),
@@ -97,7 +97,7 @@ fn token_axis(ids_like: bool, shape: &[usize]) -> Option<usize> {
 impl FileSource {
     /// The views that keep only `keep` of the `tokens` positions of every named entry (and the
     /// loss mask), or None when some entry has no token axis of that length.
-    fn position_views(&self, keep: &[u32], tokens: usize) -> Option<Vec<(usize, View)>> {
+    pub(super) fn position_views(&self, keep: &[u32], tokens: usize) -> Option<Vec<(usize, View)>> {
         let loss = self.pipeline.as_ref().and_then(|p| p.loss_mask);
         let mut out = Vec::new();
         let named = self

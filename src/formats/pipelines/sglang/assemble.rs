@@ -21,6 +21,9 @@ pub struct Sample {
     pub description: String,
     /// Each request's token count when the forward pass batched several (else one entry).
     pub requests: Vec<usize>,
+    /// Positions 0..absent_prefix of the request are in no pass (served from the prefix cache):
+    /// the sample's first row is position `absent_prefix`.
+    pub absent_prefix: usize,
 }
 
 /// Checks a hidden state's shape `[T, H]` against the limits and the model at hand.
@@ -149,6 +152,7 @@ pub fn source(
     src.dtype_hint = dtype_hint;
     src.samples_in_file = requests;
     src.pass_ids = pass_ids;
+    src.held_from = sample.absent_prefix;
     // Anonymous memory: releasing its pages would zero them.
     src.inflated = true;
     Ok(src)

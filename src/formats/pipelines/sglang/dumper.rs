@@ -18,8 +18,10 @@ use candle_core::Tensor;
 
 use super::assemble::{self, Sample, check_hidden, layer_output};
 use super::dump_file;
+use super::listing;
 use super::requests;
-use super::tags::{self, Tags};
+use super::served::{self, Served};
+use super::tags::Tags;
 use super::tp::{self, Join, Shard};
 use crate::capture::Key;
 use crate::error::{Error, Result};
@@ -78,36 +80,20 @@ fn role(name: &str) -> Option<Role> {
     }
 }
 
-/// The dumper files in `dir` of the forward pass `step`.
-fn pass_files(dir: &Path, step_key: &str, step: &str) -> Result<Vec<(Tags, PathBuf)>> {
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
-    let mut out = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(dir, e))?;
-        let path = entry.path();
-        if let Some(t) = tags::parse(&path)
-            && t.get(step_key) == Some(step)
-        {
-            out.push((t, path));
-        }
-    }
-    out.sort_by(|a, b| a.1.cmp(&b.1));
-    Ok(out)
-}
-
-/// Reads the forward pass `path` belongs to.
-pub fn read(path: &Path, tags: &Tags, opts: &ReadOptions) -> Result<Sample> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let (step_key, step) = match tags.get("step") {
-        Some(s) => ("step", s),
-        None => ("forward_pass_id", tags.step().unwrap_or_default()),
-    };
+/// Reads the forward pass `path` belongs to: its tensors, and its `seq_lens` when dumped.
+/// `per_sample` says what one sample is, for the reading's description.
+fn read_pass(
+    path: &Path,
+    tags: &Tags,
+    opts: &ReadOptions,
+    per_sample: &str,
+) -> Result<(Sample, Option<(String, Tensor)>)> {
+    let dir = folder_of(path);
+    let (step_key, step) = step_of(tags);
     let refuse =
         |msg: String| Error::file(path, format!("sglang-dumper ({step_key} {step}): {msg}"));
-    let files = pass_files(dir, step_key, step)?;
+    let listing = listing::of(dir)?;
+    let files = listing.pass(step_key, step).iter().cloned();
     // Each tensor's files (one per rank), by name; other tensors are left out.
     let mut wanted: BTreeMap<(Role, String), Vec<(Tags, PathBuf)>> = BTreeMap::new();
     let mut left_out: Vec<String> = Vec::new();
@@ -115,6 +101,8 @@ pub fn read(path: &Path, tags: &Tags, opts: &ReadOptions) -> Result<Sample> {
         let name = t.name().unwrap_or_default().to_string();
         match role(&name) {
             Some(r) => wanted.entry((r, name)).or_default().push((t, p)),
+            // The served layout's core fields, read by the request plan ([`served`]).
+            None if matches!(name.as_str(), "positions" | "req_pool_indices" | "rids") => {}
             None if !left_out.contains(&name) => left_out.push(name),
             None => {}
         }
@@ -181,8 +169,7 @@ pub fn read(path: &Path, tags: &Tags, opts: &ReadOptions) -> Result<Sample> {
         )));
     }
     let mut description = format!(
-        "sglang-dumper: dumper.py files (`…___name=….pt`, {}), one forward pass ({step_key}) per \
-         sample; {reading}",
+        "sglang-dumper: dumper.py files (`…___name=….pt`, {}), {per_sample}; {reading}",
         if tags.get("step").is_some() {
             "{value, meta}"
         } else {
@@ -203,13 +190,44 @@ pub fn read(path: &Path, tags: &Tags, opts: &ReadOptions) -> Result<Sample> {
         .find(|(n, _)| Key::of(n) != Some(Key::InputIds))
         .and_then(|(_, t)| t.dims().first().copied())
         .unwrap_or(0);
-    let seq_lens = got.get(&Role::SeqLens).map(|(n, t)| (n.as_str(), t));
-    let requests = requests::lengths(seq_lens, tokens).map_err(&refuse)?;
-    Ok(Sample {
+    let seq_lens = got.get(&Role::SeqLens).cloned();
+    let sample = Sample {
         tensors,
         description,
-        requests,
-    })
+        requests: vec![tokens],
+        absent_prefix: 0,
+    };
+    Ok((sample, seq_lens))
+}
+
+/// Reads the forward pass `path` belongs to, one sample per request of whole prompts.
+fn read(path: &Path, tags: &Tags, opts: &ReadOptions) -> Result<Sample> {
+    let per_sample = format!("one forward pass ({}) per sample", step_of(tags).0);
+    let (mut sample, seq_lens) = read_pass(path, tags, opts, &per_sample)?;
+    let tokens = sample.requests.first().copied().unwrap_or(0);
+    let seq_lens = seq_lens.as_ref().map(|(n, t)| (n.as_str(), t));
+    sample.requests = requests::lengths(seq_lens, tokens)
+        .map_err(|m| Error::file(path, format!("sglang-dumper ({}): {m}", pass_label(tags))))?;
+    Ok(sample)
+}
+
+/// `step S` (or `forward_pass_id S`), the pass counter the dumper's file names carry.
+fn pass_label(tags: &Tags) -> String {
+    let (key, step) = step_of(tags);
+    format!("{key} {step}")
+}
+
+fn step_of(tags: &Tags) -> (&'static str, &str) {
+    match tags.get("step") {
+        Some(s) => ("step", s),
+        None => ("forward_pass_id", tags.step().unwrap_or_default()),
+    }
+}
+
+fn folder_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
 }
 
 /// hsdiff's tensors from the dumped ones, and the words for how they were read.
@@ -368,12 +386,66 @@ pub fn open(
     hint: Option<candle_core::DType>,
     opts: &ReadOptions,
 ) -> Result<crate::formats::FileSource> {
+    let (key, step) = step_of(tags);
+    if let Some(plan) = served::plan(folder_of(path), key)? {
+        return open_request(path, &plan, (key, step), hint, opts);
+    }
     let sample = read(path, tags, opts)?;
     let n = sample.requests.len();
     let pass_ids = requests::each_requests_ids(&sample)?;
     let one = requests::cut(sample, opts.sample.unwrap_or(0))
         .map_err(|e| Error::file(path, format!("sglang-dumper: {e}")))?;
     assemble::source(path, one, hint, n, pass_ids)
+}
+
+/// Request `opts.sample` of those beginning in the pass `step` of a served folder: its share of
+/// every pass it spans, joined.
+fn open_request(
+    path: &Path,
+    plan: &Served,
+    (key, step): (&str, &str),
+    hint: Option<candle_core::DType>,
+    opts: &ReadOptions,
+) -> Result<crate::formats::FileSource> {
+    let refuse = |msg: String| Error::file(path, format!("sglang-dumper ({key} {step}): {msg}"));
+    let beginning = plan.beginning_at(step);
+    if beginning.is_empty() {
+        return Err(refuse(match plan.begun_before(step) {
+            Some(first) => format!(
+                "this pass continues a request begun in {key} {first} (a later chunk or a decode \
+                 step): open that pass's file, whose sample is the whole request"
+            ),
+            None => "no request's tokens are in this pass".to_string(),
+        }));
+    }
+    let b = opts.sample.unwrap_or(0);
+    let Some(request) = beginning.get(b) else {
+        return Err(refuse(format!(
+            "{} request(s) begin in this pass, not request {b}",
+            beginning.len()
+        )));
+    };
+    let dir = folder_of(path);
+    let listing = listing::of(dir)?;
+    let mut joined: Vec<(String, Tensor)> = Vec::new();
+    let mut reading = String::new();
+    for segment in &request.segments {
+        let Some((tags, file)) = listing.pass(key, &segment.step).first() else {
+            return Err(refuse(format!("{key} {} has no files", segment.step)));
+        };
+        let (pass, _) = read_pass(file, tags, opts, "one request per sample")?;
+        if reading.is_empty() {
+            reading = pass.description;
+        }
+        served::append(&mut joined, pass.tensors, segment).map_err(&refuse)?;
+    }
+    let sample = Sample {
+        tensors: joined,
+        description: format!("{reading}; {}", served::describe(request, key)),
+        requests: vec![request.end() - request.first()],
+        absent_prefix: request.first(),
+    };
+    assemble::source(path, sample, hint, beginning.len(), Vec::new())
 }
 
 #[cfg(test)]

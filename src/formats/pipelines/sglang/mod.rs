@@ -15,8 +15,10 @@
 mod assemble;
 mod dump_file;
 mod dumper;
+mod listing;
 mod pass;
 mod requests;
+mod served;
 pub mod tags;
 mod tp;
 

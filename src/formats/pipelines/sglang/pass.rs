@@ -188,6 +188,7 @@ fn read(path: &Path, opts: &ReadOptions) -> Result<Sample> {
     Ok(Sample {
         tensors,
         requests,
+        absent_prefix: 0,
         description: format!(
             "sglang-tensor-dump: Pass{{n}}.pt of --debug-tensor-dump-output-folder, one forward pass \
              per sample; layers.N = the residual output of `model.layers.N+1.input_layernorm` \

@@ -1,8 +1,9 @@
 //! A forward pass of several requests: SGLang batches concurrent prompts into one pass, their
 //! tokens concatenated (`seq_lens` gives each request's length). Each request is a sample of
 //! its own — the positions of one request cut out of every tensor — as a batched file's rows
-//! are. Only prefill passes of whole prompts can be cut: a decode pass (one token per request)
-//! or a prefix-cached extend holds fewer tokens than `seq_lens` counts, and is refused.
+//! are. By `seq_lens` alone only prefill passes of whole prompts can be cut: a decode pass (one
+//! token per request) or a prefix-cached extend holds fewer tokens than `seq_lens` counts, and
+//! is refused here; a dumper folder carrying `positions` is read per request ([`super::served`]).
 
 use candle_core::{DType, Tensor};
 
@@ -42,9 +43,9 @@ pub fn lengths(
     if sum != Some(tokens) {
         return Err(format!(
             "`{name}` {lens:?} counts {} tokens, the pass holds {tokens}: a decode pass or a \
-             prefix-cached extend, whose requests cannot be told apart (hsdiff reads prefill \
-             passes of whole prompts: run SGLang with --disable-radix-cache and compare the \
-             prefill passes)",
+             prefix-cached extend, whose requests cannot be told apart without each token's \
+             position (the dump carries no `positions`; the dumper's core fields do, and a \
+             folder of them is read one request per sample)",
             sum.map_or("more than usize".to_string(), |s| s.to_string())
         ));
     }
@@ -105,6 +106,7 @@ pub fn cut(sample: Sample, r: usize) -> std::result::Result<Sample, String> {
             start + lens[r]
         ),
         requests: vec![lens[r]],
+        absent_prefix: sample.absent_prefix,
     })
 }
 
@@ -130,6 +132,11 @@ mod tests {
             decode.contains("counts 25 tokens, the pass holds 2: a decode pass"),
             "{decode}"
         );
+        // Refused for want of positions, which a served dumper folder carries.
+        assert!(
+            decode.contains("the dump carries no `positions`"),
+            "{decode}"
+        );
         let zero = lengths(Some(("seq_lens", &lens_of(&[3, 0]))), 3).unwrap_err();
         assert!(zero.contains("holds the length 0"), "{zero}");
     }
@@ -146,6 +153,7 @@ mod tests {
             ],
             description: "pass".to_string(),
             requests: vec![2, 3],
+            absent_prefix: 0,
         };
         let second = cut(sample(), 1).expect("cut");
         assert_eq!(

@@ -88,6 +88,7 @@ pub fn sample_id(path: &Path) -> Option<String> {
 /// tensor, and every file of a pass is read when that file is opened. `Pass{n}.pt` files of more
 /// than one tensor-parallel rank are refused: the tensor dump records no split dim.
 pub fn collapse(files: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
+    let served = super::served::served_folders(&files);
     let mut out: Vec<PathBuf> = Vec::new();
     // (folder, pass) → index in `out` of the file standing for it.
     let mut passes: BTreeMap<(PathBuf, String), usize> = BTreeMap::new();
@@ -119,6 +120,8 @@ pub fn collapse(files: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
         }
         out.push(f);
     }
+    // A served folder's request is read from the pass it begins in.
+    let out = super::served::drop_continuations(out, &served)?;
     for ((root, n), dirs) in &tensor_dumps {
         if dirs.len() > 1 {
             let names: Vec<String> = dirs

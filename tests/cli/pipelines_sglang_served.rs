@@ -1,0 +1,183 @@
+//! SGLang as served (`tests/fixtures/sglang_served/`, emulated from SGLang's code by its
+//! `make.py` from transformers forwards of golden/qwen3_5_tiny on each request's cache): a
+//! request prefilled in three chunks and decoded, joined into one sample of all its positions
+//! and judged against a transformers capture of the whole request; a second request whose first
+//! 32 positions were served from the radix cache, judged on the positions both sides hold and
+//! saying so; the planted bug (the linear-attention state not carried from one chunk to the
+//! next) flagged at the first position after the first chunk boundary.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+fn fx(rel: &str) -> PathBuf {
+    common::repo_root()
+        .join("tests/fixtures/sglang_served")
+        .join(rel)
+}
+
+/// The `input_ids` file of pass `step` of a dumper folder.
+fn pass_file(folder: &str, step: usize) -> PathBuf {
+    let dir = fx(folder).join("dump_20261201_120000_000000");
+    let prefix = format!("step={step}___");
+    std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("entry").path())
+        .find(|p| {
+            let f = p.file_name().expect("name").to_string_lossy().into_owned();
+            f.starts_with(&prefix) && f.contains("___name=input_ids___")
+        })
+        .unwrap_or_else(|| panic!("no input_ids of step {step} in {}", dir.display()))
+}
+
+fn model() -> String {
+    common::golden_model_dir("qwen3_5_tiny")
+        .display()
+        .to_string()
+}
+
+fn notes(r: &Value) -> String {
+    r["notes"]
+        .as_array()
+        .expect("notes")
+        .iter()
+        .map(|n| n.as_str().unwrap_or_default().to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+const ROWS: [&str; 5] = ["layers.1", "layers.3", "layers.4", "layers.6", "final_norm"];
+
+/// Request 0 — chunks at positions 0–15, 16–31, 32–39, then decode steps at 40, 41, 42 (the
+/// last two batched with request 1's) — is one sample of 43 positions: calibrated against the
+/// transformers capture of its whole sequence, every row ok, the joined passes named.
+#[test]
+fn chunked_prefill_and_decode_joined_into_one_request() {
+    let a = pass_file("dumper", 0);
+    let b = fx("eval/request_0.safetensors");
+    let (code, r, err) = common::compare_json(&a, &b, &["--model", &model()]);
+    assert_eq!(code, 0, "{}\n{err}", r["summary"]);
+    assert_eq!(common::row_names(&r), ROWS);
+    for t in r["tensors"].as_array().expect("tensors") {
+        assert_eq!(t["verdict"], "ok", "{t}");
+        let x = t["ratio_to_floor"].as_f64().expect("calibrated");
+        assert!(x < 2.0, "{}: {x}× the floor", t["name"]);
+    }
+    assert_eq!(r["inputs"]["tokens"], 43, "{}", r["inputs"]);
+    let n = notes(&r);
+    assert!(
+        n.contains(
+            "one request of 6 forward pass(es) joined by slot 0 and position (step=0 positions \
+             0–15, step=1 positions 16–31, step=2 positions 32–39, step=3 position 40, step=5 \
+             position 41, step=6 position 42)"
+        ),
+        "{n}"
+    );
+    assert!(!n.contains("prefix cache"), "{n}");
+    assert!(n.contains("floor and truth measured"), "{n}");
+}
+
+/// Request 1 begins at position 32 (its first 32 tokens are request 0's, served from the prefix
+/// cache): compared on positions 32–45, which both sides hold, the absent positions named, and
+/// uncalibrated (the truth needs the sequence from position 0) — never compared against the
+/// capture's positions 0–13.
+#[test]
+fn prefix_cache_hit_compared_on_the_positions_both_hold() {
+    let a = pass_file("dumper", 4);
+    let b = fx("eval/request_1.safetensors");
+    let (code, r, err) = common::compare_json(&a, &b, &["--model", &model()]);
+    assert_eq!(code, 0, "{}\n{err}", r["summary"]);
+    assert_eq!(common::row_names(&r), ROWS);
+    for t in r["tensors"].as_array().expect("tensors") {
+        assert_eq!(t["verdict"], "ok", "{t}");
+    }
+    assert_eq!(r["inputs"]["tokens"], 14, "{}", r["inputs"]);
+    let n = notes(&r);
+    assert!(
+        n.contains(
+            "A: positions 0–31 served from SGLang's prefix cache: not in the dump; B's positions \
+             0–31 left out (the other side lacks them); compared on the positions 32–45 (14) \
+             both sides hold"
+        ),
+        "{n}"
+    );
+    assert!(
+        n.contains("uncalibrated: the positions compared start at 32"),
+        "{n}"
+    );
+    assert!(err.contains("served from SGLang's prefix cache"), "{err}");
+}
+
+/// The planted bug: request 0's second and third chunks start from a zeroed conv / recurrent
+/// state. Positions 0–15 (the first chunk) agree; from position 16 on every dumped layer
+/// diverges — flagged, exit 1, at position 16.
+#[test]
+fn state_not_carried_between_chunks_flagged_after_the_boundary() {
+    let a = pass_file("dumper_state_lost", 0);
+    let b = fx("eval/request_0.safetensors");
+    let (code, r, err) = common::compare_json(&a, &b, &["--model", &model()]);
+    assert_eq!(code, 1, "{}\n{err}", r["summary"]);
+    assert_eq!(r["first_divergent"], "layers.1", "{}", r["first_divergent"]);
+    for t in r["tensors"].as_array().expect("tensors") {
+        assert_eq!(t["verdict"], "mismatch", "{t}");
+        let rel: Vec<f64> = t["per_token_rel"]
+            .as_array()
+            .expect("per-token rel L2")
+            .iter()
+            .map(|v| v.as_f64().unwrap_or(f64::NAN))
+            .collect();
+        assert_eq!(rel.len(), 43, "{}", t["name"]);
+        // The first chunk's positions are the honest run's, bit for bit; every position after
+        // the first boundary departs.
+        assert!(
+            rel[..16].iter().all(|&x| x == 0.0),
+            "{}: {rel:?}",
+            t["name"]
+        );
+        assert!(
+            rel[16..].iter().all(|&x| x > 0.05),
+            "{}: {rel:?}",
+            t["name"]
+        );
+    }
+}
+
+/// A later pass of a request (its second chunk) is no sample of its own: refused in one line
+/// naming the pass the request begins in.
+#[test]
+fn a_later_pass_of_a_request_refused() {
+    let a = pass_file("dumper", 1);
+    let b = fx("eval/request_0.safetensors");
+    let o = common::hsdiff(
+        &[
+            "compare",
+            a.to_str().expect("utf-8"),
+            b.to_str().expect("utf-8"),
+        ],
+        Path::new(&common::repo_root()),
+    );
+    let err = common::stderr_of(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("step=1___"), "{err}");
+    assert!(err.contains("continues a request begun in step 0"), "{err}");
+}
+
+/// The folder as a dataset: one sample per request (the passes it begins in, steps 0 and 4),
+/// request 0 paired with its capture by token ids and ok; request 1, whose ids are a suffix of
+/// its capture's, listed unpaired — never compared against another request.
+#[test]
+fn a_served_folder_is_one_sample_per_request() {
+    let (code, r, err) = common::compare_json(&fx("dumper"), &fx("eval"), &["--model", &model()]);
+    let samples = r["samples"].as_array().expect("samples");
+    assert_eq!(samples.len(), 1, "{}\n{err}", r["samples"]);
+    assert_eq!(samples[0]["id"], "step=0", "{}", samples[0]);
+    assert_eq!(samples[0]["id_b"], "request_0", "{}", samples[0]);
+    assert_eq!(samples[0]["verdict"], "ok", "{}", samples[0]);
+    assert_eq!(samples[0]["positions"], 43, "{}", samples[0]);
+    let unpaired = r.to_string();
+    assert!(unpaired.contains("step=4"), "{unpaired}");
+    assert_ne!(code, 2, "{err}");
+}
