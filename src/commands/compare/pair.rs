@@ -19,7 +19,7 @@ use crate::commands::compare::tokens::{self, GivenIds};
 use crate::commands::compare::{disjoint, layer_id_slip, pair_steps, plausibility};
 use crate::compare::verdict::thresholds;
 use crate::compare::{Kind, OneSided, TensorSource};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::formats::pipelines::HeldPositions;
 use crate::formats::{FileSource, pipelines, value_dtype_notes};
 use crate::job::session::{ModelInput, SideRoutes};
