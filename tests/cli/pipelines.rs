@@ -289,6 +289,28 @@ fn refused_when_it_cannot_be_read() {
 
 /// Layer ids that name nothing (no side is a pipeline's dump, or not the side they were given
 /// for) are refused, never ignored.
+/// Ids past the model's layers, with the model found from the other side's fingerprint (no
+/// --model, so the reader cannot check them): the state has no truth to be judged against, and
+/// was once dropped from every row under a "benign" verdict.
+#[test]
+fn ids_past_the_models_layers_refused_when_the_model_is_known() {
+    let model = "qwen3_5_tiny";
+    let eval = fx(model, "eval/prompt_0.safetensors");
+    let dflash = fx(model, "specforge_dflash/rows_0-5000/data_0.ckpt");
+    let o = hsdiff(&["compare", &dflash, &eval, "--layer-ids", "99"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("data_0.ckpt")
+            && err.contains("holds layers.99, but this model has 8 decoder layers (0–7)"),
+        "{err}"
+    );
+    // The same file with its real ids is read and judged.
+    let ids = ids(&draft(model)["dflash_config"]["target_layer_ids"]);
+    let o = hsdiff(&["compare", &dflash, &eval, "--layer-ids", &ids]);
+    assert_ne!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
 #[test]
 fn unused_layer_ids_refused() {
     let model = "qwen3_5_tiny";

@@ -328,6 +328,10 @@ fn compare_on(
         say(&note);
         notes.push(note);
     }
+    // After plausibility: a file of another model is named as such first.
+    if let Some(n) = num_layers.filter(|_| truth.is_some()) {
+        pair_steps::check_layers_exist([&*a, &*b], n)?;
+    }
     let alignment = pair_steps::align(a, b, thresholds(dtype).ok, opts.shift)?;
     let layer_types = session.map(|(s, _)| s.model.config.layer_types.as_slice());
     let mut held_by_one = OneSided::of(&a.names(), &b.names(), layers.as_deref());

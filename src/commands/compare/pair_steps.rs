@@ -149,6 +149,32 @@ pub fn check_sequence_len(model: &Model, sources: [&FileSource; 2], mapped: bool
     Ok(())
 }
 
+/// Each side's decoder layers exist in the model (`num_layers` of them): a state named past the
+/// last layer (`--layer-ids 99` on an 8-layer model, a deeper model's file) has no truth to be
+/// judged against, so it would drop out of every row and leave a verdict made without it.
+pub fn check_layers_exist(sources: [&FileSource; 2], num_layers: usize) -> Result<()> {
+    for src in sources {
+        let beyond = src
+            .names()
+            .iter()
+            .filter_map(|n| Key::of(n)?.layer_output())
+            .find(|&l| l >= num_layers);
+        if let Some(l) = beyond {
+            return Err(Error::file(
+                src.path(),
+                format!(
+                    "holds {}, but this model has {num_layers} decoder layers (0–{}): the file's \
+                     layer ids or indices name layers the model lacks (check --layer-ids, the \
+                     draft config, or --model)",
+                    Key::Layer(l),
+                    num_layers - 1
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Bare layer indices: output of layer N, or hidden_states[N]? Decided against the truth, else
 /// against the other side when that one is a full capture; a side read as hidden_states[N] is
 /// shifted by one. A pipeline's declared ids that the truth shows to be off are a finding
