@@ -195,6 +195,13 @@ fn rewrite(dir: &Path, edit: impl FnMut(&str) -> Edit) {
     rewrite_safetensors(&dir.join("model.safetensors"), edit);
 }
 
+/// A copy of the FP8 checkpoint with the tensor `name` edited (`edit` says how), the rest kept.
+fn with_one_edited(name: &str, edit: impl Fn() -> Edit) -> tempfile::TempDir {
+    let copy = golden_copy(MODEL);
+    rewrite(copy.path(), |n| if n == name { edit() } else { Edit::Keep });
+    copy
+}
+
 fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
     let path = dir.join("config.json");
     let mut v: serde_json::Value =
@@ -230,26 +237,16 @@ const GATE: &str = "model.language_model.layers.1.mlp.gate_proj";
 
 #[test]
 fn a_dropped_or_misshapen_scale_is_refused_naming_the_tensor() {
-    let copy = golden_copy(MODEL);
     let scale = format!("{GATE}.weight_scale_inv");
-    rewrite(copy.path(), |n| {
-        if n == scale { Edit::Drop } else { Edit::Keep }
-    });
+    let copy = with_one_edited(&scale, || Edit::Drop);
     let (code, err) = dump(copy.path(), "bf16");
     assert_eq!(code, 2, "{err}");
     assert!(err.contains(&format!("{GATE}.weight")), "{err}");
     assert!(err.contains("without its block scales"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 
-    let copy = golden_copy(MODEL);
     // [128, 64] over [48, 40] is [3, 2]; a [6, 1] grid has as many scales, laid out wrong.
-    rewrite(copy.path(), |n| {
-        if n == scale {
-            Edit::Reshape(vec![6, 1])
-        } else {
-            Edit::Keep
-        }
-    });
+    let copy = with_one_edited(&scale, || Edit::Reshape(vec![6, 1]));
     let (code, err) = dump(copy.path(), "f64");
     assert_eq!(code, 2, "{err}");
     assert!(
@@ -331,14 +328,7 @@ fn scales_that_are_not_positive_or_overflow_the_weights_are_refused() {
         // Within f32 but past f16's 65504 (448 × 200): fine for bf16, refused for f16.
         (200.0, "f16", "past ±6.5504e4"),
     ] {
-        let copy = golden_copy(MODEL);
-        rewrite(copy.path(), |n| {
-            if n == scale {
-                Edit::Bytes(bf16_scales(6, value))
-            } else {
-                Edit::Keep
-            }
-        });
+        let copy = with_one_edited(&scale, || Edit::Bytes(bf16_scales(6, value)));
         let (code, err) = dump(copy.path(), dtype);
         assert_eq!(code, 2, "scale {value} at {dtype}: {err}");
         assert!(
@@ -348,14 +338,7 @@ fn scales_that_are_not_positive_or_overflow_the_weights_are_refused() {
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     }
     // The same scales of 200 in bf16 are in range.
-    let copy = golden_copy(MODEL);
-    rewrite(copy.path(), |n| {
-        if n == scale {
-            Edit::Bytes(bf16_scales(6, 200.0))
-        } else {
-            Edit::Keep
-        }
-    });
+    let copy = with_one_edited(&scale, || Edit::Bytes(bf16_scales(6, 200.0)));
     let (code, err) = dump(copy.path(), "bf16");
     assert_eq!(code, 0, "{err}");
 }
@@ -364,14 +347,7 @@ fn scales_that_are_not_positive_or_overflow_the_weights_are_refused() {
 fn codes_of_another_format_than_stored_or_configured_are_refused() {
     let weight = format!("{GATE}.weight");
     // One weight's e4m3 codes relabelled F8_E5M2, the config still saying e4m3.
-    let copy = golden_copy(MODEL);
-    rewrite(copy.path(), |n| {
-        if n == weight {
-            Edit::Relabel(safetensors::Dtype::F8_E5M2)
-        } else {
-            Edit::Keep
-        }
-    });
+    let copy = with_one_edited(&weight, || Edit::Relabel(safetensors::Dtype::F8_E5M2));
     let (code, err) = dump(copy.path(), "bf16");
     assert_eq!(code, 2, "{err}");
     assert!(
