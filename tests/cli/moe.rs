@@ -110,20 +110,27 @@ fn transformers_bf16_moe_capture_against_the_strict_f64_one_is_benign() {
     );
 }
 
+/// `bug_{bug}{suffix}.pt` against the honest sample 0 of `train`: a mismatch from layers.3,
+/// exit 1. Returns the report.
+fn planted_bug_is_a_mismatch_at_layers_3(train: &str, bug: &str, suffix: &str) -> Value {
+    let (code, r, err) = compare_json(
+        &fixture(&format!("{train}/sample_00.pt")),
+        &fixture(&format!("bug_{bug}{suffix}.pt")),
+        &args(&model()),
+    );
+    assert_eq!(code, 1, "{bug}: {}\n{err}", summary(&r));
+    assert!(
+        summary(&r).starts_with("mismatch: ") && summary(&r).contains("part at layers.3"),
+        "{bug}: {}",
+        summary(&r)
+    );
+    r
+}
+
 #[test]
 fn each_planted_layer_3_bug_is_a_mismatch_at_layers_3_with_router_ids() {
     for bug in ["dt_bias", "a_log", "shared_gate"] {
-        let (code, r, err) = compare_json(
-            &fixture("train_router/sample_00.pt"),
-            &fixture(&format!("bug_{bug}_router.pt")),
-            &args(&model()),
-        );
-        assert_eq!(code, 1, "{bug}: {}\n{err}", summary(&r));
-        assert!(
-            summary(&r).starts_with("mismatch: ") && summary(&r).contains("part at layers.3"),
-            "{bug}: {}",
-            summary(&r)
-        );
+        let r = planted_bug_is_a_mismatch_at_layers_3("train_router", bug, "_router");
         assert_eq!(row(&r, "layers.1")["verdict"], "ok", "{bug}");
         assert_eq!(row(&r, "layers.3")["verdict"], "mismatch", "{bug}");
     }
@@ -132,17 +139,7 @@ fn each_planted_layer_3_bug_is_a_mismatch_at_layers_3_with_router_ids() {
 #[test]
 fn each_planted_layer_3_bug_is_a_mismatch_at_layers_3_without_router_ids() {
     for bug in ["dt_bias", "a_log", "shared_gate"] {
-        let (code, r, err) = compare_json(
-            &fixture("train/sample_00.pt"),
-            &fixture(&format!("bug_{bug}.pt")),
-            &args(&model()),
-        );
-        assert_eq!(code, 1, "{bug}: {}\n{err}", summary(&r));
-        assert!(
-            summary(&r).starts_with("mismatch: ") && summary(&r).contains("part at layers.3"),
-            "{bug}: {}",
-            summary(&r)
-        );
+        planted_bug_is_a_mismatch_at_layers_3("train", bug, "");
     }
 }
 
