@@ -94,4 +94,43 @@ record compare /nonexistent.pt tests/fixtures/compare/hs_dict.pt
 record --a fused --b nonesuch --prompt fizzbuzz
 record compare "$team/dense.bf16.ids.pt" "$team/dense.f32.ids.pt" --shard 3/2
 record compare "$team/dense.bf16.ids.pt" "$team/dense.f32.ids.pt" --layer-ids x
+# Findings, MoE datasets, served engines, FP8, plots (the fixtures of tests/cli/{findings,moe,
+# vllm,pipelines_sglang_served,fp8}.rs).
+fx=tests/fixtures
+record compare "$fx/findings/tokens/a" "$fx/findings/tokens/b"
+record compare "$fx/findings/tokens/a" "$fx/findings/tokens/b_bos"
+record compare "$fx/findings/tokens/a" "$fx/findings/tokens/b_bos" --allow-token-mismatch --format json
+record compare "$fx/findings/tokens/a" "$fx/findings/tokens/b_all_bos"
+record compare "$fx/findings/tokens/a" "$fx/findings/tokens/b_other" --format markdown
+record compare "$fx/findings/nan/a.pt" "$fx/findings/nan/b.pt" --model "$dense"
+record compare "$fx/findings/plaus/a.bf16.pt" "$fx/findings/plaus/b.bf16.pt" --model "$moe"
+for which in honest minus plus; do
+    record compare "$fx/findings/slip/$which" "$pipes/eval" --layer-ids-a 1,2,4,5,6 --model "$dense"
+done
+record compare "$fx/findings/batch/left.pt" "$fx/findings/batch/alone" --model "$dense"
+record compare "$fx/findings/batch/nomask.pt" "$fx/findings/batch/alone" --model "$dense"
+record compare "$fx/findings/hooks/vision_blocks.pt" "$team/dense.f32.ids.pt"
+record compare "$fx/moe_dataset/train" "$fx/moe_dataset/eval" --model "$moe"
+record compare "$fx/moe_dataset/train_router" "$fx/moe_dataset/eval_router" --model "$moe" --format json
+record compare "$fx/moe_dataset/train_router" "$fx/moe_dataset/eval_router" --model "$moe" --format markdown
+record compare "$fx/moe_dataset/bug_dt_bias_router.pt" "$fx/moe_dataset/eval_router/sample_00.pt" --model "$moe"
+record compare "$fx/sglang_served/dumper" "$fx/sglang_served/eval" --model "$moe"
+record compare "$fx/sglang_served/dumper_state_lost" "$fx/sglang_served/eval" --model "$moe"
+record compare "$fx/vllm/pairs.bf16.pt" "$fx/vllm/transformers.bf16.pt" --model "$dense"
+record compare "$fx/vllm/aux" "$fx/vllm/transformers.bf16.pt" --model "$dense" --draft-config "$fx/vllm/draft.json"
+record compare "$fx/vllm/aux_shifted" "$fx/vllm/transformers.bf16.pt" --model "$dense" --draft-config "$fx/vllm/draft.json"
+record compare "$fx/vllm/repeated" "$fx/vllm/transformers.bf16.pt" --model "$dense"
+record compare "$fx/field/overflow.f16.pt" "$fx/field/overflow.f32.pt"
+record compare "$fx/field/logits_honest.pt" "$fx/field/logits_bug.pt" --format json
+record compare "$pipes/specforge_dflash" "$pipes/eval" --model "$dense" --draft-config "$pipes/draft_config.json" --plot "$work/dataset.svg"
+record compare "$team/dense.bf16.ids.pt" "$team/dense.bf16_no_qk_l2norm.ids.pt" --model "$dense" --plot "$work/pair.svg"
+record --a fused --b reference --prompt fizzbuzz --dtype bf16 --plot "$work/live.svg"
+record --a fused --b reference --model golden/qwen3_5_tiny_fp8 --prompt fizzbuzz --dtype fp8
+record paths --prompt fizzbuzz --dtype bf16 --format json
+record paths --prompt fizzbuzz --dtype f32 --format markdown
+record check --golden golden/states/qwen3_5_tiny/fibonacci.f64.safetensors --format json
+record dump --out "$work/dump.safetensors" --prompt fizzbuzz --ops
+record compare "$team/dense.bf16.ids.pt" "$team/dense.f32.ids.pt" --layer-ids 99 --model "$dense"
+record compare "$team/dense.bf16.ids.pt" "$team/dense.f32.ids.pt" --tokens 1,2,x
+record compare "$pipes/specforge_dflash" "$pipes/eval" --shard auto/2
 echo "recorded $n commands in $out"
