@@ -37,12 +37,12 @@ fn cmp(x: &Path, y: &Path) -> Vec<String> {
     args(&["compare", &s(x), &s(y)])
 }
 
-hostile!(two_entries_read_as_layers_1, |d| {
+hostile!(two_entries_read_as_layers_1_are_refused, |d| {
     let (clash, one) = clash_and_one(d);
     refused(cmp(&clash, &one), &["h.1", "blocks.1", "--map"])
 });
 
-hostile!(map_picks_one_of_two_entries_read_as_layers_1, |d| {
+hostile!(map_picks_one_of_the_clashing_entries, |d| {
     let (clash, one) = clash_and_one(d);
     expect(
         [cmp(&clash, &one), args(&["--map", "h.1=layers.1"])].concat(),
