@@ -307,10 +307,36 @@ fn the_command_line_holds_no_logic() {
     assert_eq!(cli_breaches(&planted).len(), 2);
 }
 
+/// The `.rs` files of `dir` (shown as `shown`) that its module root `root` (main.rs or mod.rs)
+/// declares no `mod NAME;` for, and in turn those of each module folder (one with a mod.rs).
+fn undeclared_modules(dir: &Path, root: &str, shown: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join(root)).expect("read a module root");
+    let mut stray = Vec::new();
+    for (path, name) in entries(dir) {
+        let module = if path.join("mod.rs").is_file() {
+            stray.extend(undeclared_modules(
+                &path,
+                "mod.rs",
+                &format!("{shown}/{name}"),
+            ));
+            name.as_str()
+        } else if let Some(module) = name.strip_suffix(".rs") {
+            module
+        } else {
+            continue;
+        };
+        if name != root && !text.lines().any(|l| l.trim() == format!("mod {module};")) {
+            stray.push(format!("{shown}/{name} is not declared in its {root}"));
+        }
+    }
+    stray
+}
+
 /// The integration tests are four binaries (tests/<group>/main.rs, docs/architecture.md#tests):
-/// every other file under tests/ that cargo would build is a module its group's main.rs declares
-/// (a file nobody declares is silently never compiled), and no test file sits at tests/ itself
-/// (cargo would build it as a fifth binary, linking the whole crate again).
+/// every other file under tests/ that cargo would build is a module its group's main.rs (or its
+/// module folder's mod.rs) declares (a file nobody declares is silently never compiled), and no
+/// test file sits at tests/ itself (cargo would build it as a fifth binary, linking the whole
+/// crate again).
 #[test]
 fn tests_are_four_binaries_and_every_test_file_is_a_module_of_one() {
     let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
@@ -325,22 +351,11 @@ fn tests_are_four_binaries_and_every_test_file_is_a_module_of_one() {
             continue;
         }
         groups.insert(name.clone());
-        let text = std::fs::read_to_string(&main).expect("read main.rs");
-        for file in std::fs::read_dir(&path).expect("read a group") {
-            let file = file.expect("dir entry").path();
-            let Some(module) = file
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.strip_suffix(".rs"))
-            else {
-                continue;
-            };
-            if module != "main" && !text.lines().any(|l| l.trim() == format!("mod {module};")) {
-                stray.push(format!(
-                    "tests/{name}/{module}.rs is not declared in its main.rs"
-                ));
-            }
-        }
+        stray.extend(undeclared_modules(
+            &path,
+            "main.rs",
+            &format!("tests/{name}"),
+        ));
     }
     assert!(stray.is_empty(), "{}", stray.join("\n"));
     assert!(

@@ -1,40 +1,25 @@
 //! `hsdiff bench core` end to end on a tiny geometry (no torch): the table, the closing lines
 //! and the JSON file have the shape of a real run. No timing is asserted.
 
-use std::process::{Command, Output};
+use std::process::Output;
+
+use crate::common::{bench_core_tiny, repo_root};
 
 fn hsdiff(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hsdiff"))
-        .args(args)
-        .output()
-        .expect("hsdiff runs")
+    crate::common::hsdiff(args, &repo_root())
 }
 
-const TINY: &[&str] = &[
-    "bench",
-    "core",
-    "--lengths",
-    "5,9",
-    "--key-heads",
-    "1",
-    "--value-heads",
-    "2",
-    "--head-dim",
-    "4",
-    "--repeats",
-    "1",
-    "--warmup",
-    "0",
-    "--threads",
-    "1",
-];
+/// `bench core` at lengths 5 and 9, tiny otherwise.
+fn tiny() -> Vec<&'static str> {
+    bench_core_tiny("5,9")
+}
 
 #[test]
 fn bench_core_prints_a_table_and_writes_json_of_every_case() {
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("bench.json");
     let work = dir.path().join("work");
-    let mut args = TINY.to_vec();
+    let mut args = tiny();
     let (json_arg, work_arg) = (json.to_str().expect("utf-8"), work.to_str().expect("utf-8"));
     args.extend([
         "--dtypes",
@@ -129,7 +114,7 @@ fn bench_core_prints_a_table_and_writes_json_of_every_case() {
 
 #[test]
 fn bench_core_markdown_has_one_line_per_case() {
-    let mut args = TINY.to_vec();
+    let mut args = tiny();
     args.extend(["--dtypes", "f32", "--backends", "fused", "--markdown"]);
     let out = hsdiff(&args);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -162,7 +147,7 @@ fn bad_bench_options_are_one_line_naming_the_option() {
         ),
         (&["--lengths", "0"][..], "--lengths: "),
     ] {
-        let mut args = TINY.to_vec();
+        let mut args = tiny();
         args.extend(extra);
         let out = hsdiff(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);

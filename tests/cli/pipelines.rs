@@ -61,14 +61,7 @@ fn vllm_ids(model: &str) -> &'static str {
 }
 
 fn hsdiff(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hsdiff"))
-        .args(args)
-        .output()
-        .expect("run hsdiff")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    common::hsdiff(args, &root())
 }
 
 /// `hsdiff compare A B … --format json`: exit code and report.
@@ -84,16 +77,6 @@ fn max_x_floor(r: &Value) -> f64 {
         .iter()
         .map(|t| t["ratio_to_floor"].as_f64().unwrap_or(f64::INFINITY))
         .fold(0.0, f64::max)
-}
-
-fn notes(r: &Value) -> String {
-    r["notes"]
-        .as_array()
-        .expect("notes")
-        .iter()
-        .map(|n| n.as_str().unwrap_or_default().to_string())
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// One sample of each format against the eval box's capture of the same prompt, calibrated:
@@ -176,7 +159,7 @@ fn each_format_reads_its_layers() {
             assert_eq!(got, want, "{model} {what}");
             let x = max_x_floor(&r);
             assert!(x < 2.0, "{model} {what}: {x}× the floor");
-            let n = notes(&r);
+            let n = common::notes(&r);
             assert!(
                 n.contains(what.split(' ').next().expect("name")),
                 "{model} {what}: {n}"
@@ -205,7 +188,7 @@ fn defaults_and_last_state() {
         &["--model", &m],
     );
     assert_eq!(code, 0, "{}", r["summary"]);
-    let n = notes(&r);
+    let n = common::notes(&r);
     assert!(n.contains("the default [1, L/2−1, L−4]"), "{n}");
     assert!(
         n.contains("`hidden_state` read as after the final norm (final_norm) (rel L2"),
@@ -217,7 +200,7 @@ fn defaults_and_last_state() {
         &["--model", &m],
     );
     assert_eq!(code, 0, "{}", r["summary"]);
-    let n = notes(&r);
+    let n = common::notes(&r);
     assert!(n.contains("the default [2, L/2, L−3, L]"), "{n}");
     assert!(
         n.contains("read as the last layer's output before the final norm (layers.7)"),
@@ -275,13 +258,9 @@ fn refused_when_it_cannot_be_read() {
     ] {
         let mut args = vec!["compare", dflash.as_str(), eval.as_str()];
         args.extend(extra);
-        let o = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
-            .current_dir(root())
-            .args(&args)
-            .output()
-            .expect("run");
+        let o = hsdiff(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
-        let err = stderr(&o);
+        let err = common::stderr_of(&o);
         assert!(err.contains(want), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "one line: {err}");
     }
@@ -298,7 +277,7 @@ fn ids_past_the_models_layers_refused_when_the_model_is_known() {
     let eval = fx(model, "eval/prompt_0.safetensors");
     let dflash = fx(model, "specforge_dflash/rows_0-5000/data_0.ckpt");
     let o = hsdiff(&["compare", &dflash, &eval, "--layer-ids", "99"]);
-    let err = stderr(&o);
+    let err = common::stderr_of(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
         err.contains("data_0.ckpt")
@@ -308,7 +287,7 @@ fn ids_past_the_models_layers_refused_when_the_model_is_known() {
     // The same file with its real ids is read and judged.
     let ids = ids(&draft(model)["dflash_config"]["target_layer_ids"]);
     let o = hsdiff(&["compare", &dflash, &eval, "--layer-ids", &ids]);
-    assert_ne!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_ne!(o.status.code(), Some(2), "{}", common::stderr_of(&o));
 }
 
 #[test]
@@ -331,7 +310,7 @@ fn unused_layer_ids_refused() {
             "1,2,4,5,6",
         ]);
         assert_eq!(o.status.code(), Some(2), "{opt}");
-        let err = stderr(&o);
+        let err = common::stderr_of(&o);
         assert!(
             err.contains(opt) && err.contains("would name nothing"),
             "{err}"
@@ -345,7 +324,11 @@ fn unused_layer_ids_refused() {
         "1,2",
     ]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("would name nothing"), "{}", stderr(&o));
+    assert!(
+        common::stderr_of(&o).contains("would name nothing"),
+        "{}",
+        common::stderr_of(&o)
+    );
 }
 
 /// A DFlash file whose token ids and hidden states disagree on the length: refused, naming
@@ -608,9 +591,9 @@ fn shards_merge_into_the_whole() {
     let o = hsdiff(&["merge", &parts[0], &parts[2]]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).contains("shard 1/3 is missing"),
+        common::stderr_of(&o).contains("shard 1/3 is missing"),
         "{}",
-        stderr(&o)
+        common::stderr_of(&o)
     );
     let calibrated = [&per_pair[..], &["--calibrate", "2"]].concat();
     let more = shards_equal_whole("calibrate", &calibrated);
@@ -653,7 +636,7 @@ fn shards_equal_whole(tag: &str, common: &[&str]) -> Vec<String> {
     let mut args = vec!["merge", "--format", "json"];
     args.extend(parts.iter().map(String::as_str));
     let o = hsdiff(&args);
-    assert_eq!(o.status.code(), Some(1), "{tag}: {}", stderr(&o));
+    assert_eq!(o.status.code(), Some(1), "{tag}: {}", common::stderr_of(&o));
     let mut merged: Value = serde_json::from_slice(&o.stdout).expect("merged JSON");
     for r in [&mut whole, &mut merged] {
         r.as_object_mut().expect("object").remove("command");
@@ -689,13 +672,17 @@ fn merge_output_never_over_a_part() {
             "--shard",
             &shard,
         ]);
-        assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+        assert!(
+            matches!(o.status.code(), Some(0 | 1)),
+            "{}",
+            common::stderr_of(&o)
+        );
         parts.push(out);
     }
     let before = std::fs::read(&parts[1]).expect("part");
     let o = hsdiff(&["merge", &parts[0], &parts[1], "--out", &parts[1]]);
     assert_eq!(o.status.code(), Some(2));
-    let err = stderr(&o);
+    let err = common::stderr_of(&o);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("part1.json"), "{err}");
     assert_eq!(
@@ -707,7 +694,11 @@ fn merge_output_never_over_a_part() {
     let o = hsdiff(&[
         "merge", &parts[0], &parts[1], "--format", "json", "--out", &merged,
     ]);
-    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
+    assert!(
+        matches!(o.status.code(), Some(0 | 1)),
+        "{}",
+        common::stderr_of(&o)
+    );
     let r: Value = serde_json::from_slice(&std::fs::read(&merged).expect("merged")).expect("json");
     assert_eq!(r["schema"], "hsdiff.dataset/v1");
     assert_eq!(r["samples"].as_array().expect("samples").len(), 3);
@@ -742,7 +733,7 @@ fn common_ids_beside_one_sides_own_refused() {
             "1,2,4,5,6",
         ]);
         assert_eq!(o.status.code(), Some(2), "{own}");
-        let err = stderr(&o);
+        let err = common::stderr_of(&o);
         assert_eq!(err.trim().lines().count(), 1, "{err}");
         assert!(
             err.contains("--layer-ids") && err.contains(&format!("with {own}")),
@@ -761,8 +752,12 @@ fn common_ids_beside_one_sides_own_refused() {
         "--layer-ids-b",
         "1,2,4,5,6",
     ]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("--draft-config"), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr_of(&o));
+    assert!(
+        common::stderr_of(&o).contains("--draft-config"),
+        "{}",
+        common::stderr_of(&o)
+    );
 }
 
 /// A k-layer concatenated sample is read once, not once per layer: reading all five layers of
@@ -842,8 +837,8 @@ fn workers_do_not_change_the_report() {
             .output()
             .expect("run hsdiff");
         let report: Value = serde_json::from_slice(&o.stdout)
-            .unwrap_or_else(|e| panic!("no report ({e}): {}", stderr(&o)));
-        (o.status.code(), report, stderr(&o))
+            .unwrap_or_else(|e| panic!("no report ({e}): {}", common::stderr_of(&o)));
+        (o.status.code(), report, common::stderr_of(&o))
     };
     let (code_1, one, err_1) = run("1");
     let (code_n, many, err_n) = run("3");
@@ -874,8 +869,16 @@ fn dataset_plot_drawn_and_never_over_an_input() {
         let mut args = vec!["compare", a.as_str(), b.as_str(), "--plot", plot.as_str()];
         args.extend(ids);
         let o = hsdiff(&args);
-        assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
-        assert!(stderr(&o).contains("plot written to"), "{}", stderr(&o));
+        assert!(
+            matches!(o.status.code(), Some(0 | 1)),
+            "{}",
+            common::stderr_of(&o)
+        );
+        assert!(
+            common::stderr_of(&o).contains("plot written to"),
+            "{}",
+            common::stderr_of(&o)
+        );
         let bytes = std::fs::read(&plot).expect("plot");
         if ext == "svg" {
             let svg = String::from_utf8(bytes).expect("utf-8");
@@ -910,8 +913,13 @@ fn dataset_plot_drawn_and_never_over_an_input() {
     ];
     args.extend(ids);
     let o = hsdiff(&args);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert_eq!(stderr(&o).trim().lines().count(), 1, "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr_of(&o));
+    assert_eq!(
+        common::stderr_of(&o).trim().lines().count(),
+        1,
+        "{}",
+        common::stderr_of(&o)
+    );
     assert_eq!(std::fs::read(&victim).expect("kept"), b"<svg>kept</svg>");
     let _ = std::fs::remove_dir_all(&dir);
 }

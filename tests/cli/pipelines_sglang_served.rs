@@ -10,8 +10,6 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
 fn fx(rel: &str) -> PathBuf {
     common::repo_root()
         .join("tests/fixtures/sglang_served")
@@ -38,16 +36,6 @@ fn model() -> String {
         .to_string()
 }
 
-fn notes(r: &Value) -> String {
-    r["notes"]
-        .as_array()
-        .expect("notes")
-        .iter()
-        .map(|n| n.as_str().unwrap_or_default().to_string())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 const ROWS: [&str; 5] = ["layers.1", "layers.3", "layers.4", "layers.6", "final_norm"];
 
 /// Request 0 — chunks at positions 0–15, 16–31, 32–39, then decode steps at 40, 41, 42 (the
@@ -66,7 +54,7 @@ fn chunked_prefill_and_decode_joined_into_one_request() {
         assert!(x < 2.0, "{}: {x}× the floor", t["name"]);
     }
     assert_eq!(r["inputs"]["tokens"], 43, "{}", r["inputs"]);
-    let n = notes(&r);
+    let n = common::notes(&r);
     assert!(
         n.contains(
             "one request of 6 forward pass(es) joined by slot 0 and position (step=0 positions \
@@ -94,7 +82,7 @@ fn prefix_cache_hit_compared_on_the_positions_both_hold() {
         assert_eq!(t["verdict"], "ok", "{t}");
     }
     assert_eq!(r["inputs"]["tokens"], 14, "{}", r["inputs"]);
-    let n = notes(&r);
+    let n = common::notes(&r);
     assert!(
         n.contains(
             "A: positions 0–31 served from SGLang's prefix cache: not in the dump; B's positions \

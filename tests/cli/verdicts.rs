@@ -6,25 +6,23 @@
 //! that must stay benign.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::common::{self, golden_model_dir, repo_root};
 
 fn team(name: &str) -> PathBuf {
-    root().join("tests/fixtures/team").join(name)
+    repo_root().join("tests/fixtures/team").join(name)
 }
 
 fn model(name: &str) -> String {
-    root().join("golden").join(name).display().to_string()
+    golden_model_dir(name).display().to_string()
 }
 
 const DENSE: &str = "qwen3_5_tiny";
 const MOE: &str = "qwen3_next_moe_tiny";
 
+/// A compare run: its exit code, its JSON report if it printed one, its stderr.
 struct Outcome {
     code: i32,
     report: Option<Value>,
@@ -49,40 +47,20 @@ impl Outcome {
             .unwrap_or_else(|| panic!("no row {name}; summary: {}", self.summary()))
     }
     fn row_names(&self) -> Vec<String> {
-        self.report()["tensors"]
-            .as_array()
-            .expect("tensors")
-            .iter()
-            .map(|t| t["name"].as_str().expect("name").to_string())
-            .collect()
+        common::row_names(self.report())
     }
     fn notes(&self) -> String {
-        self.report()["notes"]
-            .as_array()
-            .map(|n| {
-                n.iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            })
-            .unwrap_or_default()
+        common::notes(self.report())
     }
 }
 
-/// `hsdiff compare A B --format json EXTRA…`.
+/// `hsdiff compare A B --format json EXTRA…`, a refusal included.
 fn compare(a: &Path, b: &Path, extra: &[&str]) -> Outcome {
-    let out = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
-        .arg("compare")
-        .arg(a)
-        .arg(b)
-        .args(["--format", "json"])
-        .args(extra)
-        .output()
-        .expect("run hsdiff");
+    let out = common::compare_output(a, b, extra);
     Outcome {
         code: out.status.code().expect("exit code"),
         report: serde_json::from_slice(&out.stdout).ok(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        stderr: common::stderr_of(&out),
     }
 }
 

@@ -5,7 +5,9 @@
 
 use std::path::PathBuf;
 
-use crate::common::{compare_json, golden_model_dir, hsdiff, repo_root, stderr_of};
+use crate::common::{
+    compare_json, golden_model_dir, hsdiff, notes, repo_root, row_names, stderr_of,
+};
 
 fn fixture(name: &str) -> String {
     repo_root()
@@ -21,14 +23,35 @@ fn model() -> String {
         .into_owned()
 }
 
-fn notes(r: &serde_json::Value) -> String {
-    r["notes"]
-        .as_array()
-        .expect("notes")
-        .iter()
-        .map(|n| n.as_str().expect("note").to_string())
-        .collect::<Vec<_>>()
-        .join("\n")
+/// `compare FILE transformers.bf16.pt --model M EXTRA… --format json` of the fixtures.
+fn against_transformers(file: &str, extra: &[&str]) -> (i32, serde_json::Value, String) {
+    let model = model();
+    let mut args = vec!["--model", model.as_str()];
+    args.extend_from_slice(extra);
+    compare_json(
+        &PathBuf::from(fixture(file)),
+        &PathBuf::from(fixture("transformers.bf16.pt")),
+        &args,
+    )
+}
+
+/// `compare FILE transformers.bf16.pt EXTRA…` of the fixtures, refused (exit 2): its stderr.
+fn refused_against_transformers(file: &str, extra: &[&str]) -> String {
+    let (a, b) = (fixture(file), fixture("transformers.bf16.pt"));
+    let mut args = vec!["compare", a.as_str(), b.as_str()];
+    args.extend_from_slice(extra);
+    let out = hsdiff(&args, &repo_root());
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{file}: {err}");
+    err
+}
+
+/// The names of the report's layer rows, in order.
+fn layer_rows(r: &serde_json::Value) -> Vec<String> {
+    row_names(r)
+        .into_iter()
+        .filter(|n| n.starts_with("layers."))
+        .collect()
 }
 
 /// The largest |Δ| of the report's layer rows.
@@ -51,11 +74,7 @@ fn pairs_sum_in_bf16_to_the_transformers_capture() {
         "pairs.bf16.safetensors",
         "pairs_by_index.bf16.pt",
     ] {
-        let (code, r, err) = compare_json(
-            &PathBuf::from(fixture(pairs)),
-            &PathBuf::from(fixture("transformers.bf16.pt")),
-            &["--model", &model()],
-        );
+        let (code, r, err) = against_transformers(pairs, &[]);
         assert_eq!(code, 0, "{pairs}: {} {err}", r["summary"]);
         let n = notes(&r);
         assert!(
@@ -63,12 +82,8 @@ fn pairs_sum_in_bf16_to_the_transformers_capture() {
             "{pairs}: {n}"
         );
         assert!(n.contains("8 layers"), "{pairs}: {n}");
-        let rows = crate::common::row_names(&r);
-        assert_eq!(
-            rows.iter().filter(|n| n.starts_with("layers.")).count(),
-            8,
-            "{pairs}: {rows:?}"
-        );
+        let rows = layer_rows(&r);
+        assert_eq!(rows.len(), 8, "{pairs}: {rows:?}");
         assert_eq!(largest_layer_diff(&r), 0.0, "{pairs}: {}", r["tensors"]);
     }
 }
@@ -76,7 +91,6 @@ fn pairs_sum_in_bf16_to_the_transformers_capture() {
 /// A pair whose halves differ in dtype, or that lacks its residual, is refused naming the layer.
 #[test]
 fn broken_pairs_are_refused_naming_the_layer() {
-    let cwd = repo_root();
     for (file, what) in [
         (
             "pairs_mixed.pt",
@@ -87,12 +101,7 @@ fn broken_pairs_are_refused_naming_the_layer() {
             "`model.layers.3`: holds the hidden half of vLLM's (hidden, residual) pair but no residual",
         ),
     ] {
-        let out = hsdiff(
-            &["compare", &fixture(file), &fixture("transformers.bf16.pt")],
-            &cwd,
-        );
-        let err = stderr_of(&out);
-        assert_eq!(out.status.code(), Some(2), "{file}: {err}");
+        let err = refused_against_transformers(file, &[]);
         assert!(err.contains(what), "{file}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{file}: {err}");
     }
@@ -104,25 +113,14 @@ fn broken_pairs_are_refused_naming_the_layer() {
 #[test]
 fn aux_states_in_vllm_ids_are_benign() {
     let draft = fixture("draft.json");
-    let (code, r, err) = compare_json(
-        &PathBuf::from(fixture("aux/req-0.safetensors")),
-        &PathBuf::from(fixture("transformers.bf16.pt")),
-        &["--model", &model(), "--draft-config", &draft],
-    );
+    let (code, r, err) = against_transformers("aux/req-0.safetensors", &["--draft-config", &draft]);
     assert_eq!(code, 0, "{} {err}", r["summary"]);
     let n = notes(&r);
     assert!(
         n.contains("A: layer ids 2,4,5 read in vLLM's convention (id N = hidden_states[N]"),
         "{n}"
     );
-    assert_eq!(
-        crate::common::row_names(&r)
-            .iter()
-            .filter(|n| n.starts_with("layers."))
-            .cloned()
-            .collect::<Vec<_>>(),
-        ["layers.1", "layers.3", "layers.4"]
-    );
+    assert_eq!(layer_rows(&r), ["layers.1", "layers.3", "layers.4"]);
     assert_eq!(largest_layer_diff(&r), 0.0, "{}", r["tensors"]);
 }
 
@@ -131,13 +129,8 @@ fn aux_states_in_vllm_ids_are_benign() {
 #[test]
 fn an_off_by_one_in_aux_ids_is_named() {
     let draft = fixture("draft.json");
-    let shifted = PathBuf::from(fixture("aux_shifted/req-0.safetensors"));
-    let reference = PathBuf::from(fixture("transformers.bf16.pt"));
-    let (code, r, err) = compare_json(
-        &shifted,
-        &reference,
-        &["--model", &model(), "--draft-config", &draft],
-    );
+    let shifted = "aux_shifted/req-0.safetensors";
+    let (code, r, err) = against_transformers(shifted, &["--draft-config", &draft]);
     assert_eq!(code, 1, "{} {err}", r["summary"]);
     let n = notes(&r);
     // Named as a slip of the declared ids (commands::compare::layer_id_slip), with the fix.
@@ -146,11 +139,7 @@ fn an_off_by_one_in_aux_ids_is_named() {
         "{n}"
     );
     assert!(n.contains("pass --layer-ids-a 3,5,6"), "{n}");
-    let (code, r, err) = compare_json(
-        &shifted,
-        &reference,
-        &["--model", &model(), "--layer-ids", "3,5,6"],
-    );
+    let (code, r, err) = against_transformers(shifted, &["--layer-ids", "3,5,6"]);
     assert_eq!(code, 0, "{} {err}", r["summary"]);
     assert!(notes(&r).contains("A: layer ids 3,5,6 read in vLLM's convention"));
 }
@@ -159,18 +148,7 @@ fn an_off_by_one_in_aux_ids_is_named() {
 /// inputs, so it is refused (exit 2) with the failure named, never compared.
 #[test]
 fn repeated_tokens_name_the_extract_hidden_states_bug() {
-    let out = hsdiff(
-        &[
-            "compare",
-            &fixture("repeated/req-0.safetensors"),
-            &fixture("transformers.bf16.pt"),
-            "--layer-ids",
-            "2,4,5",
-        ],
-        &repo_root(),
-    );
-    let err = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = refused_against_transformers("repeated/req-0.safetensors", &["--layer-ids", "2,4,5"]);
     assert!(
         err.contains("A's are the other's with 2 tokens repeated in place (positions 7, 13 of A)"),
         "{err}"
@@ -181,18 +159,8 @@ fn repeated_tokens_name_the_extract_hidden_states_bug() {
 /// States and token ids of one request that do not add up are refused, never compared.
 #[test]
 fn states_that_do_not_add_up_to_the_ids_are_refused() {
-    let out = hsdiff(
-        &[
-            "compare",
-            &fixture("one_state/req-0.safetensors"),
-            &fixture("transformers.bf16.pt"),
-            "--layer-ids",
-            "2,4,5",
-        ],
-        &repo_root(),
-    );
-    let err = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err =
+        refused_against_transformers("one_state/req-0.safetensors", &["--layer-ids", "2,4,5"]);
     assert!(
         err.contains("`hidden_states` holds 1 states for 39 token ids (one position's state"),
         "{err}"

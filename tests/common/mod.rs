@@ -306,6 +306,29 @@ pub fn safetensors_names(path: &Path) -> Vec<String> {
     names
 }
 
+/// `hsdiff bench core` on a tiny geometry at `lengths` (one key head, two value heads,
+/// dk = dv = 4, one call, no warm-up, one thread): quick, and the shape of a real run.
+pub fn bench_core_tiny(lengths: &str) -> Vec<&str> {
+    vec![
+        "bench",
+        "core",
+        "--lengths",
+        lengths,
+        "--key-heads",
+        "1",
+        "--value-heads",
+        "2",
+        "--head-dim",
+        "4",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--threads",
+        "1",
+    ]
+}
+
 /// Runs the built `hsdiff` binary with `args` in `cwd`.
 pub fn hsdiff(args: &[&str], cwd: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hsdiff"))
@@ -325,17 +348,22 @@ pub fn stdout_of(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// `hsdiff compare A B --format json EXTRA…` from the current folder: the exit code, the JSON
-/// report (a test that expects one fails with stderr when none was printed) and stderr.
-pub fn compare_json(a: &Path, b: &Path, extra: &[&str]) -> (i32, serde_json::Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+/// `hsdiff compare A B --format json EXTRA…` from the current folder, as it ran.
+pub fn compare_output(a: &Path, b: &Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hsdiff"))
         .arg("compare")
         .arg(a)
         .arg(b)
         .args(["--format", "json"])
         .args(extra)
         .output()
-        .expect("run hsdiff");
+        .expect("run hsdiff")
+}
+
+/// [`compare_output`]: the exit code, the JSON report (a test that expects one fails with stderr
+/// when none was printed) and stderr.
+pub fn compare_json(a: &Path, b: &Path, extra: &[&str]) -> (i32, serde_json::Value, String) {
+    let out = compare_output(a, b, extra);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     let report = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("no JSON report ({e}); stderr: {err}"));
@@ -369,6 +397,11 @@ pub fn strings(v: &serde_json::Value) -> Vec<&str> {
         .iter()
         .filter_map(serde_json::Value::as_str)
         .collect()
+}
+
+/// A report's notes, one per line.
+pub fn notes(r: &serde_json::Value) -> String {
+    strings(&r["notes"]).join("\n")
 }
 
 /// The `id`s of a dataset report's list (unpaired samples, token mismatches).

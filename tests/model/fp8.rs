@@ -500,16 +500,6 @@ fn dump_fizzbuzz(dtype: &str, out: &Path) {
     assert_eq!(o.status.code(), Some(0), "{}", stderr_of(&o));
 }
 
-fn compare_json(a: &Path, b: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
-    let mut args = vec!["compare", a.to_str().unwrap(), b.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["--format", "json"]);
-    let o = hsdiff(&args, &repo_root());
-    let r =
-        serde_json::from_str(&stdout_of(&o)).unwrap_or_else(|e| panic!("{e}: {}", stderr_of(&o)));
-    (o.status.code().unwrap_or(-1), r)
-}
-
 fn fp8_note(r: &serde_json::Value) -> String {
     r["notes"]
         .as_array()
@@ -531,7 +521,7 @@ fn an_fp8_served_capture_against_a_bf16_one_is_judged_by_each_sides_floor() {
     dump_fizzbuzz("fp8", &fp8);
     dump_fizzbuzz("bf16", &bf16);
     // Calibrated with the model the fingerprints name: each side gets its own floor.
-    let (code, r) = compare_json(&fp8, &bf16, &[]);
+    let (code, r, _) = compare_json(&fp8, &bf16, &[]);
     assert_eq!(code, 0, "{}", r["summary"]);
     assert_eq!(r["verdict"], "ok", "{}", r["summary"]);
     let rows = r["tensors"].as_array().expect("tensors");
@@ -572,7 +562,7 @@ fn an_fp8_served_capture_against_a_bf16_one_is_judged_by_each_sides_floor() {
     let planted = dir.path().join("planted.safetensors");
     candle_core::safetensors::save(&t, &planted).expect("save");
     let model = fp8_dir();
-    let (code, r) = compare_json(
+    let (code, r, _) = compare_json(
         &planted,
         &bf16,
         &[
@@ -646,7 +636,7 @@ fn a_weight_read_without_its_scale_is_named_by_its_pattern() {
         assert_eq!(o.status.code(), Some(0), "{}", stderr_of(&o));
     }
     let model = fp8_dir();
-    let (code, r) = compare_json(&bad, &good, &["--model", model.to_str().unwrap()]);
+    let (code, r, _) = compare_json(&bad, &good, &["--model", model.to_str().unwrap()]);
     assert_eq!(code, 1, "{}", r["summary"]);
     assert_eq!(r["first_divergent"], "layers.1", "{}", r["summary"]);
     let notes: Vec<&str> = r["notes"]
@@ -665,6 +655,6 @@ fn a_weight_read_without_its_scale_is_named_by_its_pattern() {
     );
     assert!(note.contains("weight_scale_inv"), "{note}");
     // An honest difference (fp8 against bf16, above) has no such note.
-    let (_, r) = compare_json(&good, &good, &["--model", model.to_str().unwrap()]);
+    let (_, r, _) = compare_json(&good, &good, &["--model", model.to_str().unwrap()]);
     assert!(!r["notes"].to_string().contains("out of scale"));
 }
