@@ -129,15 +129,7 @@ pub fn round_to_accum<A: Accum>(x: &[f64]) -> Vec<f64> {
 
 /// Dims of one delta-rule case (conv kernel 4, as every Qwen3.5/3.6 and Qwen3-Next layer).
 pub fn gdn_dims(b: usize, t: usize, hk: usize, hv: usize, dk: usize, dv: usize) -> GdnDims {
-    GdnDims {
-        batch: b,
-        seq: t,
-        k_heads: hk,
-        v_heads: hv,
-        k_dim: dk,
-        v_dim: dv,
-        conv_kernel: 4,
-    }
+    GdnDims::new(b, t, (hk, hv), (dk, dv), 4)
 }
 
 /// One fused-kernel case: its dims, its decay, whether it starts from an initial state, and the

@@ -13,10 +13,10 @@
 //!
 //! The conv + SiLU and the gated RMSNorm are the `reference` ones (same casts).
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use super::{
-    DeltaInputs, LinearAttentionBackend, Reference, accumulation_dtype, check_conv_shapes,
+    DeltaInputs, GdnDims, LinearAttentionBackend, Reference, accumulation_dtype, check_conv_shapes,
     check_delta_rule_shapes, check_norm_shapes,
 };
 use crate::error::Result;
@@ -42,15 +42,13 @@ impl LinearAttentionBackend for Chunked {
 
     fn gated_delta_rule(&self, x: DeltaInputs, state: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
         let d = check_delta_rule_shapes(self.name(), x, state)?;
-        let DeltaInputs { q, k, v, g, beta } = x;
-        let dtype = v.dtype();
+        let dtype = x.v.dtype();
         let acc = accumulation_dtype(dtype);
         let (b, t, hv) = (d.batch, d.seq, d.v_heads);
-        let (hk, dk, dv) = (d.k_heads, d.k_dim, d.v_dim);
-        let dev = v.device();
-        let r = d.heads_per_key_head();
+        let (dk, dv) = (d.k_dim, d.v_dim);
+        let dev = x.v.device();
         let bh = b * hv;
-        let mut state = match state {
+        let state = match state {
             Some(s) => s.to_dtype(acc)?.reshape((bh, dk, dv))?,
             None => Tensor::zeros((bh, dk, dv), acc, dev)?,
         };
@@ -58,87 +56,10 @@ impl LinearAttentionBackend for Chunked {
             let out = Tensor::zeros((b, 0, hv, dv), dtype, dev)?;
             return Ok((out, state.reshape((b, hv, dk, dv))?));
         }
-        let n = t.div_ceil(CHUNK);
-        let pad = n * CHUNK - t;
-        let m = bh * n; // independent (batch, value head, chunk) blocks
-
-        // [B, T, H, x] → [B·Hv·N, C, x] at the accumulation precision, zero-padded.
-        let to_chunks = |x: Tensor, width: usize| -> Result<Tensor> {
-            Ok(x.transpose(1, 2)?
-                .pad_with_zeros(2, 0, pad)?
-                .contiguous()?
-                .reshape((m, CHUNK, width))?)
-        };
-        // q/k: L2 norm, then value head h ← key head h / r (repeat_interleave).
-        let prep_qk = |x: &Tensor| -> Result<Tensor> {
-            let x = super::reference::l2_normalise(&x.to_dtype(acc)?)?
-                .unsqueeze(3)?
-                .broadcast_as((b, t, hk, r, dk))?
-                .reshape((b, t, hv, dk))?;
-            to_chunks(x, dk)
-        };
-        let scale = 1.0 / (dk as f64).sqrt();
-        let q = (prep_qk(q)? * scale)?;
-        let k = prep_qk(k)?;
-        let v = to_chunks(v.to_dtype(acc)?, dv)?;
-        let beta = to_chunks(beta.to_dtype(acc)?.unsqueeze(3)?, 1)?; // [M, C, 1]
-        let g = to_chunks(g.to_dtype(acc)?.unsqueeze(3)?, 1)?.squeeze(2)?; // [M, C]
-
-        // γ_i = Σ_{m ≤ i} g_m inside each chunk; diff_ij = γ_i − γ_j.
-        let gamma = g.cumsum(1)?;
-        let diff = gamma
-            .unsqueeze(2)?
-            .broadcast_sub(&gamma.unsqueeze(1)?)?
-            .contiguous()?;
-        // Masks are applied before the exp: γ_i − γ_j > 0 above the diagonal could overflow.
-        let idx = Tensor::arange(0u32, CHUNK as u32, dev)?;
-        let col = idx.reshape((1, CHUNK))?.broadcast_as((CHUNK, CHUNK))?;
-        let row = idx.reshape((CHUNK, 1))?.broadcast_as((CHUNK, CHUNK))?;
-        let lower = col.le(&row)?.broadcast_as((m, CHUNK, CHUNK))?; // j ≤ i
-        let strictly_lower = col.lt(&row)?.broadcast_as((m, CHUNK, CHUNK))?; // j < i
-        let neg_inf = Tensor::new(f64::NEG_INFINITY, dev)?
-            .to_dtype(acc)?
-            .broadcast_as((m, CHUNK, CHUNK))?;
-        let decay_mask = lower.where_cond(&diff, &neg_inf)?.exp()?;
-        let strict_decay_mask = strictly_lower.where_cond(&diff, &neg_inf)?.exp()?;
-
-        let k_t = k.transpose(1, 2)?.contiguous()?; // [M, dk, C]
-        let k_beta = k.broadcast_mul(&beta)?;
-        let v_beta = v.broadcast_mul(&beta)?;
-        let exp_gamma = gamma.exp()?.unsqueeze(2)?; // [M, C, 1]
-        // UT transform: (I + A) X = [vβ | exp(γ)⊙kβ], A strictly lower.
-        let a = (k_beta.matmul(&k_t)? * strict_decay_mask)?;
-        let rhs = Tensor::cat(&[&v_beta, &k_beta.broadcast_mul(&exp_gamma)?], 2)?;
-        let x = solve_unit_lower(&a, &rhs)?;
-        let new_values = x.narrow(2, 0, dv)?; // U
-        let k_cumdecay = x.narrow(2, dv, dk)?; // W
-        let intra_attn = (q.matmul(&k_t)? * decay_mask)?; // [M, C, C]
-        let gamma_last = gamma.narrow(1, CHUNK - 1, 1)?; // [M, 1]
-        let q_decayed = q.broadcast_mul(&exp_gamma)?;
-        let k_decayed = k.broadcast_mul(&gamma_last.broadcast_sub(&gamma)?.exp()?.unsqueeze(2)?)?;
-        let chunk_decay = gamma_last.exp()?.unsqueeze(2)?; // [M, 1, 1]
-
-        // [M, …] → [N, B·Hv, …] so that chunk i is one contiguous slab.
-        let by_chunk = |x: Tensor| -> Result<Tensor> {
-            let mut dims = vec![bh, n];
-            dims.extend_from_slice(&x.dims()[1..]);
-            Ok(x.reshape(dims)?.transpose(0, 1)?.contiguous()?)
-        };
-        let new_values = by_chunk(new_values)?;
-        let k_cumdecay = by_chunk(k_cumdecay)?;
-        let intra_attn = by_chunk(intra_attn)?;
-        let q_decayed = by_chunk(q_decayed)?;
-        let k_decayed_t = by_chunk(k_decayed.transpose(1, 2)?)?; // [N, BH, dk, C]
-        let chunk_decay = by_chunk(chunk_decay)?;
-
-        let mut outs = Vec::with_capacity(n);
-        for i in 0..n {
-            let v_new = (new_values.get(i)? - k_cumdecay.get(i)?.matmul(&state)?)?;
-            let inter = q_decayed.get(i)?.matmul(&state)?;
-            outs.push((inter + intra_attn.get(i)?.matmul(&v_new)?)?);
-            state = (state.broadcast_mul(&chunk_decay.get(i)?)?
-                + k_decayed_t.get(i)?.matmul(&v_new)?)?;
-        }
+        let chunks = Chunks::new(x, &d, acc)?;
+        let terms = ChunkTerms::new(&chunks, dk, dv)?;
+        let (outs, state) = terms.scan(state)?;
+        let n = chunks.count;
         let out = Tensor::stack(&outs, 1)? // [BH, N, C, dv]
             .reshape((b, hv, n * CHUNK, dv))?
             .narrow(2, 0, t)?
@@ -159,6 +80,156 @@ impl LinearAttentionBackend for Chunked {
         check_delta_rule_shapes(self.name(), x, Some(state))?;
         Reference.gated_delta_rule(x, Some(state))
     }
+}
+
+/// One call's q, k, v, β and g as `[B·Hv·N, C, x]` chunks at the accumulation precision,
+/// zero-padded to `count` chunks of [`CHUNK`] tokens; q and k L2-normalised, q scaled by
+/// dk^-1/2, each value head holding its key head's q and k.
+struct Chunks {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    /// `[M, C, 1]`.
+    beta: Tensor,
+    /// `[M, C]`.
+    g: Tensor,
+    /// Chunks per (batch, value head).
+    count: usize,
+}
+
+impl Chunks {
+    fn new(x: DeltaInputs, d: &GdnDims, acc: DType) -> Result<Chunks> {
+        let DeltaInputs { q, k, v, g, beta } = x;
+        let (b, t, hv) = (d.batch, d.seq, d.v_heads);
+        let (hk, dk, dv) = (d.k_heads, d.k_dim, d.v_dim);
+        let r = d.heads_per_key_head();
+        let n = t.div_ceil(CHUNK);
+        let pad = n * CHUNK - t;
+        let m = b * hv * n; // independent (batch, value head, chunk) blocks
+
+        // [B, T, H, x] → [B·Hv·N, C, x] at the accumulation precision, zero-padded.
+        let to_chunks = |x: Tensor, width: usize| -> Result<Tensor> {
+            Ok(x.transpose(1, 2)?
+                .pad_with_zeros(2, 0, pad)?
+                .contiguous()?
+                .reshape((m, CHUNK, width))?)
+        };
+        // q/k: L2 norm, then value head h ← key head h / r (repeat_interleave).
+        let prep_qk = |x: &Tensor| -> Result<Tensor> {
+            let x = super::reference::l2_normalise(&x.to_dtype(acc)?)?
+                .unsqueeze(3)?
+                .broadcast_as((b, t, hk, r, dk))?
+                .reshape((b, t, hv, dk))?;
+            to_chunks(x, dk)
+        };
+        let scale = 1.0 / (dk as f64).sqrt();
+        Ok(Chunks {
+            q: (prep_qk(q)? * scale)?,
+            k: prep_qk(k)?,
+            v: to_chunks(v.to_dtype(acc)?, dv)?,
+            beta: to_chunks(beta.to_dtype(acc)?.unsqueeze(3)?, 1)?,
+            g: to_chunks(g.to_dtype(acc)?.unsqueeze(3)?, 1)?.squeeze(2)?,
+            count: n,
+        })
+    }
+}
+
+/// The per-chunk terms of the scan, each `[N, B·Hv, …]` so that chunk i is one contiguous slab:
+/// the UT/WY transform's U (`new_values`) and W (`k_cumdecay`), the decayed intra-chunk
+/// attention, q and k decayed to the chunk's start and end, and the chunk's total decay.
+struct ChunkTerms {
+    new_values: Tensor,
+    k_cumdecay: Tensor,
+    intra_attn: Tensor,
+    q_decayed: Tensor,
+    /// `[N, BH, dk, C]`.
+    k_decayed_t: Tensor,
+    chunk_decay: Tensor,
+}
+
+impl ChunkTerms {
+    fn new(c: &Chunks, dk: usize, dv: usize) -> Result<ChunkTerms> {
+        let Chunks {
+            q,
+            k,
+            v,
+            beta,
+            g,
+            count,
+        } = c;
+        let m = q.dim(0)?;
+        // γ_i = Σ_{m ≤ i} g_m inside each chunk.
+        let gamma = g.cumsum(1)?;
+        let (decay_mask, strict_decay_mask) = decay_masks(&gamma, m)?;
+        let k_t = k.transpose(1, 2)?.contiguous()?; // [M, dk, C]
+        let k_beta = k.broadcast_mul(beta)?;
+        let v_beta = v.broadcast_mul(beta)?;
+        let exp_gamma = gamma.exp()?.unsqueeze(2)?; // [M, C, 1]
+        // UT transform: (I + A) X = [vβ | exp(γ)⊙kβ], A strictly lower.
+        let a = (k_beta.matmul(&k_t)? * strict_decay_mask)?;
+        let rhs = Tensor::cat(&[&v_beta, &k_beta.broadcast_mul(&exp_gamma)?], 2)?;
+        let x = solve_unit_lower(&a, &rhs)?;
+        let new_values = x.narrow(2, 0, dv)?; // U
+        let k_cumdecay = x.narrow(2, dv, dk)?; // W
+        let intra_attn = (q.matmul(&k_t)? * decay_mask)?; // [M, C, C]
+        let gamma_last = gamma.narrow(1, CHUNK - 1, 1)?; // [M, 1]
+        let q_decayed = q.broadcast_mul(&exp_gamma)?;
+        let k_decayed = k.broadcast_mul(&gamma_last.broadcast_sub(&gamma)?.exp()?.unsqueeze(2)?)?;
+        let chunk_decay = gamma_last.exp()?.unsqueeze(2)?; // [M, 1, 1]
+
+        // [M, …] → [N, B·Hv, …] so that chunk i is one contiguous slab.
+        let by_chunk = |x: Tensor| -> Result<Tensor> {
+            let mut dims = vec![m / count, *count];
+            dims.extend_from_slice(&x.dims()[1..]);
+            Ok(x.reshape(dims)?.transpose(0, 1)?.contiguous()?)
+        };
+        Ok(ChunkTerms {
+            new_values: by_chunk(new_values)?,
+            k_cumdecay: by_chunk(k_cumdecay)?,
+            intra_attn: by_chunk(intra_attn)?,
+            q_decayed: by_chunk(q_decayed)?,
+            k_decayed_t: by_chunk(k_decayed.transpose(1, 2)?)?,
+            chunk_decay: by_chunk(chunk_decay)?,
+        })
+    }
+
+    /// The sequential scan over chunks from `state` (`[B·Hv, dk, dv]`, accumulation precision):
+    /// each chunk's output `[B·Hv, C, dv]`, and the final state.
+    fn scan(&self, mut state: Tensor) -> Result<(Vec<Tensor>, Tensor)> {
+        let n = self.new_values.dim(0)?;
+        let mut outs = Vec::with_capacity(n);
+        for i in 0..n {
+            let v_new = (self.new_values.get(i)? - self.k_cumdecay.get(i)?.matmul(&state)?)?;
+            let inter = self.q_decayed.get(i)?.matmul(&state)?;
+            outs.push((inter + self.intra_attn.get(i)?.matmul(&v_new)?)?);
+            state = (state.broadcast_mul(&self.chunk_decay.get(i)?)?
+                + self.k_decayed_t.get(i)?.matmul(&v_new)?)?;
+        }
+        Ok((outs, state))
+    }
+}
+
+/// The decay masks of one chunk from its cumulative log decay γ (`[M, C]`): `exp(γ_i − γ_j)`
+/// for j ≤ i, and for j < i; zero elsewhere.
+fn decay_masks(gamma: &Tensor, m: usize) -> Result<(Tensor, Tensor)> {
+    let dev = gamma.device();
+    // diff_ij = γ_i − γ_j.
+    let diff = gamma
+        .unsqueeze(2)?
+        .broadcast_sub(&gamma.unsqueeze(1)?)?
+        .contiguous()?;
+    // Masks are applied before the exp: γ_i − γ_j > 0 above the diagonal could overflow.
+    let idx = Tensor::arange(0u32, CHUNK as u32, dev)?;
+    let col = idx.reshape((1, CHUNK))?.broadcast_as((CHUNK, CHUNK))?;
+    let row = idx.reshape((CHUNK, 1))?.broadcast_as((CHUNK, CHUNK))?;
+    let lower = col.le(&row)?.broadcast_as((m, CHUNK, CHUNK))?; // j ≤ i
+    let strictly_lower = col.lt(&row)?.broadcast_as((m, CHUNK, CHUNK))?; // j < i
+    let neg_inf = Tensor::new(f64::NEG_INFINITY, dev)?
+        .to_dtype(gamma.dtype())?
+        .broadcast_as((m, CHUNK, CHUNK))?;
+    let decay_mask = lower.where_cond(&diff, &neg_inf)?.exp()?;
+    let strict_decay_mask = strictly_lower.where_cond(&diff, &neg_inf)?.exp()?;
+    Ok((decay_mask, strict_decay_mask))
 }
 
 /// Solves `(I + A) X = R` for X, batched: `a` `[M, n, n]` strictly lower triangular (it must be

@@ -62,6 +62,13 @@ pub struct DeltaInputs<'a> {
     pub beta: &'a Tensor,
 }
 
+/// The tensors of a call in the order of its fields: q, k, v, g, β.
+impl<'a> From<&'a [Tensor; 5]> for DeltaInputs<'a> {
+    fn from([q, k, v, g, beta]: &'a [Tensor; 5]) -> DeltaInputs<'a> {
+        DeltaInputs { q, k, v, g, beta }
+    }
+}
+
 impl<'a> GdnInputs<'a> {
     /// The delta rule's inputs: q, k, v split out of the conv output ([`split_qkv`]), g and beta
     /// from the layer.

@@ -53,6 +53,19 @@ pub fn check_delta_rule_shapes(
             s.dims()
         )));
     }
+    check_delta_rule_dtypes(backend, x, initial_state)?;
+    Ok(GdnDims::new(b, t, (hk, hv), (dk, dv), 0))
+}
+
+/// The dtypes of a gated-delta-rule call: k, v and β in q's dtype, g and the initial state in
+/// its accumulation dtype.
+fn check_delta_rule_dtypes(
+    backend: &str,
+    x: DeltaInputs,
+    initial_state: Option<&Tensor>,
+) -> Result<()> {
+    let DeltaInputs { q, k, v, g, beta } = x;
+    let err = |msg: String| Error::backend(backend, msg);
     // g and the state are handed over at the accumulation precision; casting a rounded g up
     // here would hide that the caller rounded it.
     let acc = accumulation_dtype(q.dtype());
@@ -78,15 +91,7 @@ pub fn check_delta_rule_shapes(
             )));
         }
     }
-    Ok(GdnDims {
-        batch: b,
-        seq: t,
-        k_heads: hk,
-        v_heads: hv,
-        k_dim: dk,
-        v_dim: dv,
-        conv_kernel: 0,
-    })
+    Ok(())
 }
 
 /// Checks a conv call: x `[B, T, C]`, weight `[C, K]`, same dtype.

@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Tensor};
 use super::{Captures, Key};
 use crate::capture::fingerprint::Fingerprint;
 use crate::error::{Error, Result};
-use crate::util::device::parse_dtype;
+use crate::util::device::dtype_named;
 use crate::weights::safetensors_file::{SafetensorsFile, candle_dtype};
 
 pub const METADATA_KEY: &str = "hsdiff";
@@ -108,7 +108,7 @@ impl Dump {
     /// first hidden state stored (`embed` or `layers.N`).
     pub fn states_dtype(&self) -> Result<DType> {
         if let Some(d) = self.fingerprint.as_ref().and_then(|f| f.dtype.as_deref()) {
-            return parse_dtype(d).map_err(|_| {
+            return dtype_named(d).ok_or_else(|| {
                 Error::file(
                     self.path(),
                     format!("fingerprint dtype `{d}` is not one hsdiff computes in"),

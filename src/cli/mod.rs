@@ -3,8 +3,6 @@
 
 mod backends;
 mod bench;
-mod bench_args;
-mod bench_case;
 mod boundary;
 mod check;
 mod common;
@@ -12,6 +10,7 @@ mod compare;
 mod diff;
 mod dump;
 mod env;
+mod limits;
 mod merge;
 mod paths;
 mod report_args;
@@ -108,8 +107,8 @@ fn run_main() -> i32 {
         }
     };
     match catch_panics(|| {
-        crate::util::limits::set(crate::util::limits::Limits::from_args(&cli.limit)?);
-        crate::util::limits::check_threads_env()?;
+        crate::util::limits::set(limits::limits_from_args(&cli.limit)?);
+        limits::check_threads_env()?;
         let code = dispatch(&cli)?;
         // An input truncated while it was read ends the run as trouble, whatever it printed.
         crate::util::mapped::check()?;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::commands::selftest::{self, BenchOptions, Options};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::util::device::DeviceName;
 
 #[derive(Args, Debug)]
@@ -52,5 +52,8 @@ pub fn run(args: &SelftestArgs) -> Result<i32> {
             dir: args.bench_dir.clone(),
         }),
     };
+    if opts.bench.is_some() && !opts.device.is_cuda() {
+        return Err(Error::argument("--bench", "needs --device cuda"));
+    }
     selftest::run(&opts)
 }

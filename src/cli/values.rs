@@ -8,7 +8,8 @@ use clap::builder::PossibleValue;
 use crate::backends::BackendKind;
 use crate::commands::exec_paths::PathKind;
 use crate::commands::live::Mode;
-use crate::util::device::{COMPUTE_DTYPES, dtype_aliases, dtype_label};
+use crate::error::{Error, Result};
+use crate::util::device::{COMPUTE_DTYPES, dtype_aliases, dtype_label, dtype_named};
 
 impl ValueEnum for BackendKind {
     fn value_variants<'a>() -> &'a [Self] {
@@ -72,12 +73,21 @@ impl ValueEnum for DtypeArg {
     }
 }
 
+/// A `--dtype` value outside clap (the hidden `bench case`'s).
+pub fn parse_dtype(arg: &str) -> Result<DType> {
+    dtype_named(arg).ok_or_else(|| {
+        Error::argument(
+            "--dtype",
+            format!("unknown dtype `{arg}` (expected f64, f32, bf16, f16, fp8 or fp8-ue8m0)"),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
-    use crate::util::device::parse_dtype;
 
     /// (name, label or None for a near miss) from the list hsdiff-capture's tests read too
     /// (tests/python/test_pure.py), so the two sides cannot drift apart.
@@ -101,6 +111,7 @@ mod tests {
                 .ok()
                 .map(|d| dtype_label(d.0));
             let lib = parse_dtype(name).ok().map(dtype_label);
+            assert_eq!(crate::util::device::dtype_named(name).map(dtype_label), lib);
             assert_eq!(clap, label, "--dtype {name}");
             assert_eq!(lib, label, "parse_dtype({name})");
         }

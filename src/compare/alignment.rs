@@ -79,57 +79,21 @@ pub fn detect(
     ok: f64,
     full: bool,
 ) -> Result<Option<(i64, Evidence)>> {
-    let a_layers: Vec<i64> = a.names().iter().filter_map(|n| layer_index(n)).collect();
-    let mut b_layers: Vec<i64> = b.names().iter().filter_map(|n| layer_index(n)).collect();
-    b_layers.sort_unstable();
-    let mut rels: Vec<Vec<f64>> = vec![Vec::new(); (2 * MAX_SHIFT + 1) as usize];
-    let slot = |k: i64| (k + MAX_SHIFT) as usize;
+    let mut scores = Scores::new(a, b);
     // The diagonal first: when it agrees, nothing else is read.
-    let pass = |offsets: &[i64], rels: &mut Vec<Vec<f64>>| -> Result<()> {
-        for &i in &b_layers {
-            // Layer ids far apart (a drafter's 1,16,31,46,61) pair nothing at a small shift:
-            // such a layer is not read at all.
-            if !offsets.iter().any(|&k| a_layers.contains(&(i + k))) {
-                continue;
-            }
-            let Some(bt) = layer_name(i)
-                .map(|n| b.tensor_head(&n, SAMPLE_TOKENS))
-                .transpose()?
-                .flatten()
-            else {
-                continue;
-            };
-            for &k in offsets {
-                if !a_layers.contains(&(i + k)) {
-                    continue;
-                }
-                let Some(at) = layer_name(i + k)
-                    .map(|n| a.tensor_head(&n, SAMPLE_TOKENS))
-                    .transpose()?
-                    .flatten()
-                else {
-                    continue;
-                };
-                if at.dims() == bt.dims() {
-                    rels[slot(k)].push(rel_l2_tensors_over_finite(&at, &bt)?);
-                }
-            }
-        }
-        Ok(())
-    };
-    pass(&[0], &mut rels)?;
-    let diag = median(&rels[slot(0)]);
-    let diag_pairs = rels[slot(0)].len();
+    scores.pass(&[0])?;
+    let diag = median(&scores.rels[slot(0)]);
+    let diag_pairs = scores.rels[slot(0)].len();
     if diag_pairs >= 2 && diag <= ok && !full {
         return Ok(None);
     }
     let shifted: Vec<i64> = (-MAX_SHIFT..=MAX_SHIFT).filter(|&k| k != 0).collect();
-    pass(&shifted, &mut rels)?;
+    scores.pass(&shifted)?;
     let offsets: Vec<OffsetScore> = (-MAX_SHIFT..=MAX_SHIFT)
         .map(|k| OffsetScore {
             offset: k,
-            median_rel_l2: median(&rels[slot(k)]),
-            pairs: rels[slot(k)].len(),
+            median_rel_l2: median(&scores.rels[slot(k)]),
+            pairs: scores.rels[slot(k)].len(),
         })
         .collect();
     if offsets.iter().all(|o| o.pairs < 2) {
@@ -155,6 +119,78 @@ pub fn detect(
             offsets,
         },
     )))
+}
+
+/// The slot of offset `k` in [`Scores::rels`].
+fn slot(k: i64) -> usize {
+    (k + MAX_SHIFT) as usize
+}
+
+/// The rel L2 of each layer pair read so far, by offset.
+struct Scores<'s> {
+    a: &'s dyn TensorSource,
+    b: &'s dyn TensorSource,
+    a_layers: Vec<i64>,
+    /// B's layers in increasing order.
+    b_layers: Vec<i64>,
+    /// Per offset ([`slot`]), the rel L2 of each pair (A layer i + k, B layer i) of equal shape.
+    rels: Vec<Vec<f64>>,
+}
+
+impl<'s> Scores<'s> {
+    fn new(a: &'s dyn TensorSource, b: &'s dyn TensorSource) -> Scores<'s> {
+        let a_layers: Vec<i64> = a.names().iter().filter_map(|n| layer_index(n)).collect();
+        let mut b_layers: Vec<i64> = b.names().iter().filter_map(|n| layer_index(n)).collect();
+        b_layers.sort_unstable();
+        Scores {
+            a,
+            b,
+            a_layers,
+            b_layers,
+            rels: vec![Vec::new(); (2 * MAX_SHIFT + 1) as usize],
+        }
+    }
+
+    /// Scores the pairs at `offsets`, B's layers in order, each B layer read once.
+    fn pass(&mut self, offsets: &[i64]) -> Result<()> {
+        let Scores {
+            a,
+            b,
+            a_layers,
+            b_layers,
+            rels,
+        } = self;
+        for &i in b_layers.iter() {
+            // Layer ids far apart (a drafter's 1,16,31,46,61) pair nothing at a small shift:
+            // such a layer is not read at all.
+            if !offsets.iter().any(|&k| a_layers.contains(&(i + k))) {
+                continue;
+            }
+            let Some(bt) = head_of(*b, i)? else {
+                continue;
+            };
+            for &k in offsets {
+                if !a_layers.contains(&(i + k)) {
+                    continue;
+                }
+                let Some(at) = head_of(*a, i + k)? else {
+                    continue;
+                };
+                if at.dims() == bt.dims() {
+                    rels[slot(k)].push(rel_l2_tensors_over_finite(&at, &bt)?);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The first [`SAMPLE_TOKENS`] tokens of layer `i` (−1: `embed`) of `source`, where it has it.
+fn head_of(source: &dyn TensorSource, i: i64) -> Result<Option<candle_core::Tensor>> {
+    Ok(layer_name(i)
+        .map(|n| source.tensor_head(&n, SAMPLE_TOKENS))
+        .transpose()?
+        .flatten())
 }
 
 /// The evidence for comparing with B shifted by `k`: its scores against the diagonal's.

@@ -322,7 +322,7 @@ pub fn parse_dtype_label(s: &str) -> Option<DType> {
         "float" | "single" => Some(DType::F32),
         "double" => Some(DType::F64),
         "half" => Some(DType::F16),
-        other => crate::util::device::parse_dtype(other).ok(),
+        other => crate::util::device::dtype_named(other),
     }
 }
 

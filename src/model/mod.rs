@@ -33,6 +33,8 @@ use crate::util::progress::Progress;
 use crate::weights::checkpoint::{Checkpoint, KeyLayout};
 use crate::weights::config::ModelConfig;
 use crate::weights::random_weights::RandomWeights;
+use layer::LayerCaptures;
+use mlp::RouterChoice;
 
 pub use bf16_gemm::{Kernel as Bf16Kernel, WideKernel};
 pub use cache::{LayerCache, ModelCache};
@@ -242,38 +244,7 @@ impl Model {
             // A GPU runs ahead of the host: a fault surfaces here, and the progress line's
             // per-layer timing stays true.
             crate::util::device::check_device(device, &format!("during layer {i}"))?;
-            if let Some(gdn) = layer_caps.gdn {
-                for (op, t) in gdn.named() {
-                    hand(observer, Key::Op(i, op), &t);
-                }
-            }
-            if let Some(choice) = layer_caps.router {
-                let topk = Key::Router(i, RouterField::TopkIds);
-                if observer.wants(topk) {
-                    observer.record(topk, router_tensor(&choice.experts, device)?);
-                }
-                let margin = Key::Router(i, RouterField::Margin);
-                if observer.wants(margin) {
-                    let t = choice.margins.len();
-                    observer.record(margin, Tensor::from_vec(choice.margins, (1, t), device)?);
-                }
-                let gap = Key::Router(i, RouterField::FlipGap);
-                if let Some(gaps) = choice.flip_gaps
-                    && observer.wants(gap)
-                {
-                    let t = gaps.len();
-                    observer.record(gap, Tensor::from_vec(gaps, (1, t), device)?);
-                }
-            }
-            hand(observer, Key::Layer(i), &out);
-            if let Some(state) = &layer_caps.state {
-                hand(observer, Key::State(i, StateKind::Conv), &state.conv);
-                hand(
-                    observer,
-                    Key::State(i, StateKind::Recurrent),
-                    &state.recurrent,
-                );
-            }
+            hand_layer(observer, i, layer_caps, &out, device)?;
             x = out;
             progress.layer_done(i as u64 + 1);
             if last_layer.is_some_and(|last| i == last && last + 1 < cfg.num_hidden_layers) {
@@ -321,6 +292,60 @@ impl Model {
     fn vocab_shape(&self) -> [usize; 2] {
         [self.config.vocab_size, self.config.hidden_size]
     }
+}
+/// What decoder layer `i` reported, in the observer's order: its ops, its router's choices, its
+/// output `out`, its final states.
+fn hand_layer(
+    observer: &mut dyn Observer,
+    i: usize,
+    caps: LayerCaptures,
+    out: &Tensor,
+    device: &Device,
+) -> Result<()> {
+    if let Some(gdn) = caps.gdn {
+        for (op, t) in gdn.named() {
+            hand(observer, Key::Op(i, op), &t);
+        }
+    }
+    if let Some(choice) = caps.router {
+        hand_router(observer, i, choice, device)?;
+    }
+    hand(observer, Key::Layer(i), out);
+    if let Some(state) = &caps.state {
+        hand(observer, Key::State(i, StateKind::Conv), &state.conv);
+        hand(
+            observer,
+            Key::State(i, StateKind::Recurrent),
+            &state.recurrent,
+        );
+    }
+    Ok(())
+}
+
+/// Layer `i`'s router choices, each field only where the observer wants it.
+fn hand_router(
+    observer: &mut dyn Observer,
+    i: usize,
+    choice: RouterChoice,
+    device: &Device,
+) -> Result<()> {
+    let topk = Key::Router(i, RouterField::TopkIds);
+    if observer.wants(topk) {
+        observer.record(topk, router_tensor(&choice.experts, device)?);
+    }
+    let margin = Key::Router(i, RouterField::Margin);
+    if observer.wants(margin) {
+        let t = choice.margins.len();
+        observer.record(margin, Tensor::from_vec(choice.margins, (1, t), device)?);
+    }
+    let gap = Key::Router(i, RouterField::FlipGap);
+    if let Some(gaps) = choice.flip_gaps
+        && observer.wants(gap)
+    {
+        let t = gaps.len();
+        observer.record(gap, Tensor::from_vec(gaps, (1, t), device)?);
+    }
+    Ok(())
 }
 
 /// Hands `key`'s tensor to `observer` when it wants it.

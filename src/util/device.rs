@@ -111,16 +111,11 @@ pub fn dtype_aliases(dtype: DType) -> &'static [&'static str] {
     }
 }
 
-pub fn parse_dtype(arg: &str) -> Result<DType> {
+/// The compute dtype `name` is the label or an alias of, if any.
+pub fn dtype_named(name: &str) -> Option<DType> {
     COMPUTE_DTYPES
         .into_iter()
-        .find(|&d| dtype_label(d) == arg || dtype_aliases(d).contains(&arg))
-        .ok_or_else(|| {
-            Error::argument(
-                "--dtype",
-                format!("unknown dtype `{arg}` (expected f64, f32, bf16, f16, fp8 or fp8-ue8m0)"),
-            )
-        })
+        .find(|&d| dtype_label(d) == name || dtype_aliases(d).contains(&name))
 }
 
 pub fn dtype_label(dtype: DType) -> &'static str {

@@ -4,8 +4,6 @@
 
 use std::sync::OnceLock;
 
-use crate::error::{Error, Result};
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Sequence length T (the attention scores are T × T per head).
@@ -64,25 +62,6 @@ pub const PICKLE_DEPTH_MAX: usize = 2048;
 /// The most threads `--threads` or `RAYON_NUM_THREADS` may ask for.
 pub const THREADS_MAX: usize = 1024;
 
-/// `RAYON_NUM_THREADS`, when set, is a thread count this process can start (rayon would panic
-/// on a count it cannot spawn).
-pub fn check_threads_env() -> Result<()> {
-    let Some(value) = std::env::var_os("RAYON_NUM_THREADS") else {
-        return Ok(());
-    };
-    let text = value.to_string_lossy();
-    match text.trim().parse::<usize>() {
-        Ok(n) if n <= THREADS_MAX => Ok(()),
-        _ => Err(Error::argument(
-            "RAYON_NUM_THREADS",
-            format!(
-                "`{}` is not a thread count from 0 (all cores) to {THREADS_MAX}",
-                crate::util::escape::plain(&text, crate::util::escape::SHORT)
-            ),
-        )),
-    }
-}
-
 static ACTIVE: OnceLock<Limits> = OnceLock::new();
 
 /// The limits in force: the defaults unless [`set`] was called.
@@ -95,82 +74,10 @@ pub fn set(limits: Limits) {
     let _ = ACTIVE.set(limits);
 }
 
-impl Limits {
-    /// Applies `--limit NAME=VALUE` settings to the defaults.
-    pub fn from_args(args: &[String]) -> Result<Self> {
-        let mut l = Limits::default();
-        for arg in args {
-            let (name, value) = arg.split_once('=').ok_or_else(|| {
-                Error::argument("--limit", format!("`{arg}`: expected NAME=VALUE"))
-            })?;
-            let value: usize = value
-                .trim()
-                .parse()
-                .ok()
-                .filter(|&v| v > 0)
-                .ok_or_else(|| {
-                    Error::argument(
-                        format!("--limit {name}"),
-                        format!("`{value}` is not a positive integer"),
-                    )
-                })?;
-            let slot = match name.trim() {
-                "tokens" => &mut l.tokens,
-                "prompt-bytes" => &mut l.prompt_bytes,
-                "layers" => &mut l.layers,
-                "dim" => &mut l.dim,
-                "json-bytes" => &mut l.json_bytes,
-                "pickle-bytes" => &mut l.pickle_bytes,
-                "pickle-depth" => &mut l.pickle_depth,
-                "pickle-objects" => &mut l.pickle_objects,
-                other => {
-                    let known: Vec<&str> = NAMES.iter().map(|(n, _)| *n).collect();
-                    return Err(Error::argument(
-                        "--limit",
-                        format!("unknown limit `{other}` (known: {})", known.join(", ")),
-                    ));
-                }
-            };
-            *slot = value;
-        }
-        if l.pickle_depth > PICKLE_DEPTH_MAX {
-            return Err(Error::argument(
-                "--limit pickle-depth",
-                format!(
-                    "{} is deeper than hsdiff reads: at most {PICKLE_DEPTH_MAX} (its readers recurse, and the stack holds no more)",
-                    l.pickle_depth
-                ),
-            ));
-        }
-        Ok(l)
-    }
-}
-
 /// `what` exceeds a limit: the message says which flag raises it.
 pub fn exceeded(what: &str, value: usize, name: &str, limit: usize) -> String {
     if name == "pickle-depth" && limit >= PICKLE_DEPTH_MAX {
         return format!("{what} is {value}, deeper than hsdiff reads ({PICKLE_DEPTH_MAX})");
     }
     format!("{what} is {value}, over the limit of {limit} (raise it with --limit {name}=N)")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_and_refuses() {
-        let l = Limits::from_args(&["tokens=5".into(), "pickle-depth=9".into()]).expect("parses");
-        assert_eq!((l.tokens, l.pickle_depth), (5, 9));
-        assert_eq!(l.layers, Limits::default().layers);
-        for bad in [
-            "tokens",
-            "tokens=0",
-            "tokens=-1",
-            "nope=3",
-            "pickle-depth=1000000",
-        ] {
-            assert!(Limits::from_args(&[bad.to_string()]).is_err(), "{bad}");
-        }
-    }
 }

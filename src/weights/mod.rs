@@ -6,3 +6,4 @@ pub mod checkpoint;
 pub mod config;
 pub mod random_weights;
 pub mod safetensors_file;
+pub mod tensor_list;

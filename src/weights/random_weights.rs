@@ -17,7 +17,8 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::weights::checkpoint::{KeyLayout, TensorRequest};
-use crate::weights::config::{Family, LayerType, ModelConfig};
+use crate::weights::config::ModelConfig;
+pub use crate::weights::tensor_list::{checkpoint_tensors, layout_for};
 
 /// The distribution of one tensor's elements (docs/golden.md, "A weight recipe").
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -60,116 +61,6 @@ pub fn recipe_for(name: &str, shape: &[usize], hidden: usize) -> Option<Recipe> 
     } else {
         return None;
     })
-}
-
-/// Every tensor of the text model a checkpoint of `cfg` holds in `layout`, with its shape, in
-/// the names transformers writes (experts per expert, as on disk; no vision tower, no `mtp.*`).
-pub fn checkpoint_tensors(cfg: &ModelConfig, layout: &KeyLayout) -> BTreeMap<String, Vec<usize>> {
-    let mut out = BTreeMap::new();
-    let root = layout.root();
-    let h = cfg.hidden_size;
-    let mut add = |name: String, shape: Vec<usize>| {
-        out.insert(name, shape);
-    };
-    add(
-        format!("{root}embed_tokens.weight"),
-        vec![cfg.vocab_size, h],
-    );
-    add(format!("{root}norm.weight"), vec![h]);
-    if !cfg.tie_word_embeddings {
-        add("lm_head.weight".to_string(), vec![cfg.vocab_size, h]);
-    }
-    let l = &cfg.linear;
-    for (i, kind) in cfg.layer_types.iter().enumerate() {
-        let p = format!("{root}layers.{i}.");
-        add(format!("{p}input_layernorm.weight"), vec![h]);
-        add(format!("{p}post_attention_layernorm.weight"), vec![h]);
-        match kind {
-            LayerType::LinearAttention => {
-                let a = format!("{p}linear_attn.");
-                let hv = l.num_value_heads;
-                match cfg.family {
-                    Family::Qwen3Next => {
-                        let r = l.heads_per_key_head();
-                        let group = 2 * l.key_head_dim + 2 * r * l.value_head_dim;
-                        add(
-                            format!("{a}in_proj_qkvz.weight"),
-                            vec![l.num_key_heads * group, h],
-                        );
-                        add(
-                            format!("{a}in_proj_ba.weight"),
-                            vec![l.num_key_heads * 2 * r, h],
-                        );
-                    }
-                    Family::Qwen35 | Family::Qwen35Moe => {
-                        add(format!("{a}in_proj_qkv.weight"), vec![l.conv_dim(), h]);
-                        add(format!("{a}in_proj_z.weight"), vec![l.value_dim(), h]);
-                        add(format!("{a}in_proj_b.weight"), vec![hv, h]);
-                        add(format!("{a}in_proj_a.weight"), vec![hv, h]);
-                    }
-                }
-                add(
-                    format!("{a}conv1d.weight"),
-                    vec![l.conv_dim(), 1, l.conv_kernel],
-                );
-                add(format!("{a}A_log"), vec![hv]);
-                add(format!("{a}dt_bias"), vec![hv]);
-                add(format!("{a}norm.weight"), vec![l.value_head_dim]);
-                add(format!("{a}out_proj.weight"), vec![h, l.value_dim()]);
-            }
-            LayerType::FullAttention => {
-                let s = format!("{p}self_attn.");
-                let (hq, hkv, d) = (
-                    cfg.num_attention_heads,
-                    cfg.num_key_value_heads,
-                    cfg.head_dim,
-                );
-                for (proj, out_f, in_f) in [
-                    ("q_proj", 2 * hq * d, h),
-                    ("k_proj", hkv * d, h),
-                    ("v_proj", hkv * d, h),
-                    ("o_proj", h, hq * d),
-                ] {
-                    add(format!("{s}{proj}.weight"), vec![out_f, in_f]);
-                    if cfg.attention_bias {
-                        add(format!("{s}{proj}.bias"), vec![out_f]);
-                    }
-                }
-                add(format!("{s}q_norm.weight"), vec![d]);
-                add(format!("{s}k_norm.weight"), vec![d]);
-            }
-        }
-        let m = format!("{p}mlp.");
-        let mut mlp = |prefix: &str, inter: usize| {
-            add(format!("{prefix}gate_proj.weight"), vec![inter, h]);
-            add(format!("{prefix}up_proj.weight"), vec![inter, h]);
-            add(format!("{prefix}down_proj.weight"), vec![h, inter]);
-        };
-        match &cfg.moe {
-            Some(moe) if cfg.is_moe_layer(i) => {
-                for x in 0..moe.num_experts {
-                    mlp(&format!("{m}experts.{x}."), moe.moe_intermediate_size);
-                }
-                mlp(
-                    &format!("{m}shared_expert."),
-                    moe.shared_expert_intermediate_size,
-                );
-                add(format!("{m}gate.weight"), vec![moe.num_experts, h]);
-                add(format!("{m}shared_expert_gate.weight"), vec![1, h]);
-            }
-            _ => mlp(&m, cfg.intermediate_size),
-        }
-    }
-    out
-}
-
-/// The key layout a checkpoint of `cfg` is written in: vision-language configs nest the text
-/// model under `model.language_model.`.
-pub fn layout_for(cfg: &ModelConfig) -> KeyLayout {
-    match cfg.model_type.as_str() {
-        "qwen3_5" | "qwen3_5_moe" => KeyLayout::VisionLanguage,
-        _ => KeyLayout::TextOnly,
-    }
 }
 
 /// A generated checkpoint: names and shapes of a real one, values from the recipe and SEED.

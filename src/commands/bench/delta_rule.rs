@@ -13,7 +13,7 @@ use super::results::BenchRow;
 use super::runner::{Bench, CaseGroup, save_inputs};
 use crate::backends::accumulation_dtype;
 use crate::backends::cases::SplitMix;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::util::device::dtype_label;
 
 /// The shapes `bench core` runs at.
@@ -29,73 +29,6 @@ pub struct CoreGeometry {
 }
 
 impl CoreGeometry {
-    pub fn check(&self) -> Result<()> {
-        if self.key_heads == 0
-            || self.head_dim == 0
-            || !self.value_heads.is_multiple_of(self.key_heads.max(1))
-        {
-            return Err(Error::argument(
-                "--value-heads",
-                format!(
-                    "{} value heads is not a positive multiple of {} key heads (head dim {})",
-                    self.value_heads, self.key_heads, self.head_dim
-                ),
-            ));
-        }
-        if self.lengths.contains(&0) {
-            return Err(Error::argument(
-                "--lengths",
-                "sequence lengths must be positive",
-            ));
-        }
-        self.check_size()
-    }
-
-    /// The largest case's inputs, output and state (f64 at worst), in bytes, checked against
-    /// half this machine's memory before anything is allocated.
-    fn check_size(&self) -> Result<()> {
-        let dim = crate::util::limits::get().dim;
-        for (option, n) in [
-            ("--key-heads", self.key_heads),
-            ("--value-heads", self.value_heads),
-            ("--head-dim", self.head_dim),
-        ] {
-            if n > dim {
-                return Err(Error::argument(
-                    option,
-                    crate::util::limits::exceeded(option, n, "dim", dim),
-                ));
-            }
-        }
-        let t = self.lengths.iter().copied().max().unwrap_or(0);
-        let (hk, hv, d) = (self.key_heads, self.value_heads, self.head_dim);
-        // Per token: q, k (Hk × d), v and the output (Hv × d), g and beta (Hv); then the state.
-        let bytes = (|| {
-            let per_token = hk
-                .checked_mul(2)?
-                .checked_add(hv.checked_mul(2)?)?
-                .checked_mul(d)?
-                .checked_add(hv.checked_mul(2)?)?;
-            let state = hv.checked_mul(d)?.checked_mul(d)?;
-            t.checked_mul(per_token)?.checked_add(state)?.checked_mul(8)
-        })();
-        let budget =
-            crate::util::sysinfo::mem_total_kib().map_or(u64::MAX, |kib| kib.saturating_mul(512));
-        match bytes {
-            Some(b) if (b as u64) <= budget => Ok(()),
-            _ => Err(Error::argument(
-                "--lengths/--head-dim",
-                format!(
-                    "one case at T {t}, Hk {hk}, Hv {hv}, d {d} needs {}, more than half this machine's memory",
-                    bytes.map_or_else(
-                        || "more than 2^64 bytes".to_string(),
-                        |b| format!("{:.1} GB", b as f64 / 1e9)
-                    )
-                ),
-            )),
-        }
-    }
-
     /// What is measured, for the header.
     pub fn describe(&self) -> String {
         format!(

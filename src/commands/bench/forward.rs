@@ -13,7 +13,7 @@ use super::results::BenchRow;
 use super::runner::{Bench, CaseGroup, save_inputs};
 use crate::backends::cases::SplitMix;
 use crate::capture::Key;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::Model;
 use crate::util::device::dtype_label;
 use crate::weights::config::LayerType;
@@ -28,15 +28,9 @@ pub struct ForwardBench {
 }
 
 impl ForwardBench {
-    /// Reads the checkpoint's config (the weights are read by each case).
+    /// Reads the checkpoint's config (the weights are read by each case); `seq` is positive and
+    /// within the limits (the command line checks it).
     pub fn new(model: &Path, seq: usize) -> Result<Self> {
-        if seq == 0 {
-            return Err(Error::argument("--seq", "must be positive"));
-        }
-        // The same cap on T as every other run (its activations and attention scores grow
-        // with it), checked before the model is read.
-        crate::util::input::check_length(seq)
-            .map_err(|e| Error::argument("--seq", e.to_string()))?;
         let loaded = Model::load(model)?;
         let cfg = &loaded.config;
         let layers = cfg

@@ -20,7 +20,7 @@ use serde::Serialize;
 use super::peak::{Peak, Peaks, Precision};
 use super::runner::machine_summary;
 use crate::backends::cases::SplitMix;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{Bf16Kernel, Linear, WideKernel};
 use crate::render::{JsonDocument, Render};
 use crate::util::device::dtype_label;
@@ -71,29 +71,6 @@ pub const SHAPES_27B: [Shape; 6] = [
     },
 ];
 
-/// The shapes of [`SHAPES_27B`] named in `names` (all of them when empty).
-pub fn shapes_named(names: &[String]) -> Result<Vec<Shape>> {
-    if names.is_empty() {
-        return Ok(SHAPES_27B.to_vec());
-    }
-    names
-        .iter()
-        .map(|name| {
-            SHAPES_27B
-                .iter()
-                .find(|s| s.name == name)
-                .cloned()
-                .ok_or_else(|| {
-                    let known: Vec<&str> = SHAPES_27B.iter().map(|s| s.name).collect();
-                    Error::argument(
-                        "--shapes",
-                        format!("unknown shape `{name}` (known: {})", known.join(", ")),
-                    )
-                })
-        })
-        .collect()
-}
-
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct GemmBench {
@@ -130,33 +107,6 @@ pub struct GemmRow {
 }
 
 impl GemmBench {
-    /// Checks the settings.
-    pub fn check(&self) -> Result<()> {
-        if self.seq == 0 {
-            return Err(Error::argument("--seq", "must be positive"));
-        }
-        if self.columns == Some(0) {
-            return Err(Error::argument("--columns", "must be positive"));
-        }
-        if self.repeats == 0 {
-            return Err(Error::argument("--repeats", "must be positive"));
-        }
-        if let Some(d) = self
-            .dtypes
-            .iter()
-            .find(|d| !matches!(d, DType::F32 | DType::F64 | DType::BF16))
-        {
-            return Err(Error::argument(
-                "--dtypes",
-                format!(
-                    "bench gemm measures f32, f64 and bf16, not {}",
-                    dtype_label(*d)
-                ),
-            ));
-        }
-        Ok(())
-    }
-
     /// Measures the peak and every product, printing the header (machine, peak, load) as it
     /// goes; the results are what [`GemmTable`] and [`GemmJson`] render.
     pub fn run_and_report(&self) -> Result<GemmResults> {
@@ -442,42 +392,5 @@ mod tests {
             text.contains("0.5 (5 %)") && text.contains("1.0 (10 %)"),
             "{text}"
         );
-    }
-
-    #[test]
-    fn settings_are_checked() {
-        let ok = GemmBench {
-            seq: 4,
-            shapes: vec![],
-            columns: None,
-            dtypes: vec![DType::F32, DType::BF16],
-            repeats: 1,
-            warmup: 0,
-            seed: 1,
-        };
-        assert!(ok.check().is_ok());
-        let f16 = GemmBench {
-            dtypes: vec![DType::F16],
-            ..ok.clone()
-        };
-        assert!(f16.check().is_err());
-        assert!(
-            GemmBench {
-                seq: 0,
-                ..ok.clone()
-            }
-            .check()
-            .is_err()
-        );
-        let zero_columns = GemmBench {
-            columns: Some(0),
-            ..ok.clone()
-        };
-        assert!(zero_columns.check().is_err());
-        assert!(GemmBench { repeats: 0, ..ok }.check().is_err());
-        assert_eq!(shapes_named(&[]).expect("all").len(), SHAPES_27B.len());
-        let down = shapes_named(&["down_proj".into()]).expect("known");
-        assert_eq!((down[0].n, down[0].k), (5120, 17408));
-        assert!(shapes_named(&["up".into()]).is_err());
     }
 }

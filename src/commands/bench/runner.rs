@@ -41,6 +41,47 @@ pub struct CaseGroup<'a> {
     pub inputs: &'a Path,
 }
 
+impl CaseGroup<'_> {
+    /// The group's row of case `name`.
+    fn row(&self, name: &str, outcome: CaseOutcome) -> BenchRow {
+        BenchRow {
+            seq: self.seq,
+            dtype: dtype_label(self.dtype).to_string(),
+            name: name.to_string(),
+            outcome,
+        }
+    }
+}
+
+/// transformers' chunked result of a group, what every case is compared with: its median time
+/// and its output, where it ran.
+struct TorchReference {
+    ms: Option<f64>,
+    tensor: Option<Tensor>,
+}
+
+impl TorchReference {
+    /// The reference among transformers' measurements, its output read from `torch_out`.
+    fn of(results: &[Measurement], torch_out: &Path) -> TorchReference {
+        let found = results
+            .iter()
+            .find(|m| TORCH_REFERENCES.contains(&m.name.as_str()));
+        TorchReference {
+            ms: found
+                .and_then(|m| Timings::of(&m.times_ms).ok())
+                .map(|t| t.median_ms),
+            tensor: found.and_then(|m| load_output(torch_out, &m.output).ok()),
+        }
+    }
+
+    /// The rel L2 of output `output` of the file at `path` against the reference.
+    fn rel_to(&self, path: &Path, output: &str) -> Option<f64> {
+        let reference = self.tensor.as_ref()?;
+        let t = load_output(path, output).ok()?;
+        rel_l2_tensors(&t, reference).ok()
+    }
+}
+
 impl Bench {
     pub fn prepare(plan: Plan) -> Result<Self> {
         let exe = std::env::current_exe().map_err(|e| {
@@ -147,82 +188,93 @@ impl Bench {
         backend_cmd: impl Fn(&str) -> Command,
         torch_cmd: impl Fn() -> Option<Command>,
     ) -> Vec<BenchRow> {
-        let (seq, dtype, tag) = (group.seq, group.dtype, group.tag);
         let p = &self.plan;
         let mut rows = Vec::new();
-        let row = |name: &str, outcome: CaseOutcome| BenchRow {
-            seq,
-            dtype: dtype_label(dtype).to_string(),
-            name: name.to_string(),
-            outcome,
-        };
-        let torch_out = self.work.join(format!("{tag}.torch.safetensors"));
-        let mut torch_results: Vec<Measurement> = Vec::new();
-        if p.torch.is_some() {
-            if p.skips.skips("torch", seq, dtype) {
-                rows.push(row("torch", CaseOutcome::skipped_by_option()));
-            } else if let Some(mut cmd) = torch_cmd() {
-                eprintln!("hsdiff bench: {tag}: transformers …");
-                cmd.arg("--inputs").arg(group.inputs);
-                cmd.arg("--out").arg(&torch_out);
-                cmd.args(["--threads", &p.threads.to_string()]);
-                cmd.args(["--repeats", &p.repeats.to_string()]);
-                cmd.args(["--warmup", &p.warmup.to_string()]);
-                match spawn(cmd) {
-                    Ok(ms) => torch_results = ms,
-                    Err(why) => rows.push(row("torch", CaseOutcome::Failed { why })),
-                }
-            }
-        }
-        // The chunked torch result is what everything is compared with.
-        let torch_ref = torch_results
-            .iter()
-            .find(|m| TORCH_REFERENCES.contains(&m.name.as_str()));
-        let torch_ms = torch_ref
-            .and_then(|m| Timings::of(&m.times_ms).ok())
-            .map(|t| t.median_ms);
-        let torch_tensor = torch_ref.and_then(|m| load_output(&torch_out, &m.output).ok());
-        let rel_to_torch = |path: &Path, output: &str| {
-            let reference = torch_tensor.as_ref()?;
-            let t = load_output(path, output).ok()?;
-            rel_l2_tensors(&t, reference).ok()
-        };
+        let torch_out = self.work.join(format!("{}.torch.safetensors", group.tag));
+        let torch_results = self.run_torch(group, torch_cmd, &torch_out, &mut rows);
+        let torch = TorchReference::of(&torch_results, &torch_out);
         for m in &torch_results {
-            let rel = rel_to_torch(&torch_out, &m.output);
-            let name = m.name.clone();
-            rows.push(row(
-                &name,
-                CaseOutcome::measured(m.clone(), seq, torch_ms, rel),
-            ));
+            let rel = torch.rel_to(&torch_out, &m.output);
+            let outcome = CaseOutcome::measured(m.clone(), group.seq, torch.ms, rel);
+            rows.push(group.row(&m.name, outcome));
         }
         for name in p.backends.iter().map(|k| k.name()) {
-            if p.skips.skips(name, seq, dtype) {
-                rows.push(row(name, CaseOutcome::skipped_by_option()));
-                continue;
-            }
-            eprintln!("hsdiff bench: {tag}: {name} …");
-            let out = self.work.join(format!("{tag}.{name}.safetensors"));
-            let mut cmd = backend_cmd(name);
-            cmd.arg("--inputs").arg(group.inputs).arg("--out").arg(&out);
-            cmd.args(["--repeats", &p.repeats.to_string()]);
-            cmd.args(["--warmup", &p.warmup.to_string()]);
-            cmd.env("RAYON_NUM_THREADS", p.threads.to_string());
-            let outcome = match spawn(cmd).map(|mut ms| ms.pop()) {
-                Ok(Some(m)) => {
-                    let rel = rel_to_torch(&out, &m.output);
-                    CaseOutcome::measured(m, seq, torch_ms, rel)
-                }
-                Ok(None) => CaseOutcome::Failed {
-                    why: "the case reported nothing".to_string(),
-                },
-                Err(why) => CaseOutcome::Failed { why },
+            let outcome = if p.skips.skips(name, group.seq, group.dtype) {
+                CaseOutcome::skipped_by_option()
+            } else {
+                self.run_backend(group, name, &backend_cmd, &torch)
             };
-            let _ = std::fs::remove_file(&out);
-            rows.push(row(name, outcome));
+            rows.push(group.row(name, outcome));
         }
         let _ = std::fs::remove_file(&torch_out);
         add_rates(&mut rows, self.peaks.as_ref(), p.threads);
         rows
+    }
+
+    /// transformers' case process on the group's inputs, writing `torch_out`, where the run
+    /// includes it: its measurements, or none with a row saying why (skipped or failed).
+    fn run_torch(
+        &self,
+        group: &CaseGroup,
+        torch_cmd: impl Fn() -> Option<Command>,
+        torch_out: &Path,
+        rows: &mut Vec<BenchRow>,
+    ) -> Vec<Measurement> {
+        let p = &self.plan;
+        if p.torch.is_none() {
+            return Vec::new();
+        }
+        if p.skips.skips("torch", group.seq, group.dtype) {
+            rows.push(group.row("torch", CaseOutcome::skipped_by_option()));
+            return Vec::new();
+        }
+        let Some(mut cmd) = torch_cmd() else {
+            return Vec::new();
+        };
+        eprintln!("hsdiff bench: {}: transformers …", group.tag);
+        cmd.arg("--inputs").arg(group.inputs);
+        cmd.arg("--out").arg(torch_out);
+        cmd.args(["--threads", &p.threads.to_string()]);
+        cmd.args(["--repeats", &p.repeats.to_string()]);
+        cmd.args(["--warmup", &p.warmup.to_string()]);
+        match spawn(cmd) {
+            Ok(ms) => ms,
+            Err(why) => {
+                rows.push(group.row("torch", CaseOutcome::Failed { why }));
+                Vec::new()
+            }
+        }
+    }
+
+    /// Backend `name`'s case process on the group's inputs, its output compared with
+    /// transformers'.
+    fn run_backend(
+        &self,
+        group: &CaseGroup,
+        name: &str,
+        backend_cmd: impl Fn(&str) -> Command,
+        torch: &TorchReference,
+    ) -> CaseOutcome {
+        let p = &self.plan;
+        eprintln!("hsdiff bench: {}: {name} …", group.tag);
+        let out = self.work.join(format!("{}.{name}.safetensors", group.tag));
+        let mut cmd = backend_cmd(name);
+        cmd.arg("--inputs").arg(group.inputs).arg("--out").arg(&out);
+        cmd.args(["--repeats", &p.repeats.to_string()]);
+        cmd.args(["--warmup", &p.warmup.to_string()]);
+        cmd.env("RAYON_NUM_THREADS", p.threads.to_string());
+        let outcome = match spawn(cmd).map(|mut ms| ms.pop()) {
+            Ok(Some(m)) => {
+                let rel = torch.rel_to(&out, &m.output);
+                CaseOutcome::measured(m, group.seq, torch.ms, rel)
+            }
+            Ok(None) => CaseOutcome::Failed {
+                why: "the case reported nothing".to_string(),
+            },
+            Err(why) => CaseOutcome::Failed { why },
+        };
+        let _ = std::fs::remove_file(&out);
+        outcome
     }
 
     /// The run's results as one document (rendered by `render`), the load taken now.

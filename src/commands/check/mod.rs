@@ -13,7 +13,7 @@ use crate::backends::BackendKind;
 use crate::capture::Key;
 use crate::capture::dump::Dump;
 use crate::capture::fingerprint::Fingerprint;
-use crate::compare::{TensorSource, plan_rows};
+use crate::compare::{PlannedRow, TensorSource, plan_rows};
 use crate::error::{Error, Result};
 use crate::job::session::{ModelInput, check_layer_list, find_model};
 use crate::job::{Calibration, Job, Live, Parts, Role, SideSpec, Spec};
@@ -159,40 +159,17 @@ pub fn check_golden(
         .iter()
         .any(|n| matches!(Key::of(n), Some(Key::Op(..))));
     for &backend in &run.backends {
-        let spec = Spec {
-            a: SideSpec::Golden {
-                dtype: golden_dtype,
-            },
-            b: SideSpec::Live(Live {
-                backend,
-                dtype,
-                fed: false,
-            }),
-            calibration: if run.no_floor {
-                Calibration::NoFloor
-            } else {
-                Calibration::Measure
-            },
-            ops: capture_ops,
-            through: None,
-            routing: crate::job::Routing::Own,
+        let b = Live {
+            backend,
+            dtype,
+            fed: false,
         };
+        let spec = check_spec(run, golden_dtype, b, capture_ops);
         let done = Job::plan(spec).execute(Some(input))?;
         let ours = done
             .side(Role::B)
             .ok_or_else(|| Error::Internal("check: side B is not a run".to_string()))?;
-        let common = shared_states(golden, &TensorSource::names(ours))?;
-        let rows = plan_rows(
-            &common,
-            Some(&model.config.layer_types),
-            run.layers.as_deref(),
-        );
-        if rows.is_empty() {
-            return Err(Error::file(
-                golden.path(),
-                "holds no hidden states hsdiff captures (embed, layers.N, final_norm, logits)",
-            ));
-        }
+        let rows = golden_rows(golden, &TensorSource::names(ours), model, run)?;
         each(done.report(Parts {
             a: Some(golden),
             b: None,
@@ -208,6 +185,48 @@ pub fn check_golden(
         })?);
     }
     Ok(())
+}
+
+/// The job of one check: the golden file (its states in `golden_dtype`) as side A, the live run
+/// `b` as side B.
+fn check_spec(run: &CheckRun, golden_dtype: DType, b: Live, ops: bool) -> Spec {
+    Spec {
+        a: SideSpec::Golden {
+            dtype: golden_dtype,
+        },
+        b: SideSpec::Live(b),
+        calibration: if run.no_floor {
+            Calibration::NoFloor
+        } else {
+            Calibration::Measure
+        },
+        ops,
+        through: None,
+        routing: crate::job::Routing::Own,
+    }
+}
+
+/// The rows of a check: the golden states the run also produced (`ours`), within `run.layers`;
+/// none is an error naming the golden file.
+fn golden_rows(
+    golden: &Dump,
+    ours: &[String],
+    model: &Model,
+    run: &CheckRun,
+) -> Result<Vec<PlannedRow>> {
+    let common = shared_states(golden, ours)?;
+    let rows = plan_rows(
+        &common,
+        Some(&model.config.layer_types),
+        run.layers.as_deref(),
+    );
+    if rows.is_empty() {
+        return Err(Error::file(
+            golden.path(),
+            "holds no hidden states hsdiff captures (embed, layers.N, final_norm, logits)",
+        ));
+    }
+    Ok(rows)
 }
 
 /// One check's outcome: what was checked, and its report.

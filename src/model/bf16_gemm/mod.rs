@@ -26,10 +26,14 @@
 
 //! The module's parts: [`packed`] (the weight packed once), [`input`] (the input laid out for the
 //! kernels), [`planes`] (a weight block converted for the FMA kernels), the microkernels per ISA
-//! ([`portable`], [`avx512_bf16`], [`avx512_fma`], [`avx512_f64`], [`avx2_fma`]) and their
+//! ([`portable`], [`avx512_bf16`], [`avx512_fma`], [`avx512_f64`], [`avx2_fma`]; the FMA ones
+//! from one body, [`fma_kernel`]) and their
 //! selection ([`kernels`]) and dispatch per float type ([`wide_float`]), one task of a product
 //! ([`tasks`]) and the threading over tasks ([`tiled`]); the blocking and the entry points here.
 
+#[cfg(target_arch = "x86_64")]
+#[macro_use]
+mod fma_kernel;
 #[cfg(target_arch = "x86_64")]
 mod avx2_fma;
 #[cfg(target_arch = "x86_64")]

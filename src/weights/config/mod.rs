@@ -230,14 +230,17 @@ impl ModelConfig {
         Ok(cfg)
     }
 
+    /// The config's values are usable, in this order: every dimension > 0 and within the
+    /// limits, the float fields in range, the head counts and rotary dims consistent, the MoE
+    /// fields consistent; the first failure is the error.
     fn validate(&self, text: &Fields) -> Result<()> {
-        let check = |ok: bool, msg: &str| {
-            if ok {
-                Ok(())
-            } else {
-                Err(text.err(msg.to_string()))
-            }
-        };
+        self.validate_dims(text)?;
+        self.validate_floats(text)?;
+        self.validate_heads(text)?;
+        self.validate_moe(text)
+    }
+
+    fn validate_dims(&self, text: &Fields) -> Result<()> {
         let lim = limits::get();
         let l = &self.linear;
         let mut dims = vec![
@@ -271,7 +274,11 @@ impl ModelConfig {
                 )));
             }
         }
-        // Ranges that would otherwise turn the run into NaN or switch RoPE off without a word.
+        Ok(())
+    }
+
+    /// Ranges that would otherwise turn the run into NaN or switch RoPE off without a word.
+    fn validate_floats(&self, text: &Fields) -> Result<()> {
         let positive = [
             ("rms_norm_eps", self.rms_norm_eps),
             ("rope_theta", self.rope_theta),
@@ -296,45 +303,60 @@ impl ModelConfig {
                 self.partial_rotary_factor
             )));
         }
-        check(
+        Ok(())
+    }
+
+    fn validate_heads(&self, text: &Fields) -> Result<()> {
+        let l = &self.linear;
+        require(
+            text,
             self.num_key_value_heads > 0
                 && self
                     .num_attention_heads
                     .is_multiple_of(self.num_key_value_heads),
             "num_attention_heads must be a multiple of num_key_value_heads",
         )?;
-        check(
+        require(
+            text,
             l.num_key_heads > 0 && l.num_value_heads.is_multiple_of(l.num_key_heads),
             "linear_num_value_heads must be a multiple of linear_num_key_heads",
         )?;
-        check(
+        require(
+            text,
             l.conv_kernel > 0 && l.key_head_dim > 0 && l.value_head_dim > 0,
             "linear head dims and conv kernel must be > 0",
         )?;
         let rot = self.rotary_dim();
-        check(
+        require(
+            text,
             rot.is_multiple_of(2) && rot <= self.head_dim,
             "head_dim × partial_rotary_factor must be an even number ≤ head_dim",
         )?;
-        check(
+        require(
+            text,
             rot > 0,
             "head_dim × partial_rotary_factor rounds to 0 rotary dims: RoPE would be off",
+        )
+    }
+
+    fn validate_moe(&self, text: &Fields) -> Result<()> {
+        let Some(moe) = &self.moe else {
+            return Ok(());
+        };
+        require(
+            text,
+            moe.num_experts_per_tok > 0 && moe.num_experts_per_tok <= moe.num_experts,
+            "num_experts_per_tok must be in 1..=num_experts",
         )?;
-        if let Some(moe) = &self.moe {
-            check(
-                moe.num_experts_per_tok > 0 && moe.num_experts_per_tok <= moe.num_experts,
-                "num_experts_per_tok must be in 1..=num_experts",
-            )?;
-            if let Some(&bad) = moe
-                .mlp_only_layers
-                .iter()
-                .find(|&&i| i >= self.num_hidden_layers)
-            {
-                return Err(text.err(format!(
-                    "field `mlp_only_layers` names layer {bad}, but num_hidden_layers is {}",
-                    self.num_hidden_layers
-                )));
-            }
+        if let Some(&bad) = moe
+            .mlp_only_layers
+            .iter()
+            .find(|&&i| i >= self.num_hidden_layers)
+        {
+            return Err(text.err(format!(
+                "field `mlp_only_layers` names layer {bad}, but num_hidden_layers is {}",
+                self.num_hidden_layers
+            )));
         }
         Ok(())
     }
@@ -356,5 +378,14 @@ impl ModelConfig {
                     && (i + 1).is_multiple_of(m.decoder_sparse_step)
             }
         }
+    }
+}
+
+/// `msg` as an error of the config's text section unless `ok`.
+fn require(text: &Fields, ok: bool, msg: &str) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(text.err(msg.to_string()))
     }
 }

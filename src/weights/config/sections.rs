@@ -68,32 +68,36 @@ pub(super) fn read_rope(text: &Fields) -> Result<(f64, f64)> {
 pub(super) fn read_moe(text: &Fields, family: Family) -> Result<Option<MoeConfig>> {
     let moe = match family {
         Family::Qwen35 => return Ok(None),
-        Family::Qwen3Next => MoeConfig {
-            num_experts: text.usize_or("num_experts", 512)?,
-            num_experts_per_tok: text.usize_or("num_experts_per_tok", 10)?,
-            moe_intermediate_size: text.usize_or("moe_intermediate_size", 512)?,
-            shared_expert_intermediate_size: text
-                .usize_or("shared_expert_intermediate_size", 512)?,
-            norm_topk_prob: text.bool_or("norm_topk_prob", true)?,
-            decoder_sparse_step: text.usize_or("decoder_sparse_step", 1)?,
-            mlp_only_layers: text.usize_list_or("mlp_only_layers")?,
-        },
-        Family::Qwen35Moe => MoeConfig {
-            num_experts: text.usize_or("num_experts", 256)?,
-            num_experts_per_tok: text.usize_or("num_experts_per_tok", 8)?,
-            moe_intermediate_size: text.usize_or("moe_intermediate_size", 512)?,
-            shared_expert_intermediate_size: text
-                .usize_or("shared_expert_intermediate_size", 512)?,
-            // Qwen3.5-MoE always renormalises the top-k weights.
-            norm_topk_prob: true,
-            decoder_sparse_step: 1,
-            mlp_only_layers: Vec::new(),
-        },
+        Family::Qwen3Next => {
+            let sizes = moe_sizes(text, 512, 10)?;
+            MoeConfig {
+                norm_topk_prob: text.bool_or("norm_topk_prob", true)?,
+                decoder_sparse_step: text.usize_or("decoder_sparse_step", 1)?,
+                mlp_only_layers: text.usize_list_or("mlp_only_layers")?,
+                ..sizes
+            }
+        }
+        Family::Qwen35Moe => moe_sizes(text, 256, 8)?,
     };
     if moe.num_experts == 0 {
         return Ok(None);
     }
     Ok(Some(moe))
+}
+
+/// The expert counts and sizes of an MoE config (`experts` and `per_token` its family's
+/// defaults), with the routing of Qwen3.5-MoE, which always renormalises the top-k weights and
+/// has an MoE block in every layer.
+fn moe_sizes(text: &Fields, experts: usize, per_token: usize) -> Result<MoeConfig> {
+    Ok(MoeConfig {
+        num_experts: text.usize_or("num_experts", experts)?,
+        num_experts_per_tok: text.usize_or("num_experts_per_tok", per_token)?,
+        moe_intermediate_size: text.usize_or("moe_intermediate_size", 512)?,
+        shared_expert_intermediate_size: text.usize_or("shared_expert_intermediate_size", 512)?,
+        norm_topk_prob: true,
+        decoder_sparse_step: 1,
+        mlp_only_layers: Vec::new(),
+    })
 }
 
 /// Largest side of an FP8 weight block: a block's dot product of fp8 values stays exact in f64

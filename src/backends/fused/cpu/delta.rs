@@ -186,106 +186,161 @@ pub(crate) fn run_group<S: Element, Src: HeadSource<S>, const FMA: bool>(
     fin: &mut [S::Acc],
 ) {
     let d = &args.dims;
-    let (dk, dv, dvp, r) = (d.k_dim, d.v_dim, work.dv_pad, d.heads_per_key_head());
-    let nblk = dvp / BLOCK;
-    let hs = dk * dvp;
-    let eps = S::Acc::from_f64(crate::backends::fused::cpu::L2NORM_EPS);
-    let lo = S::Acc::from_f64(S::Acc::RENORM_MIN);
-    let hi = S::Acc::ONE / lo;
-
-    // States into blocked layout; padding columns stay zero (their v is zero, so they stay zero).
-    work.state.fill(S::Acc::ZERO);
-    work.c.fill(S::Acc::ONE);
-    if let Some(init) = init {
-        for (st, init) in work.state.chunks_mut(hs).zip(init.chunks(dk * dv)) {
-            for i in 0..dk {
-                for j in 0..dv {
-                    st[((j / BLOCK) * dk + i) * BLOCK + j % BLOCK] = init[i * dv + j];
-                }
-            }
-        }
-    }
+    let r = d.heads_per_key_head();
+    work.load_states(init, d);
     src.begin(local, b, kh);
-    let mut out_s: Vec<S> = Vec::with_capacity(dv);
+    let mut out_s: Vec<S> = Vec::with_capacity(d.v_dim);
 
     let mut t0 = 0;
     while t0 < d.seq {
         let n = TIME_CHUNK.min(d.seq - t0);
         src.load_qk::<FMA>(local, b, kh, t0, n, &mut work.q, &mut work.k);
-        // L2 norm (+ scale for q) and k̂·q̃ per token.
-        for t in 0..n {
-            let q = &mut work.q[t * dk..(t + 1) * dk];
-            let fq = args.scale / (dot::<S::Acc, FMA>(q, q) + eps).sqrt();
-            q.iter_mut().for_each(|x| *x = *x * fq);
-            let k = &mut work.k[t * dk..(t + 1) * dk];
-            let fk = S::Acc::ONE / (dot::<S::Acc, FMA>(k, k) + eps).sqrt();
-            k.iter_mut().for_each(|x| *x = *x * fk);
-            work.kq[t] = dot::<S::Acc, FMA>(&work.k[t * dk..(t + 1) * dk], q_row(&work.q, t, dk));
-        }
+        work.normalise_qk::<FMA>(n, d.k_dim, args.scale);
         for i in 0..r {
             let h = kh * r + i;
-            src.load_v::<FMA>(local, b, h, t0, n, &mut work.v, dvp);
-            // Gates and the scale schedule of the state (identical for every column block).
-            let mut c = work.c[i];
-            for t in 0..n {
-                let gi = ((b * d.seq + t0 + t) * d.v_heads) + h;
-                let a = args.g[gi].exp() * c;
-                work.a[t] = a;
-                // Renormalise (fold the scale into the state) before Ŝ could overflow; NaN
-                // compares false and simply propagates.
-                let renorm = a < lo || a > hi;
-                c = if renorm { S::Acc::ONE } else { a };
-                work.renorm[t] = renorm;
-                work.inv_c[t] = S::Acc::ONE / c;
-                work.beta[t] = args.beta[gi].to_acc();
-            }
-            work.c[i] = c;
-            let st = &mut work.state[i * hs..(i + 1) * hs];
-            for blk in 0..nblk {
-                block_chunk::<S::Acc, FMA>(
-                    &mut st[blk * dk * BLOCK..(blk + 1) * dk * BLOCK],
-                    dk,
-                    n,
-                    &work.q,
-                    &work.k,
-                    &work.v[blk * BLOCK..],
-                    &mut work.o[blk * BLOCK..],
-                    dvp,
-                    TokenScalars {
-                        a: &work.a,
-                        inv_c: &work.inv_c,
-                        renorm: &work.renorm,
-                        beta: &work.beta,
-                        kq: &work.kq,
-                    },
-                );
-            }
-            for t in 0..n {
-                out_s.clear();
-                out_s.extend(
-                    work.o[t * dvp..t * dvp + dv]
-                        .iter()
-                        .map(|&x| S::from_acc(x)),
-                );
-                let off = ((b * d.seq + t0 + t) * d.v_heads + h) * dv;
-                // SAFETY: task (b, kh) is the only writer of rows (b, ·, h, ·) for the value
-                // heads h of its group.
-                unsafe { args.out.write(off, &out_s) };
-            }
+            let chunk = Chunk { b, h, t0, n };
+            src.load_v::<FMA>(local, b, h, t0, n, &mut work.v, work.dv_pad);
+            work.gates(args, i, chunk);
+            work.run_blocks::<FMA>(i, d.k_dim, n);
+            work.write_outputs(args, chunk, &mut out_s);
         }
         t0 += n;
     }
+    work.store_states(fin, d);
+}
 
-    for ((st, fin), &c) in work
-        .state
-        .chunks(hs)
-        .zip(fin.chunks_mut(dk * dv))
-        .zip(&work.c)
-    {
-        for i in 0..dk {
-            for j in 0..dv {
-                fin[i * dv + j] = c * st[((j / BLOCK) * dk + i) * BLOCK + j % BLOCK];
+/// One value head's share of a time chunk: batch `b`, value head `h`, tokens `t0..t0 + n`.
+#[derive(Clone, Copy)]
+struct Chunk {
+    b: usize,
+    h: usize,
+    t0: usize,
+    n: usize,
+}
+
+impl<A: Accum> HeadWork<A> {
+    /// The group's initial states (`[r, dk, dv]`, none: zero) into the blocked layout, with
+    /// scale 1; padding columns stay zero (their v is zero, so they stay zero).
+    #[inline(always)]
+    fn load_states(&mut self, init: Option<&[A]>, d: &GdnDims) {
+        let (dk, dv, hs) = (d.k_dim, d.v_dim, d.k_dim * self.dv_pad);
+        self.state.fill(A::ZERO);
+        self.c.fill(A::ONE);
+        if let Some(init) = init {
+            for (st, init) in self.state.chunks_mut(hs).zip(init.chunks(dk * dv)) {
+                for i in 0..dk {
+                    for j in 0..dv {
+                        st[((j / BLOCK) * dk + i) * BLOCK + j % BLOCK] = init[i * dv + j];
+                    }
+                }
             }
+        }
+    }
+
+    /// The true final states `c·Ŝ` of the group's value heads into `fin` (`[r, dk, dv]`).
+    #[inline(always)]
+    fn store_states(&self, fin: &mut [A], d: &GdnDims) {
+        let (dk, dv, hs) = (d.k_dim, d.v_dim, d.k_dim * self.dv_pad);
+        for ((st, fin), &c) in self
+            .state
+            .chunks(hs)
+            .zip(fin.chunks_mut(dk * dv))
+            .zip(&self.c)
+        {
+            for i in 0..dk {
+                for j in 0..dv {
+                    fin[i * dv + j] = c * st[((j / BLOCK) * dk + i) * BLOCK + j % BLOCK];
+                }
+            }
+        }
+    }
+
+    /// L2 norm (+ `scale` for q) of the chunk's `n` q and k rows, and k̂·q̃ per token.
+    #[inline(always)]
+    fn normalise_qk<const FMA: bool>(&mut self, n: usize, dk: usize, scale: A) {
+        let eps = A::from_f64(crate::backends::fused::cpu::L2NORM_EPS);
+        for t in 0..n {
+            let q = &mut self.q[t * dk..(t + 1) * dk];
+            let fq = scale / (dot::<A, FMA>(q, q) + eps).sqrt();
+            q.iter_mut().for_each(|x| *x = *x * fq);
+            let k = &mut self.k[t * dk..(t + 1) * dk];
+            let fk = A::ONE / (dot::<A, FMA>(k, k) + eps).sqrt();
+            k.iter_mut().for_each(|x| *x = *x * fk);
+            self.kq[t] = dot::<A, FMA>(&self.k[t * dk..(t + 1) * dk], q_row(&self.q, t, dk));
+        }
+    }
+
+    /// The gates of the group's value head `i` over `chunk`, and the scale schedule of its state
+    /// (identical for every column block).
+    #[inline(always)]
+    fn gates<S: Element<Acc = A>>(&mut self, args: &HeadArgs<'_, S>, i: usize, chunk: Chunk) {
+        let d = &args.dims;
+        let lo = A::from_f64(A::RENORM_MIN);
+        let hi = A::ONE / lo;
+        let mut c = self.c[i];
+        for t in 0..chunk.n {
+            let gi = ((chunk.b * d.seq + chunk.t0 + t) * d.v_heads) + chunk.h;
+            let a = args.g[gi].exp() * c;
+            self.a[t] = a;
+            // Renormalise (fold the scale into the state) before Ŝ could overflow; NaN
+            // compares false and simply propagates.
+            let renorm = a < lo || a > hi;
+            c = if renorm { A::ONE } else { a };
+            self.renorm[t] = renorm;
+            self.inv_c[t] = A::ONE / c;
+            self.beta[t] = args.beta[gi].to_acc();
+        }
+        self.c[i] = c;
+    }
+
+    /// The chunk's `n` tokens through every column block of value head `i`'s state.
+    #[inline(always)]
+    fn run_blocks<const FMA: bool>(&mut self, i: usize, dk: usize, n: usize) {
+        let dvp = self.dv_pad;
+        let hs = dk * dvp;
+        let st = &mut self.state[i * hs..(i + 1) * hs];
+        for blk in 0..dvp / BLOCK {
+            block_chunk::<A, FMA>(
+                &mut st[blk * dk * BLOCK..(blk + 1) * dk * BLOCK],
+                dk,
+                n,
+                &self.q,
+                &self.k,
+                &self.v[blk * BLOCK..],
+                &mut self.o[blk * BLOCK..],
+                dvp,
+                TokenScalars {
+                    a: &self.a,
+                    inv_c: &self.inv_c,
+                    renorm: &self.renorm,
+                    beta: &self.beta,
+                    kq: &self.kq,
+                },
+            );
+        }
+    }
+
+    /// The chunk's outputs of its value head, rounded to `S`, into `args.out`.
+    #[inline(always)]
+    fn write_outputs<S: Element<Acc = A>>(
+        &self,
+        args: &HeadArgs<'_, S>,
+        chunk: Chunk,
+        out_s: &mut Vec<S>,
+    ) {
+        let d = &args.dims;
+        let (dv, dvp) = (d.v_dim, self.dv_pad);
+        for t in 0..chunk.n {
+            out_s.clear();
+            out_s.extend(
+                self.o[t * dvp..t * dvp + dv]
+                    .iter()
+                    .map(|&x| S::from_acc(x)),
+            );
+            let off = ((chunk.b * d.seq + chunk.t0 + t) * d.v_heads + chunk.h) * dv;
+            // SAFETY: task (b, kh) is the only writer of rows (b, ·, h, ·) for the value
+            // heads h of its group.
+            unsafe { args.out.write(off, out_s) };
         }
     }
 }

@@ -25,6 +25,26 @@ pub struct GdnDims {
 }
 
 impl GdnDims {
+    /// The dims of B sequences of T tokens, Hk key heads and Hv value heads of dk and dv
+    /// dimensions, after a conv of `conv_kernel` taps (0: a call without the conv).
+    pub fn new(
+        batch: usize,
+        seq: usize,
+        (k_heads, v_heads): (usize, usize),
+        (k_dim, v_dim): (usize, usize),
+        conv_kernel: usize,
+    ) -> GdnDims {
+        GdnDims {
+            batch,
+            seq,
+            k_heads,
+            v_heads,
+            k_dim,
+            v_dim,
+            conv_kernel,
+        }
+    }
+
     /// Channels of the conv input/output: 2·Hk·dk + Hv·dv. For dims that [`validate`] accepted
     /// or that describe tensors which exist; [`checked_conv_dim`] for any other.
     ///

@@ -57,6 +57,31 @@ template <typename A> __device__ __forceinline__ A warp_sum(A v) {
     return v;
 }
 
+// In-place inclusive prefix sum of G[0, C) by one warp (`lane` its lane): each lane sums its
+// C/32 consecutive entries, the lanes' totals are scanned with shuffles, and each lane adds the
+// total of the lanes before it. The order of the additions is fixed, so every caller rounds
+// the same way.
+template <int C, typename A> __device__ __forceinline__ void warp_prefix_sum(A* G, int lane) {
+    constexpr int P = C / 32;
+    A loc[P];
+    A run = A(0);
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+        run += G[lane * P + p];
+        loc[p] = run;
+    }
+    A incl = run;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const A y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+    }
+    A excl = __shfl_up_sync(0xffffffffu, incl, 1);
+    if (lane == 0) excl = A(0);
+#pragma unroll
+    for (int p = 0; p < P; ++p) G[lane * P + p] = loc[p] + excl;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Causal depthwise conv1d + SiLU. One thread per output element (grid-stride), consecutive
 // threads on consecutive channels (coalesced). out[b,t,c] = SiLU(sum_j w[c,j] x[b,t-(K-1)+j,c]),
@@ -230,26 +255,7 @@ __device__ void gdn_chunk(const T *__restrict__ q, const T *__restrict__ k,
         __syncthreads();
 
         // 2. G = inclusive prefix sum of g over the chunk (warp 0: C/32 entries per lane).
-        if (warp == 0) {
-            constexpr int P = C / 32;
-            A loc[P];
-            A run = A(0);
-#pragma unroll
-            for (int p = 0; p < P; ++p) {
-                run += G[lane * P + p];
-                loc[p] = run;
-            }
-            A incl = run;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const A y = __shfl_up_sync(0xffffffffu, incl, o);
-                if (lane >= o) incl += y;
-            }
-            A excl = __shfl_up_sync(0xffffffffu, incl, 1);
-            if (lane == 0) excl = A(0);
-#pragma unroll
-            for (int p = 0; p < P; ++p) G[lane * P + p] = loc[p] + excl;
-        }
+        if (warp == 0) warp_prefix_sum<C>(G, lane);
         __syncthreads();
         for (int i = tid; i < C; i += NT) Dl[i] = i < n ? acc_exp(G[n - 1] - G[i]) : A(0);
 
@@ -620,24 +626,7 @@ __device__ void gdn_chunk_tc(const __nv_bfloat16 *__restrict__ q, const __nv_bfl
             }
         }
         if (warp == 0) {
-            constexpr int P = C / 32;
-            float loc[P];
-            float run = 0.f;
-#pragma unroll
-            for (int p = 0; p < P; ++p) {
-                run += G[lane * P + p];
-                loc[p] = run;
-            }
-            float incl = run;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const float y = __shfl_up_sync(0xffffffffu, incl, o);
-                if (lane >= o) incl += y;
-            }
-            float excl = __shfl_up_sync(0xffffffffu, incl, 1);
-            if (lane == 0) excl = 0.f;
-#pragma unroll
-            for (int p = 0; p < P; ++p) G[lane * P + p] = loc[p] + excl;
+            warp_prefix_sum<C>(G, lane);
             __syncwarp();
             for (int i = lane; i < C; i += 32) {
                 EG[i] = i < n ? expf(G[i]) : 0.f;

@@ -46,7 +46,7 @@ impl Floors {
                     non_finite: false,
                     depth: t.judgement.depth,
                     // Only read without a floor; here the learned floor is given.
-                    dtype: crate::util::device::parse_dtype(&report.thresholds.dtype)
+                    dtype: crate::util::device::dtype_named(&report.thresholds.dtype)
                         .unwrap_or(candle_core::DType::F32),
                 },
                 report.thresholds.bands,

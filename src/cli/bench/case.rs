@@ -5,11 +5,11 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::values::DtypeArg;
+use crate::cli::values::DtypeArg;
+use crate::cli::values::parse_dtype;
 use crate::commands::bench::case::{CaseKind, CaseRequest, run_case};
 use crate::commands::bench::protocol::result_line;
-use crate::error::Result;
-use crate::util::device::parse_dtype;
+use crate::error::{Error, Result};
 
 #[derive(Args, Debug)]
 pub struct GemmArgs {
@@ -68,8 +68,8 @@ pub struct CaseArgs {
 }
 
 pub fn run_case_args(args: &CaseArgs) -> Result<i32> {
-    let m = run_case(&CaseRequest {
-        kind: CaseKind::parse(&args.kind)?,
+    let req = CaseRequest {
+        kind: case_kind(&args.kind)?,
         backend: args.backend.clone(),
         inputs: args.inputs.clone(),
         out: args.out.clone(),
@@ -77,7 +77,41 @@ pub fn run_case_args(args: &CaseArgs) -> Result<i32> {
         dtype: parse_dtype(&args.dtype)?,
         repeats: args.repeats,
         warmup: args.warmup,
-    })?;
-    println!("{}", result_line(&m)?);
+    };
+    if req.repeats == 0 {
+        return Err(Error::argument("--repeats", "must be positive"));
+    }
+    println!("{}", result_line(&run_case(&req)?)?);
     Ok(0)
+}
+
+/// `--kind`, as the parent writes it ([`CaseKind::label`]).
+fn case_kind(kind: &str) -> Result<CaseKind> {
+    match kind {
+        "core" => Ok(CaseKind::Core),
+        "forward" => Ok(CaseKind::Forward),
+        other => Err(Error::argument(
+            "--kind",
+            format!("unknown case kind `{other}` (core, forward)"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn case_kinds_read_back_what_the_parent_writes() {
+        for kind in [CaseKind::Core, CaseKind::Forward] {
+            assert_eq!(case_kind(kind.label()).expect("known"), kind);
+        }
+        match case_kind("decode") {
+            Err(Error::Argument { option, msg }) => {
+                assert_eq!(option, "--kind");
+                assert!(msg.contains("`decode`"), "{msg}");
+            }
+            other => panic!("not refused as an argument: {other:?}"),
+        }
+    }
 }

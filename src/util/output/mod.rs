@@ -9,12 +9,11 @@
 //! a FIFO (`/dev/null`, `/dev/stdout`, a pipe) is written in place; a directory, block device or
 //! socket is refused.
 
-use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,81 +22,10 @@ use crate::error::io_words;
 use crate::error::{Error, Result};
 use crate::util::input::opened_files;
 
-/// A file's identity: device and inode.
-type FileId = (u64, u64);
+mod protected;
 
-fn id_of(meta: &std::fs::Metadata) -> FileId {
-    (meta.dev(), meta.ino())
-}
-
-/// Files a model folder holds that an output must never replace or add.
-fn is_model_file(name: &[u8]) -> bool {
-    name == b"config.json"
-        || name == b"tokenizer.json"
-        || name.ends_with(b".safetensors")
-        || name.ends_with(b".safetensors.index.json")
-}
-
-/// Deepest folder level and most entries walked under one input folder.
-const WALK_DEPTH: usize = 4;
-const WALK_ENTRIES: usize = 200_000;
-
-/// What a run reads, by identity: no output may land on any of it.
-#[derive(Debug, Default, Clone)]
-pub struct Protected {
-    files: HashSet<FileId>,
-    folders: HashSet<FileId>,
-}
-
-impl Protected {
-    /// The files and folders `inputs` name (a folder with every file under it). Paths that do
-    /// not exist are skipped: reading them fails on its own, later.
-    pub fn of(inputs: &[&Path]) -> Self {
-        let mut p = Protected::default();
-        let mut budget = WALK_ENTRIES;
-        for input in inputs {
-            let Ok(meta) = std::fs::metadata(input) else {
-                continue;
-            };
-            if meta.is_dir() {
-                p.walk(input, WALK_DEPTH, &mut budget);
-            } else {
-                p.files.insert(id_of(&meta));
-            }
-        }
-        p
-    }
-
-    fn walk(&mut self, dir: &Path, depth: usize, budget: &mut usize) {
-        let Ok(meta) = std::fs::metadata(dir) else {
-            return;
-        };
-        if !self.folders.insert(id_of(&meta)) || depth == 0 {
-            return;
-        }
-        let Ok(list) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in list.flatten() {
-            if *budget == 0 {
-                return;
-            }
-            *budget -= 1;
-            let path = entry.path();
-            match std::fs::metadata(&path) {
-                Ok(m) if m.is_dir() => self.walk(&path, depth - 1, budget),
-                Ok(m) => {
-                    self.files.insert(id_of(&m));
-                }
-                Err(_) => {}
-            }
-        }
-    }
-
-    fn holds(&self, id: FileId) -> bool {
-        self.files.contains(&id)
-    }
-}
+pub use protected::Protected;
+use protected::{FileId, id_of, is_model_file};
 
 /// Where a reserved output goes.
 enum Sink {
@@ -490,86 +418,4 @@ pub fn clean_up_on_signals() {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn entries(dir: &Path) -> usize {
-        std::fs::read_dir(dir).expect("lists").count()
-    }
-
-    #[test]
-    fn replaces_atomically_keeps_the_mode_and_cleans_up_on_failure() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let target = dir.path().join("report.txt");
-        write_bytes(&target, b"first").expect("writes");
-        assert_eq!(std::fs::read(&target).expect("reads"), b"first");
-        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).expect("chmod");
-        let failed = write_with(&target, |f| {
-            f.write_all(b"half").expect("partial");
-            Err(Error::output("/tmp/hsdiff-output-test", "disk full"))
-        });
-        assert!(failed.is_err());
-        assert_eq!(std::fs::read(&target).expect("reads"), b"first");
-        assert_eq!(entries(dir.path()), 1, "temp file left behind");
-        write_bytes(&target, b"second").expect("writes");
-        let mode = std::fs::metadata(&target)
-            .expect("meta")
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o640);
-        assert_eq!(std::fs::read(&target).expect("reads"), b"second");
-    }
-
-    #[test]
-    fn refuses_bad_targets() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let input = dir.path().join("a.pt");
-        std::fs::write(&input, b"x").expect("writes");
-        let inputs = Protected::of(&[&input]);
-        assert!(inspect(&input, "--out", &inputs).is_err());
-        assert!(inspect(dir.path(), "--out", &inputs).is_err());
-        assert!(inspect(&dir.path().join("no/such/x"), "--out", &inputs).is_err());
-        // Every file of an input folder, whatever its name, and model files not there yet.
-        let model = dir.path().join("m");
-        std::fs::create_dir(&model).expect("mkdir");
-        std::fs::write(model.join("notes.txt"), b"{}").expect("writes");
-        let folder = Protected::of(&[&model]);
-        assert!(inspect(&model.join("notes.txt"), "--out", &folder).is_err());
-        assert!(inspect(&model.join("config.json"), "--out", &folder).is_err());
-        assert!(inspect(&model.join("report.txt"), "--out", &folder).is_ok());
-        // A hard link is the same file.
-        let link = dir.path().join("link.pt");
-        std::fs::hard_link(&input, &link).expect("link");
-        assert!(inspect(&link, "--out", &inputs).is_err());
-        assert!(inspect(&dir.path().join("new.json"), "--out", &inputs).is_ok());
-        // Devices and FIFOs are written in place.
-        assert!(matches!(
-            inspect(Path::new("/dev/null"), "--out", &inputs),
-            Ok(Found::Stream(..))
-        ));
-    }
-
-    #[test]
-    fn two_spellings_of_one_file_are_one_target() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let a = dir.path().join("r.svg");
-        let b = dir.path().join(".").join("r.svg");
-        reserve(&a, "--out", &Protected::default()).expect("first");
-        let err = reserve(&b, "--plot", &Protected::default()).expect_err("same file");
-        assert!(err.to_string().contains("--plot and --out"), "{err}");
-        write_bytes(&a, b"report").expect("writes the reserved one");
-        assert_eq!(entries(dir.path()), 1, "temp file left behind");
-    }
-
-    #[test]
-    fn a_long_name_gets_a_shorter_temp_name() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let name = "r".repeat(name_max(dir.path()) - 4) + ".svg";
-        let target = dir.path().join(name);
-        write_bytes(&target, b"ok").expect("a legal name is written");
-        assert_eq!(std::fs::read(&target).expect("reads"), b"ok");
-        let too_long = dir.path().join("r".repeat(name_max(dir.path()) + 1));
-        let err = inspect(&too_long, "--out", &Protected::default()).err();
-        assert!(err.is_some_and(|e| e.to_string().contains("at most")));
-    }
-}
+mod tests;

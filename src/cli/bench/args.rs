@@ -1,11 +1,11 @@
-//! The options of `bench core` and `bench forward` (see [`super::bench`]).
+//! The options of `bench core` and `bench forward` (see [`super`]).
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use super::values::DtypeArg;
 use crate::backends::BackendKind;
+use crate::cli::values::DtypeArg;
 
 /// Options shared by `core` and `forward`.
 #[derive(Args, Debug)]

@@ -5,13 +5,20 @@ use std::path::Path;
 
 use clap::{Args, Subcommand};
 
-use super::bench_args::{CommonArgs, CoreArgs, ForwardArgs};
-use super::bench_case::{CaseArgs, GemmArgs, run_case_args};
+mod args;
+mod case;
+mod gemm;
+mod geometry;
+mod plan;
+mod skip;
+
+use args::{CommonArgs, CoreArgs, ForwardArgs};
+use case::{CaseArgs, GemmArgs, run_case_args};
 
 use crate::commands::bench::delta_rule::CoreGeometry;
 use crate::commands::bench::forward::ForwardBench;
-use crate::commands::bench::gemm::{GemmBench, GemmJson, GemmTable, shapes_named};
-use crate::commands::bench::plan::{Plan, PlanRequest};
+use crate::commands::bench::gemm::{GemmJson, GemmTable};
+use crate::commands::bench::plan::Plan;
 use crate::commands::bench::render::renderer;
 use crate::commands::bench::results::{BenchRow, exit_code};
 use crate::commands::bench::runner::Bench;
@@ -50,7 +57,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
 }
 
 fn run_core(args: &CoreArgs) -> Result<i32> {
-    let plan = plan(&args.common, 3, &[])?;
+    let plan = reserved_plan(&args.common, 3, &[])?;
     let geometry = CoreGeometry {
         lengths: args.lengths.clone(),
         key_heads: args.key_heads,
@@ -58,7 +65,7 @@ fn run_core(args: &CoreArgs) -> Result<i32> {
         head_dim: args.head_dim,
         torch_recurrent: args.torch_recurrent,
     };
-    geometry.check()?;
+    geometry::check_geometry(&geometry)?;
     let bench = Bench::prepare(plan)?;
     print!("{}", bench.header(&geometry.describe()));
     let rows = geometry.run(&bench)?;
@@ -66,7 +73,8 @@ fn run_core(args: &CoreArgs) -> Result<i32> {
 }
 
 fn run_forward(args: &ForwardArgs) -> Result<i32> {
-    let plan = plan(&args.common, 2, &[&args.model])?;
+    let plan = reserved_plan(&args.common, 2, &[&args.model])?;
+    geometry::check_forward_seq(args.seq)?;
     let forward = ForwardBench::new(&args.model, args.seq)?;
     let bench = Bench::prepare(plan)?;
     print!("{}", bench.header(forward.describe()));
@@ -75,16 +83,7 @@ fn run_forward(args: &ForwardArgs) -> Result<i32> {
 }
 
 fn run_gemm(args: &GemmArgs) -> Result<i32> {
-    let gemm = GemmBench {
-        seq: args.seq,
-        shapes: shapes_named(&args.shapes)?,
-        columns: args.columns,
-        dtypes: args.dtypes.iter().map(|d| d.0).collect(),
-        repeats: args.repeats,
-        warmup: 1,
-        seed: 20240917,
-    };
-    gemm.check()?;
+    let gemm = gemm::checked_gemm(args)?;
     if let Some(path) = &args.json {
         // Reserved before any product runs, by the one output policy.
         reserve_all(&[(path, "--json")], &[])?;
@@ -103,21 +102,8 @@ fn run_gemm(args: &GemmArgs) -> Result<i32> {
 /// The checked plan of `core` or `forward` (`default_repeats` without `--repeats`); `--json`
 /// is checked and reserved here too, before any case runs: it is none of `inputs` (the model
 /// folder), the torch script or the work folder's files.
-fn plan(c: &CommonArgs, default_repeats: usize, inputs: &[&Path]) -> Result<Plan> {
-    let plan = Plan::new(PlanRequest {
-        backends: c.backends.clone(),
-        dtypes: c.dtypes.iter().map(|d| d.0).collect(),
-        repeats: c.repeats,
-        default_repeats,
-        warmup: c.warmup,
-        threads: c.threads,
-        skip: c.skip.clone(),
-        torch: c.torch.clone(),
-        torch_script: c.torch_script.clone(),
-        seed: c.seed,
-        work_dir: c.work_dir.clone(),
-        keep: c.keep,
-    })?;
+fn reserved_plan(c: &CommonArgs, default_repeats: usize, inputs: &[&Path]) -> Result<Plan> {
+    let plan = plan::checked_plan(c, default_repeats)?;
     if let Some(path) = &c.json {
         let mut read: Vec<&Path> = inputs.to_vec();
         read.push(&c.torch_script);
