@@ -3,14 +3,13 @@
 //! hidden states, and if not, where they part and why.
 //!
 //! Data flows one way: checkpoint → config + weights → model forward (with a pluggable
-//! linear-attention backend) → captures → metrics → verdicts → report → renderers. The modules
+//! linear-attention backend) → captures → metrics → verdicts → report → printers. The modules
 //! below are the layers of docs/architecture.md, first to last: a module imports from its own
 //! layer and earlier ones only (`tests/cli/architecture.rs` enforces it).
 
-// 1. Foundations: errors, text and input handling, the output policy, FP8 arithmetic, rendering.
+// 1. Foundations: errors, text and input handling, the output policy, FP8 arithmetic.
 pub mod error;
 pub mod fp8;
-pub mod render;
 pub mod util;
 
 // 2. Weights and kernels: config, checkpoints, random weights; the linear-attention backends.
@@ -28,11 +27,14 @@ pub mod compare;
 pub mod formats;
 pub mod report;
 
-// 6. The job: a comparison planned from its spec, then run, then assembled into a report.
+// 6. The printers: a finished report or dataset report → its bytes (table, markdown, JSON, plot).
+pub mod printer;
+
+// 7. The job: a comparison planned from its spec, then run, then assembled into a report.
 pub mod job;
 
-// 7. The commands as library code, without their command lines.
+// 8. The commands as library code, without their command lines.
 pub mod commands;
 
-// 8. The command line: flags → typed requests, printing, exit codes.
+// 9. The command line: flags → typed requests, printing, exit codes.
 pub mod cli;

@@ -109,7 +109,7 @@ pub struct Fingerprint {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
-impl crate::render::JsonDocument for Fingerprint {
+impl crate::util::json_doc::JsonDocument for Fingerprint {
     const WHAT: &'static str = "the fingerprint";
 }
 

@@ -14,7 +14,7 @@ use super::values::DtypeArg;
 use crate::backends::BackendKind;
 use crate::commands::check::{CheckRun, check_builtin_set, check_file, worst, write_set};
 use crate::error::{Error, Result};
-use crate::report::emit::emit;
+use crate::printer::emit::emit;
 use crate::util::device::DeviceName;
 
 #[derive(Args, Debug)]

@@ -16,8 +16,8 @@ use crate::commands::compare::dataset;
 use crate::commands::compare::pair::PairOptions;
 use crate::commands::compare::{CompareRequest, Compared, compare};
 use crate::error::Result;
-use crate::report::dataset_render;
-use crate::report::emit::emit;
+use crate::printer::dataset::emit as emit_dataset;
+use crate::printer::emit::emit;
 
 #[derive(Args, Debug, Clone)]
 pub struct CompareArgs {
@@ -142,7 +142,7 @@ pub fn run(args: &CompareArgs) -> Result<i32> {
     match compare(&req)? {
         Compared::Pair(report) => emit(&report, &options),
         Compared::Dataset(report) => {
-            dataset_render::emit(&report, &options)?;
+            emit_dataset(&report, &options)?;
             Ok(dataset::exit_code(&report, options.fail_on))
         }
         Compared::Resumed(report) => Ok(dataset::exit_code(&report, options.fail_on)),

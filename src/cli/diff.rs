@@ -9,7 +9,7 @@ use super::report_args::ReportArgs;
 use crate::backends::BackendKind;
 use crate::commands::live::{self, LiveRun, Mode};
 use crate::error::Result;
-use crate::report::emit::emit;
+use crate::printer::emit::emit;
 
 #[derive(Args, Debug, Clone)]
 pub struct DiffArgs {

@@ -9,8 +9,8 @@ use serde_json::Value;
 use crate::capture::fingerprint::Fingerprint;
 use crate::commands::env::{build_features, env_fingerprint};
 use crate::error::Result;
-use crate::render::{Json, Render};
-use crate::report::emit::write_stdout;
+use crate::printer::emit::write_stdout;
+use crate::printer::{Json, Render};
 use crate::util::device::DeviceName;
 
 #[derive(Args, Debug)]

@@ -8,9 +8,9 @@ use clap::Args;
 
 use crate::commands::compare::dataset;
 use crate::error::Result;
-use crate::render::Format;
-use crate::report::dataset_render;
-use crate::report::emit::{EnvList, FailOn, ReportOptions};
+use crate::printer::Format;
+use crate::printer::dataset::emit as emit_dataset;
+use crate::printer::emit::{EnvList, FailOn, ReportOptions};
 
 #[derive(Args, Debug, Clone)]
 pub struct MergeArgs {
@@ -47,6 +47,6 @@ pub fn run(args: &MergeArgs) -> Result<i32> {
     let inputs: Vec<&std::path::Path> = args.parts.iter().map(PathBuf::as_path).collect();
     options.check_targets(&inputs)?;
     let report = dataset::merge::merge(&args.parts)?;
-    dataset_render::emit(&report, &options)?;
+    emit_dataset(&report, &options)?;
     Ok(dataset::exit_code(&report, options.fail_on))
 }

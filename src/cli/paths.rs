@@ -7,8 +7,8 @@ use super::common::RunArgs;
 use crate::backends::BackendKind;
 use crate::commands::exec_paths::{PathKind, plan_paths, render, run_paths};
 use crate::error::{Error, Result};
-use crate::render::Format;
-use crate::report::emit::FailOn;
+use crate::printer::Format;
+use crate::printer::emit::FailOn;
 
 #[derive(Args, Debug)]
 pub struct PathsArgs {
@@ -87,7 +87,7 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
             crate::util::output::write_bytes(path, &text)?;
             eprintln!("{}", report.summary);
         }
-        None => crate::report::emit::write_stdout(&text)?,
+        None => crate::printer::emit::write_stdout(&text)?,
     }
     Ok(i32::from(args.fail_on.flags(report.verdict)))
 }

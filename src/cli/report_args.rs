@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use clap::builder::PossibleValue;
 use clap::{Args, ValueEnum};
 
-use crate::render::Format;
-use crate::report::emit::{EnvList, FailOn, ReportOptions};
+use crate::printer::Format;
+use crate::printer::emit::{EnvList, FailOn, ReportOptions};
 
 #[derive(Args, Debug, Clone)]
 pub struct ReportArgs {

@@ -4,9 +4,9 @@
 
 use crate::commands::compare::dataset::PartOptions;
 use crate::error::{Error, Result};
-use crate::render::Format;
+use crate::printer::Format;
+use crate::printer::emit::ReportOptions;
 use crate::report::dataset::{MAX_SHARDS, Shard};
-use crate::report::emit::ReportOptions;
 
 const FLAG: &str = "--shard";
 

@@ -1,6 +1,6 @@
 //! The dataset report (schema `hsdiff.dataset/v1`): many pairs of samples compared, one verdict.
 //! Built by [`crate::commands::compare::dataset`] from one [`super::Report`] per pair, merged from shards by
-//! `hsdiff merge`, rendered by `dataset_render`. Plain data: renderers compute nothing.
+//! `hsdiff merge`, printed by `printer::dataset`. Plain data: printers compute nothing.
 
 use std::collections::BTreeMap;
 
@@ -14,7 +14,7 @@ pub const DATASET_SCHEMA: &str = "hsdiff.dataset/v1";
 /// cluster, and small enough that nothing sized by N can exhaust memory.
 pub const MAX_SHARDS: usize = 1 << 24;
 
-impl crate::render::JsonDocument for DatasetReport {
+impl crate::util::json_doc::JsonDocument for DatasetReport {
     const WHAT: &'static str = "the dataset report";
 }
 

@@ -1,25 +1,17 @@
 //! The report value: everything a comparison found, as plain data (serde), built once and handed
-//! to renderers. Renderers format; they compute nothing.
+//! to the printers (`crate::printer`), which format it and compute nothing.
 
 mod build;
-pub mod cells;
 pub mod dataset;
 pub mod dataset_part;
-pub mod dataset_plot;
-pub mod dataset_render;
-pub mod emit;
+mod environment;
 pub mod first_values;
 mod fp8_notes;
-pub mod markdown;
-pub mod plot;
-mod raster;
 mod router_rows;
 mod routing;
 mod routing_words;
 mod row;
-pub mod sentences;
 pub mod summary;
-pub mod table;
 
 use serde::{Deserialize, Serialize};
 
@@ -35,7 +27,7 @@ pub use summary::{Lead, Summary};
 
 pub const SCHEMA: &str = "hsdiff.report/v1";
 
-impl crate::render::JsonDocument for Report {
+impl crate::util::json_doc::JsonDocument for Report {
     const WHAT: &'static str = "the report";
 }
 
@@ -155,6 +147,14 @@ pub struct ThresholdInfo {
     /// expected from hsdiff's measurements at that dtype and depth).
     #[serde(default)]
     pub rule: String,
+}
+
+impl ThresholdInfo {
+    /// Where a row with this floor becomes a mismatch: above the ok band and above
+    /// `k_mismatch` × the floor (`compare::verdict`'s rule), drawn by the plot.
+    pub fn mismatch_line(&self, floor: f64) -> f64 {
+        (self.k_mismatch * floor).max(self.bands.ok)
+    }
 }
 
 /// Agreement of the MoE router's top-k expert sets in one layer.

@@ -1,8 +1,8 @@
-//! What the report says about MoE routing: the headline's clause on how routing was handled,
-//! a flip rounding cannot explain as a finding, and the line listing the flips.
+//! What the headline says about MoE routing: the clause on how routing was handled, and a flip
+//! rounding cannot explain as a finding.
 
+use super::RouterRow;
 use super::routing::Routing;
-use super::{RouterRow, RoutingFlip};
 
 /// How MoE routing was handled, for the headline: the sides that record no router choice
 /// (flips cannot be separated), or, where the sides routed apart (`each_side`), how many
@@ -51,39 +51,5 @@ pub fn routing_finding(routing: &Routing) -> Option<String> {
          (gap {:.1e} of the logits' RMS, beyond the {:.1e} its rounding can explain; {n} such \
          flip(s))",
         f.token, f.layer, f.flip_gap, f.near_tie_bound
-    ))
-}
-
-/// "MoE routing flips against the f64 truth (28 of 30 at near-ties): layer 0 token 41 (B, gap
-/// 8.0e-5), …" — None when nothing flipped.
-pub fn routing_line(flips: &[RoutingFlip], max_shown: usize) -> Option<String> {
-    if flips.is_empty() {
-        return None;
-    }
-    let shown: Vec<String> = flips
-        .iter()
-        .take(max_shown)
-        .map(|f| {
-            let tie = if f.near_tie { "" } else { ", NOT a near-tie" };
-            format!(
-                "layer {} token {} ({}, gap {:.1e}{tie})",
-                f.layer,
-                f.token,
-                f.on.join("+"),
-                f.flip_gap
-            )
-        })
-        .collect();
-    let more = flips.len().saturating_sub(shown.len());
-    let more = if more > 0 {
-        format!(" and {more} more")
-    } else {
-        String::new()
-    };
-    let apart = flips.iter().filter(|f| f.near_tie).count();
-    Some(format!(
-        "MoE routing flips against the f64 truth ({apart} of {} at near-ties): {}{more}",
-        flips.len(),
-        shown.join(", ")
     ))
 }

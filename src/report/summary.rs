@@ -117,7 +117,6 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
         );
     };
     let flips = logits.filter(|l| l.top1_flips > 0).map(logits_sentence);
-    let (a, b, dtype) = (s.a, s.b, s.dtype);
     if let Some(layers) = s.one_sided {
         return one_sided(s, layers, rows);
     }
@@ -127,54 +126,73 @@ pub fn summary(s: &Subject, rows: &[TensorRow], logits: Option<&LogitStats>) -> 
         out.clauses.extend(s.routing.map(str::to_string));
         return out;
     }
-    let Some(first) = first_flagged else {
-        // Equal everywhere is the strongest answer there is, whatever the floor.
-        if rows
-            .iter()
-            .all(|r| r.stats.max_abs == 0.0 && r.non_finite() == (0, 0))
-        {
-            let n = rows.len();
-            let tensors = if n == 1 { "tensor" } else { "tensors" };
-            return Summary::new(
-                Some(Lead::Benign),
-                format!(
-                    "{a} and {b} are identical (bit for bit): every element of the {n} compared \
-                     {tensors} is equal"
-                ),
-            );
-        }
-        let routing_words = s.routing.map(|w| format!(" ({w})")).unwrap_or_default();
-        if !s.calibrated {
-            let mut out = Summary::new(Some(Lead::Uncalibrated), uncalibrated(s));
-            out.clauses.push(format!(
-                "nothing exceeds what {dtype} rounding can produce at its depth (max rel L2 \
-                 {:.2e} at {})",
-                worst.stats.rel_l2, worst.name
-            ));
-            out.clauses.extend(flips);
-            return out;
-        }
-        let max_ratio = rows
-            .iter()
-            .filter_map(|r| r.judgement.ratio_to_floor)
-            .fold(0.0_f64, f64::max);
-        let last = rows
-            .iter()
-            .rev()
-            .find(|r| r.kind != Kind::Logits && r.kind != Kind::Op);
-        let mut out = Summary::new(
+    match first_flagged {
+        None => within_rounding(s, rows, worst, flips),
+        Some(first) => parted(s, rows, first, flips),
+    }
+}
+
+/// The headline when no row is flagged: identical, uncalibrated, or within the floor (`worst`
+/// the row of the largest rel L2).
+fn within_rounding(
+    s: &Subject,
+    rows: &[TensorRow],
+    worst: &TensorRow,
+    flips: Option<String>,
+) -> Summary {
+    let (a, b, dtype) = (s.a, s.b, s.dtype);
+    // Equal everywhere is the strongest answer there is, whatever the floor.
+    if rows
+        .iter()
+        .all(|r| r.stats.max_abs == 0.0 && r.non_finite() == (0, 0))
+    {
+        let n = rows.len();
+        let tensors = if n == 1 { "tensor" } else { "tensors" };
+        return Summary::new(
             Some(Lead::Benign),
             format!(
-                "{a} and {b} differ by at most {max_ratio:.1}× the {dtype} rounding \
-                 floor{routing_words} (max rel L2 {:.2e} at {})",
-                worst.stats.rel_l2, worst.name
+                "{a} and {b} are identical (bit for bit): every element of the {n} compared \
+                 {tensors} is equal"
             ),
         );
-        out.clauses
-            .extend(last.and_then(|r| who_is_right(a, b, r, rows)));
+    }
+    if !s.calibrated {
+        let mut out = Summary::new(Some(Lead::Uncalibrated), uncalibrated(s));
+        out.clauses.push(format!(
+            "nothing exceeds what {dtype} rounding can produce at its depth (max rel L2 \
+             {:.2e} at {})",
+            worst.stats.rel_l2, worst.name
+        ));
         out.clauses.extend(flips);
         return out;
-    };
+    }
+    let routing_words = s.routing.map(|w| format!(" ({w})")).unwrap_or_default();
+    let max_ratio = rows
+        .iter()
+        .filter_map(|r| r.judgement.ratio_to_floor)
+        .fold(0.0_f64, f64::max);
+    let last = rows
+        .iter()
+        .rev()
+        .find(|r| r.kind != Kind::Logits && r.kind != Kind::Op);
+    let mut out = Summary::new(
+        Some(Lead::Benign),
+        format!(
+            "{a} and {b} differ by at most {max_ratio:.1}× the {dtype} rounding \
+             floor{routing_words} (max rel L2 {:.2e} at {})",
+            worst.stats.rel_l2, worst.name
+        ),
+    );
+    out.clauses
+        .extend(last.and_then(|r| who_is_right(a, b, r, rows)));
+    out.clauses.extend(flips);
+    out
+}
+
+/// The headline when a row is flagged: where the sides part (`first`, the first flagged row),
+/// from where it gets worse, and who is right.
+fn parted(s: &Subject, rows: &[TensorRow], first: &TensorRow, flips: Option<String>) -> Summary {
+    let (a, b, dtype) = (s.a, s.b, s.dtype);
     let routing = s.routing.map(|w| format!(" ({w})")).unwrap_or_default();
     let mut out = Summary::new(
         Some(Lead::Flagged(s.overall)),
@@ -407,20 +425,6 @@ pub fn logits_sentence(l: &LogitStats) -> String {
         ),
     };
     format!("top-1 agrees at {agree} of {} positions; {flips}", l.tokens)
-}
-
-/// The logits line of the renderers: "KL mean 8.9e-4, p99 5.7e-3, max 1.6e-2 (token 138);
-/// top-1 agrees at 146 of 155 positions; …; top-5 overlap 95.1%".
-pub fn logits_line(l: &LogitStats) -> String {
-    format!(
-        "KL mean {}, p99 {}, max {} (token {}); {}; top-5 overlap {:.1}%",
-        super::cells::sci(Some(l.kl_mean)),
-        super::cells::sci(Some(l.kl_p99)),
-        super::cells::sci(Some(l.kl_max)),
-        l.kl_max_token,
-        logits_sentence(l),
-        100.0 * l.top5_overlap
-    )
 }
 
 #[cfg(test)]

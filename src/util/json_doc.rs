@@ -5,6 +5,12 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
+/// A document with a JSON form (`--format json`, printed by `printer::Json`): what it is called
+/// in an encoding error.
+pub trait JsonDocument: Serialize {
+    const WHAT: &'static str;
+}
+
 /// `value` as pretty JSON and a newline; `what` names it in the error. serde_json writes
 /// non-finite floats as null; anything else it refuses (a map with non-string keys) is a bug
 /// here, hence `Error::Internal`.

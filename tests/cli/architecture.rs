@@ -10,11 +10,12 @@ use std::path::Path;
 /// docs/architecture.md's layers, first to last (change both together): each is a folder of
 /// src/ (lib.rs groups them the same way).
 const LAYERS: &[&[&str]] = &[
-    &["error", "fp8", "render", "util"],
+    &["error", "fp8", "util"],
     &["backends", "weights"],
     &["capture"],
     &["model"],
     &["compare", "formats", "report"],
+    &["printer"],
     &["job"],
     &["commands"],
     &["cli"],

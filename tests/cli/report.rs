@@ -35,12 +35,12 @@ use hsdiff::error::{Error, Result};
 use hsdiff::job::Instead;
 use hsdiff::job::session::Session;
 use hsdiff::model::Model;
-use hsdiff::render::{Format, Json, Render};
-use hsdiff::report::emit::{EnvList, FailOn, ReportOptions, emit};
+use hsdiff::printer::emit::{EnvList, FailOn, ReportOptions, emit};
+use hsdiff::printer::markdown::Markdown;
+use hsdiff::printer::plot::{Plot, PlotFormat, check_path, write_plot};
+use hsdiff::printer::table::TerminalTable;
+use hsdiff::printer::{Format, Json, Render};
 use hsdiff::report::first_values::FirstNonFinite;
-use hsdiff::report::markdown::Markdown;
-use hsdiff::report::plot::{Plot, PlotFormat, check_path, write_plot};
-use hsdiff::report::table::TerminalTable;
 use hsdiff::report::{
     Inputs, Judgement, Lead, Report, RouterRow, RoutingFlip, SCHEMA, Side, Summary, TensorRow,
     ThresholdInfo, TokenIds,

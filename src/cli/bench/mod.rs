@@ -23,8 +23,8 @@ use crate::commands::bench::render::renderer;
 use crate::commands::bench::results::{BenchRow, exit_code};
 use crate::commands::bench::runner::Bench;
 use crate::error::Result;
-use crate::render::{Format, Json, Render};
-use crate::report::emit::write_stdout;
+use crate::printer::emit::write_stdout;
+use crate::printer::{Format, Json, Render};
 use crate::util::output::{reserve_all, write_bytes};
 
 #[derive(Args, Debug)]

@@ -22,8 +22,9 @@ use super::runner::machine_summary;
 use crate::backends::cases::SplitMix;
 use crate::error::Result;
 use crate::model::{Bf16Kernel, Linear, WideKernel};
-use crate::render::{JsonDocument, Render};
+use crate::printer::Render;
 use crate::util::device::dtype_label;
+use crate::util::json_doc::JsonDocument;
 use crate::util::sysinfo::{load_average, process_cpu_ns};
 
 /// One product: `x [m, k] · wᵀ` with `w [n, k]`, named after the layers that have its shape.

@@ -10,7 +10,8 @@ use super::peak::Peaks;
 use super::plan::Plan;
 use super::results::{BenchRow, CaseOutcome, TORCH_REFERENCES, skipped_count};
 use crate::error::Result;
-use crate::render::{Format, Json, JsonDocument, Render};
+use crate::printer::{Format, Json, Render};
+use crate::util::json_doc::JsonDocument;
 
 /// Every measurement of a run with the run's settings.
 pub struct BenchResults<'a> {

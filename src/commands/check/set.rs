@@ -7,9 +7,10 @@ use serde::{Serialize, Serializer};
 use super::{CheckOutcome, SET_SCHEMA};
 use crate::compare::verdict::Verdict;
 use crate::error::Result;
-use crate::render::{Format, Json, JsonDocument, Render};
+use crate::printer::emit::ReportOptions;
+use crate::printer::{Format, Json, Render};
 use crate::report::Report;
-use crate::report::emit::ReportOptions;
+use crate::util::json_doc::JsonDocument;
 
 /// The checks of one `hsdiff check` run, in order.
 pub struct CheckSet<'a>(pub &'a [CheckOutcome]);

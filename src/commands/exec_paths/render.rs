@@ -5,9 +5,10 @@ use comfy_table::Cell;
 
 use super::PathsReport;
 use crate::error::{Error, Result};
-use crate::render::{Format, Json, JsonDocument, Render};
-use crate::report::cells::{ratio, sci};
-use crate::report::table::grid;
+use crate::printer::cells::{ratio, sci};
+use crate::printer::table::grid;
+use crate::printer::{Format, Json, Render};
+use crate::util::json_doc::JsonDocument;
 
 impl JsonDocument for PathsReport {
     const WHAT: &'static str = "the paths report";

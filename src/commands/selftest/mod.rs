@@ -33,8 +33,8 @@ use crate::backends::{BackendKind, backend_by_name};
 use crate::commands::live::{self, LiveRun, Mode};
 use crate::error::{Error, Result};
 use crate::job::session::{Session, SessionSpec};
-use crate::render::Format;
-use crate::report::emit::{EnvList, FailOn, ReportOptions, emit};
+use crate::printer::Format;
+use crate::printer::emit::{EnvList, FailOn, ReportOptions, emit};
 
 /// What to check, and where.
 pub struct Options {

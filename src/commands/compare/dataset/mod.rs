@@ -35,8 +35,8 @@ use crate::compare::verdict::Verdict;
 use crate::error::{Error, Result};
 use crate::formats::pipelines::ReadOptions;
 use crate::model::Model;
+use crate::printer::emit::FailOn;
 use crate::report::dataset::{DATASET_SCHEMA, DatasetReport, Failed, Shard, Unpaired};
-use crate::report::emit::FailOn;
 use discover::Sample;
 use plan::{PairJob, PlanInputs, RunPlan};
 use workers::Workers;
@@ -428,7 +428,7 @@ fn count_files(samples: &[Sample]) -> usize {
 /// Exit code of a dataset report: 2 when a sample could not be compared, else as for one pair —
 /// and 1 at least when a pair was left out for its token ids (a tokenisation difference is a
 /// finding), unless `--allow-token-mismatch` said such pairs are expected.
-pub fn exit_code(report: &DatasetReport, fail_on: crate::report::emit::FailOn) -> i32 {
+pub fn exit_code(report: &DatasetReport, fail_on: crate::printer::emit::FailOn) -> i32 {
     if !report.failed.is_empty() {
         2
     } else if !report.token_mismatches.is_empty() && !report.token_mismatches_allowed {

@@ -3,11 +3,11 @@
 
 use comfy_table::Cell;
 
-use super::dataset::{DatasetReport, SampleRow, Unpaired};
 use super::emit::ReportOptions;
 use super::table::grid;
+use super::{Format, Json, Render};
 use crate::error::Result;
-use crate::render::{Format, Json, Render};
+use crate::report::dataset::{DatasetReport, LayerRow, SampleRow, Unpaired};
 
 fn x_floor(x: Option<f64>) -> String {
     match x {
@@ -93,6 +93,19 @@ fn layer_columns(metric: &str) -> Vec<String> {
     ]
 }
 
+/// A row of the layer table, its name written as `name`.
+fn layer_cells(metric: &str, l: &LayerRow, name: String) -> [String; 7] {
+    [
+        name,
+        l.samples.to_string(),
+        metric_value(metric, l.median),
+        metric_value(metric, l.p95),
+        metric_value(metric, l.max),
+        l.worst_sample.clone(),
+        l.flagged.to_string(),
+    ]
+}
+
 fn lists(r: &DatasetReport) -> Vec<String> {
     let mut out = Vec::new();
     let line = |u: &Unpaired| match (&u.other, &u.why) {
@@ -154,19 +167,7 @@ fn table(r: &DatasetReport) -> String {
     let cols = layer_columns(&r.metric);
     let mut g = grid(cols.iter().map(String::as_str).collect());
     for l in &r.layers {
-        g.add_row(
-            [
-                l.name.clone(),
-                l.samples.to_string(),
-                metric_value(&r.metric, l.median),
-                metric_value(&r.metric, l.p95),
-                metric_value(&r.metric, l.max),
-                l.worst_sample.clone(),
-                l.flagged.to_string(),
-            ]
-            .into_iter()
-            .map(Cell::new),
-        );
+        g.add_row(layer_cells(&r.metric, l, l.name.clone()).map(Cell::new));
     }
     out.push_str(&format!("{g}\n"));
     for l in lists(r) {
@@ -199,15 +200,7 @@ fn markdown(r: &DatasetReport) -> String {
     out.push_str(&md_row(&cols));
     out.push_str(&md_row(&vec!["---".to_string(); cols.len()]));
     for l in &r.layers {
-        out.push_str(&md_row(&[
-            format!("`{}`", l.name),
-            l.samples.to_string(),
-            metric_value(&r.metric, l.median),
-            metric_value(&r.metric, l.p95),
-            metric_value(&r.metric, l.max),
-            l.worst_sample.clone(),
-            l.flagged.to_string(),
-        ]));
+        out.push_str(&md_row(&layer_cells(&r.metric, l, format!("`{}`", l.name))));
     }
     let rest = lists(r);
     if !rest.is_empty() {
@@ -246,18 +239,18 @@ pub fn renderer(format: Format) -> Box<dyn Render<DatasetReport>> {
     }
 }
 
-/// Writes the report as `options` ask, and draws `--plot` (`dataset_plot`).
+/// Writes the report as `options` ask, and draws `--plot` (`plot::dataset`).
 pub fn emit(r: &DatasetReport, options: &ReportOptions) -> Result<()> {
     let mut bytes = renderer(options.format).render(r)?;
     if options.format == Format::Json && r.part.is_some() {
         // A shard's part carries the digest of its own bytes (`dataset_part`).
-        bytes = super::dataset_part::stamp(bytes).ok_or_else(|| {
+        bytes = crate::report::dataset_part::stamp(bytes).ok_or_else(|| {
             crate::error::Error::Internal("a part's JSON has no digest to stamp".into())
         })?;
     }
     options.write(&bytes, &[&r.summary])?;
     if let Some(path) = &options.plot {
-        super::dataset_plot::write_plot(r, path)?;
+        super::plot::write_plot(r, path)?;
         eprintln!(
             "hsdiff: plot written to {}",
             crate::util::escape::one_line(&path.display().to_string())

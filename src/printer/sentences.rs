@@ -1,9 +1,60 @@
-//! The sentences the terminal table and markdown both say under the table (router agreement,
-//! amplification, token ids, environment differences): worded once here, framed by each
-//! renderer (a `router layer 3:` prefix on the terminal, a list item in markdown). The logits
-//! and routing-flip lines live in `summary`, which the headline shares.
+//! The sentences the terminal table and markdown both say under the table (logits, routing
+//! flips, router agreement, amplification, token ids, environment differences): worded once
+//! here, framed by each renderer (a `router layer 3:` prefix on the terminal, a list item in
+//! markdown). The logits sentence itself is the headline's (`report::summary`).
 
-use super::{EnvDiff, Report, RouterRow, TokenIds};
+use super::cells::sci;
+use crate::compare::metrics::logits::LogitStats;
+use crate::report::summary::logits_sentence;
+use crate::report::{EnvDiff, Report, RouterRow, RoutingFlip, TokenIds};
+
+/// The logits line of the renderers: "KL mean 8.9e-4, p99 5.7e-3, max 1.6e-2 (token 138);
+/// top-1 agrees at 146 of 155 positions; …; top-5 overlap 95.1%".
+pub fn logits_line(l: &LogitStats) -> String {
+    format!(
+        "KL mean {}, p99 {}, max {} (token {}); {}; top-5 overlap {:.1}%",
+        sci(Some(l.kl_mean)),
+        sci(Some(l.kl_p99)),
+        sci(Some(l.kl_max)),
+        l.kl_max_token,
+        logits_sentence(l),
+        100.0 * l.top5_overlap
+    )
+}
+
+/// "MoE routing flips against the f64 truth (28 of 30 at near-ties): layer 0 token 41 (B, gap
+/// 8.0e-5), …" — None when nothing flipped.
+pub fn routing_line(flips: &[RoutingFlip], max_shown: usize) -> Option<String> {
+    if flips.is_empty() {
+        return None;
+    }
+    let shown: Vec<String> = flips
+        .iter()
+        .take(max_shown)
+        .map(|f| {
+            let tie = if f.near_tie { "" } else { ", NOT a near-tie" };
+            format!(
+                "layer {} token {} ({}, gap {:.1e}{tie})",
+                f.layer,
+                f.token,
+                f.on.join("+"),
+                f.flip_gap
+            )
+        })
+        .collect();
+    let more = flips.len().saturating_sub(shown.len());
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    let apart = flips.iter().filter(|f| f.near_tie).count();
+    Some(format!(
+        "MoE routing flips against the f64 truth ({apart} of {} at near-ties): {}{more}",
+        flips.len(),
+        shown.join(", ")
+    ))
+}
 
 /// "top-k sets agree on 98.4% of tokens", then the flipped tokens (at most `max_shown`, see
 /// [`flips`]) as `frame` words them; nothing more when no token flipped.
@@ -79,10 +130,7 @@ pub fn token_ids_note(r: &Report) -> Option<&'static str> {
 
 /// Why the environment-differences section is empty.
 pub fn env_empty_note(r: &Report) -> &'static str {
-    match (
-        crate::capture::envdiff::is_recorded(&r.a.fingerprint),
-        crate::capture::envdiff::is_recorded(&r.b.fingerprint),
-    ) {
+    match r.env_recorded() {
         (true, true) => "none (the two fingerprints agree)",
         (false, true) => "A records no environment (no fingerprint in the file)",
         (true, false) => "B records no environment (no fingerprint in the file)",
@@ -96,10 +144,7 @@ pub fn env_shown(r: &Report, all: bool) -> (Vec<&EnvDiff>, Option<String>) {
     if all {
         return (r.env_diff.iter().collect(), None);
     }
-    let (ran, rest): (Vec<&EnvDiff>, Vec<&EnvDiff>) = r
-        .env_diff
-        .iter()
-        .partition(|d| d.matters && crate::capture::envdiff::ran_differently(&d.key));
+    let (ran, rest) = r.env_ran_differently();
     if rest.is_empty() {
         return (ran, None);
     }

@@ -2,7 +2,7 @@
 //! and markdown show the same 11 columns, written the same way, so both take them from here (as
 //! does `hsdiff paths` where it shows the same kinds of values).
 
-use super::{Report, TensorRow};
+use crate::report::{Report, TensorRow};
 
 /// The tensor table's columns, in order; the last is the verdict, which each renderer styles
 /// itself (colour on a terminal, bold in markdown).

@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 
 use super::markdown::Markdown;
 use super::table::TerminalTable;
-use super::{Report, plot};
+use super::{Format, Json, Render, plot};
 use crate::compare::verdict::Verdict;
 use crate::error::Result;
-use crate::render::{Format, Json, Render};
+use crate::report::Report;
 
 /// Which environment differences the text formats list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,8 +9,9 @@
 //! The figure needs no system fonts or libraries: text is laid out with DejaVu Sans, embedded in
 //! the binary through the `dejavu` crate, and the PNG is the SVG rasterised in memory
 //! (`raster.rs`). Like the other renderers, this computes nothing: everything comes from the report.
-//! The top panel is drawn by `chart.rs`, the bottom one by `heatmap.rs`; this file holds the
-//! figure, its title, fonts and colours, and the helpers the dataset's plot shares.
+//! The top panel is drawn by `chart.rs`, the bottom one by `heatmap.rs`, the dataset report's
+//! figure by `dataset/`; this file holds the renderer, the figure's title, fonts and colours, and
+//! `axes.rs` what the panels share.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -19,15 +20,18 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::{FontStyle, RGBColor, register_font};
 
-use super::Report;
+use super::Render;
 use crate::compare::verdict::Verdict;
 use crate::error::{Error, Result};
-use crate::render::Render;
+use crate::report::Report;
 
+mod axes;
 mod chart;
+mod dataset;
 mod heatmap;
+mod raster;
 
-pub(super) use heatmap::{draw_colour_bar, heat_color};
+use heatmap::{draw_colour_bar, heat_color};
 
 /// The image formats `--plot` writes, chosen by the file extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,11 +46,11 @@ const TITLE_HEIGHT: u32 = 82;
 /// Characters per line of the summary under the title.
 const SUMMARY_LINE: usize = 165;
 
-pub(super) const OK_GREEN: RGBColor = RGBColor(40, 150, 60);
-pub(super) const DRIFT_ORANGE: RGBColor = RGBColor(235, 150, 0);
-pub(super) const FAIL_RED: RGBColor = RGBColor(200, 30, 30);
-pub(super) const ZERO_GREY: RGBColor = RGBColor(225, 225, 225);
-pub(super) const NON_FINITE: RGBColor = RGBColor(255, 0, 200);
+const OK_GREEN: RGBColor = RGBColor(40, 150, 60);
+const DRIFT_ORANGE: RGBColor = RGBColor(235, 150, 0);
+const FAIL_RED: RGBColor = RGBColor(200, 30, 30);
+const ZERO_GREY: RGBColor = RGBColor(225, 225, 225);
+const NON_FINITE: RGBColor = RGBColor(255, 0, 200);
 
 /// Checks that `path` names a format `--plot` can write (`.svg` or `.png`, any case) in a
 /// folder that exists; called before the model runs so that a typo costs nothing.
@@ -98,42 +102,59 @@ impl Render<Report> for Plot {
             |s| crate::util::escape::plain(s, crate::util::escape::SHORT),
             |s| crate::util::escape::plain(s, crate::util::escape::LONG),
         );
-        // Drawing and encoding happen in memory: a failure there is a bug, not bad input.
+        self.figure((WIDTH, figure_height(report)), |root| draw(root, report))
+    }
+}
+
+/// What drawing on the SVG backend comes to.
+type SvgResult = std::result::Result<(), DrawingAreaErrorKind<std::io::Error>>;
+
+impl Plot {
+    /// A figure of `size` drawn by `draw`: the SVG document, or that document rasterised so that
+    /// both formats show the same thing.
+    fn figure(
+        self,
+        size: (u32, u32),
+        draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, Shift>) -> SvgResult,
+    ) -> Result<Vec<u8>> {
+        let svg = svg(size, draw);
         let drawn = match self.0 {
-            PlotFormat::Svg => render_svg(report).map(String::into_bytes),
-            PlotFormat::Png => render_png(report),
+            PlotFormat::Svg => svg.map(String::into_bytes),
+            PlotFormat::Png => svg.and_then(|svg| raster::svg_to_png(&svg)),
         };
+        // Drawing and encoding happen in memory: a failure there is a bug, not bad input.
         drawn.map_err(Error::Internal)
     }
 }
 
-/// Draws the report and writes it to `path` (SVG or PNG by extension).
-pub fn write_plot(report: &Report, path: &Path) -> Result<()> {
-    let bytes = Plot(check_path(path)?).render(report)?;
+/// Draws a report or a dataset report and writes it to `path` through the output policy (SVG or
+/// PNG by extension).
+pub fn write_plot<D>(doc: &D, path: &Path) -> Result<()>
+where
+    Plot: Render<D>,
+{
+    let bytes = Plot(check_path(path)?).render(doc)?;
     crate::util::output::write_bytes(path, &bytes)
 }
 
-/// The figure as an SVG document.
-fn render_svg(report: &Report) -> std::result::Result<String, String> {
+/// The SVG document of a figure of `size` drawn by `draw`.
+fn svg(
+    size: (u32, u32),
+    draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, Shift>) -> SvgResult,
+) -> std::result::Result<String, String> {
     register_fonts()?;
-    let size = (WIDTH, figure_height(report));
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
-        draw(&root, report).map_err(|e| format!("cannot draw the plot: {e}"))?;
+        draw(&root).map_err(|e| format!("cannot draw the plot: {e}"))?;
         root.present()
             .map_err(|e| format!("cannot draw the plot: {e}"))?;
     }
     Ok(svg)
 }
 
-/// The figure as PNG bytes: the SVG figure rasterised, so both formats show the same thing.
-fn render_png(report: &Report) -> std::result::Result<Vec<u8>, String> {
-    super::raster::svg_to_png(&render_svg(report)?)
-}
-
 /// Registers the embedded font under the family names plotters asks for (once per process).
-pub(super) fn register_fonts() -> std::result::Result<(), String> {
+fn register_fonts() -> std::result::Result<(), String> {
     static DONE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| {
         for family in ["sans-serif", "serif", "monospace"] {
@@ -152,7 +173,7 @@ fn figure_height(report: &Report) -> u32 {
     TOP_HEIGHT + (rows * 22 + 130).clamp(260, 900)
 }
 
-pub(super) type DrawResult<DB> =
+type DrawResult<DB> =
     std::result::Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &Report) -> DrawResult<DB> {
@@ -188,7 +209,7 @@ fn draw_title<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, r: &Report) -> 
 
 /// A figure's heading: its first line in the verdict's colour, then the summary wrapped on at
 /// most two lines (the pair report's figure and the dataset report's).
-pub(super) fn draw_heading<DB: DrawingBackend>(
+fn draw_heading<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     head: String,
     summary: &str,
@@ -214,7 +235,7 @@ pub(super) fn draw_heading<DB: DrawingBackend>(
 }
 
 /// Greedy word wrap to `width` characters, at most `max_lines` lines (the last one cut with …).
-pub(super) fn wrap(s: &str, width: usize, max_lines: usize) -> Vec<String> {
+fn wrap(s: &str, width: usize, max_lines: usize) -> Vec<String> {
     let mut lines: Vec<String> = Vec::new();
     let mut line = String::new();
     for word in s.split_whitespace() {
@@ -239,27 +260,10 @@ pub(super) fn wrap(s: &str, width: usize, max_lines: usize) -> Vec<String> {
     lines
 }
 
-pub(super) fn verdict_color(v: Verdict) -> RGBColor {
+fn verdict_color(v: Verdict) -> RGBColor {
     match v {
         Verdict::Ok => OK_GREEN,
         Verdict::Drift => DRIFT_ORANGE,
         Verdict::Mismatch => FAIL_RED,
     }
-}
-
-/// The decade at or below `x` and at or above `y`.
-pub(super) fn decades(lo: f64, hi: f64) -> (f64, f64) {
-    let lo = 10f64.powf(lo.log10().floor());
-    let mut hi = 10f64.powf(hi.log10().ceil());
-    if hi <= lo {
-        hi = lo * 10.0;
-    }
-    (lo, hi)
-}
-
-/// The positive finite values of `xs`.
-pub(super) fn positives(xs: impl IntoIterator<Item = f64>) -> Vec<f64> {
-    xs.into_iter()
-        .filter(|x| x.is_finite() && *x > 0.0)
-        .collect()
 }

@@ -3,16 +3,15 @@
 use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{Cell, Color, ContentArrangement, Table as Grid};
 
-use super::Report;
+use super::Render;
 use super::cells::{TENSOR_COLUMNS, clip, escaped, tensor_cells};
-use super::routing_words::routing_line;
 use super::sentences::{
-    amplification, env_empty_note, env_shown, router_agreement, token_ids_note,
+    amplification, env_empty_note, env_shown, logits_line, router_agreement, routing_line,
+    token_ids_note,
 };
-use super::summary::logits_line;
 use crate::compare::verdict::Verdict;
 use crate::error::Result;
-use crate::render::Render;
+use crate::report::Report;
 use crate::util::escape::{LONG, SHORT, plain};
 
 pub struct TerminalTable {

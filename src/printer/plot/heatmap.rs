@@ -2,10 +2,13 @@
 //! colour scale, and the colour bar the dataset's plot draws too.
 
 use plotters::coord::Shift;
+use plotters::coord::combinators::WithKeyPoints;
+use plotters::coord::types::RangedCoordi32;
 use plotters::prelude::*;
 use plotters::style::RGBColor;
 
-use super::{DrawResult, FAIL_RED, NON_FINITE, WIDTH, ZERO_GREY, decades, positives};
+use super::axes::{MapRows, colour_range, map_panel, positives};
+use super::{DrawResult, FAIL_RED, NON_FINITE, WIDTH, ZERO_GREY};
 use crate::compare::Kind;
 use crate::report::{Report, TensorRow};
 
@@ -40,7 +43,7 @@ fn bin_value(values: &[f64]) -> f64 {
 }
 
 /// Maps a per-token relative error to a colour of the log scale `[lo, hi]`.
-pub(in crate::report) fn heat_color(v: f64, lo: f64, hi: f64) -> RGBColor {
+pub(super) fn heat_color(v: f64, lo: f64, hi: f64) -> RGBColor {
     if v.is_nan() || v.is_infinite() {
         NON_FINITE
     } else if v <= 0.0 {
@@ -50,6 +53,9 @@ pub(in crate::report) fn heat_color(v: f64, lo: f64, hi: f64) -> RGBColor {
         ViridisRGB::get_color_normalized(v.log10().clamp(l, h), l, h)
     }
 }
+
+/// The heatmap: tensors (forward order, top to bottom) × tokens.
+type Map<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordi32, WithKeyPoints<RangedCoordi32>>>;
 
 pub(super) fn draw<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
@@ -64,58 +70,24 @@ pub(super) fn draw<DB: DrawingBackend>(
         .map(|t| t.stats.per_token_rel.len())
         .max()
         .unwrap_or(0);
-    let m = rows.len();
-    let pos = positives(
+    let (lo, hi) = colour_range(positives(
         rows.iter()
             .flat_map(|t| t.stats.per_token_rel.iter().copied()),
-    );
-    let mut sorted = pos.clone();
-    sorted.sort_by(f64::total_cmp);
-    // Colour scale from the 1st percentile (one tiny value should not wash out the rest) to the
-    // maximum, rounded out to decades.
-    let (lo, hi) = match (sorted.get(sorted.len() / 100), sorted.last()) {
-        (Some(&lo), Some(&hi)) => decades(lo, hi),
-        _ => (1e-3, 1.0),
-    };
-
+    ));
     // Long inputs: one cell per bin of tokens (the bin's worst value), so that a figure stays a
     // few thousand cells whatever the length.
     let bin = tokens.div_ceil(MAX_CELLS).max(1);
-    let caption = if bin > 1 {
-        format!(
-            "per-token rel error ‖a_t − b_t‖ / ‖b_t‖, max over {bin}-token bins (log colour; grey: identical, magenta: NaN/Inf)"
-        )
-    } else {
-        "per-token rel error ‖a_t − b_t‖ / ‖b_t‖ (log colour; grey: identical, magenta: NaN/Inf)"
-            .to_string()
-    };
     let (map_area, bar_area) = area.split_horizontally(WIDTH - 130);
-    let row_names: Vec<String> = rows.iter().map(|t| t.name.clone()).collect();
-    let stride = m.div_ceil(40).max(1);
-    // Row i (forward order, top to bottom) spans y in [2(m−1−i), 2(m−1−i) + 2]; its label sits
-    // at the odd coordinate in the middle.
-    let row_y = |i: usize| 2 * (m - 1 - i) as i32;
-    let y_keys: Vec<i32> = (0..m)
-        .filter(|i| i % stride == 0)
-        .map(|i| row_y(i) + 1)
-        .collect();
-    let mut chart = ChartBuilder::on(&map_area)
-        .margin_left(14)
-        .margin_right(8)
-        .margin_top(34)
-        .margin_bottom(8)
-        .x_label_area_size(44)
-        .y_label_area_size(100)
-        .caption(caption, ("sans-serif", 15))
-        .build_cartesian_2d(
-            0i32..tokens as i32,
-            (0i32..2 * m as i32).with_key_points(y_keys),
-        )?;
+    let map_rows = MapRows(rows.len());
+    let mut chart = map_panel(&map_area, 100, caption(bin)).build_cartesian_2d(
+        0i32..tokens as i32,
+        map_rows.span().with_key_points(map_rows.keys()),
+    )?;
     let y_fmt = |y: &i32| {
-        let from_bottom = usize::try_from((y - 1) / 2).unwrap_or(usize::MAX);
-        (m - 1)
-            .checked_sub(from_bottom)
-            .and_then(|i| row_names.get(i).cloned())
+        map_rows
+            .at(*y)
+            .and_then(|i| rows.get(i))
+            .map(|t| t.name.clone())
             .unwrap_or_default()
     };
     let x_fmt = |x: &i32| x.to_string();
@@ -129,8 +101,21 @@ pub(super) fn draw<DB: DrawingBackend>(
         .y_label_style(("sans-serif", 12))
         .axis_desc_style(("sans-serif", 14))
         .draw()?;
+    draw_cells(&mut chart, &rows, bin, (lo, hi))?;
+    draw_outlines(&mut chart, r, &rows, tokens)?;
+    draw_colour_bar(&bar_area, lo, hi)
+}
+
+/// One cell per bin of `bin` tokens of each row, coloured on the log scale `lo..hi`.
+fn draw_cells<DB: DrawingBackend>(
+    chart: &mut Map<'_, DB>,
+    rows: &[&TensorRow],
+    bin: usize,
+    (lo, hi): (f64, f64),
+) -> DrawResult<DB> {
+    let map_rows = MapRows(rows.len());
     chart.draw_series(rows.iter().enumerate().flat_map(|(i, t)| {
-        let y0 = row_y(i);
+        let y0 = map_rows.y(i);
         t.stats
             .per_token_rel
             .chunks(bin)
@@ -143,37 +128,55 @@ pub(super) fn draw<DB: DrawingBackend>(
                 )
             })
     }))?;
-    // Tensors with NaN/Inf: their per-token errors cover the finite elements only, so outline
-    // them in magenta.
+    Ok(())
+}
+
+/// The heatmap's caption, saying how wide a bin of tokens is when there are bins.
+fn caption(bin: usize) -> String {
+    if bin > 1 {
+        format!(
+            "per-token rel error ‖a_t − b_t‖ / ‖b_t‖, max over {bin}-token bins (log colour; grey: identical, magenta: NaN/Inf)"
+        )
+    } else {
+        "per-token rel error ‖a_t − b_t‖ / ‖b_t‖ (log colour; grey: identical, magenta: NaN/Inf)"
+            .to_string()
+    }
+}
+
+/// Tensors with NaN/Inf outlined in magenta (their per-token errors cover the finite elements
+/// only), then the first divergent one in red.
+fn draw_outlines<DB: DrawingBackend>(
+    chart: &mut Map<'_, DB>,
+    r: &Report,
+    rows: &[&TensorRow],
+    tokens: usize,
+) -> DrawResult<DB> {
+    let map_rows = MapRows(rows.len());
+    let outline = |i: usize| [(0, map_rows.y(i)), (tokens as i32, map_rows.y(i) + 2)];
     for (i, t) in rows.iter().enumerate() {
         if t.non_finite() != (0, 0) {
-            let y0 = row_y(i);
             chart.draw_series(std::iter::once(Rectangle::new(
-                [(0, y0), (tokens as i32, y0 + 2)],
+                outline(i),
                 NON_FINITE.stroke_width(2),
             )))?;
         }
     }
-
-    // Outline the first divergent row.
     if let Some(i) = r
         .first_divergent
         .as_ref()
         .and_then(|f| rows.iter().position(|t| &t.name == f))
     {
-        let y0 = row_y(i);
         chart.draw_series(std::iter::once(Rectangle::new(
-            [(0, y0), (tokens as i32, y0 + 2)],
+            outline(i),
             FAIL_RED.stroke_width(2),
         )))?;
     }
-
-    draw_colour_bar(&bar_area, lo, hi)
+    Ok(())
 }
 
 /// The heatmap's colour bar for values `lo..hi`, on an axis of log10 values so that even a
 /// one-decade range gets several labels (the report's and the dataset's figures).
-pub(in crate::report) fn draw_colour_bar<DB: DrawingBackend>(
+pub(super) fn draw_colour_bar<DB: DrawingBackend>(
     bar_area: &DrawingArea<DB, Shift>,
     lo: f64,
     hi: f64,
