@@ -2,6 +2,7 @@
 //! (live runs or dump files), and their statistics.
 
 pub mod alignment;
+pub mod judge;
 pub mod metrics;
 pub mod softmax_equal;
 pub mod verdict;
@@ -146,19 +147,19 @@ pub fn only_in(x: &[String], y: &[String], layers: Option<&[usize]>) -> Vec<Stri
 /// (`states`) and everything else that would be a row (`tensors`: layers, ops, embed,
 /// final_norm, logits).
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct OneSided {
+pub struct HeldByOneSide {
     pub states_a: Vec<String>,
     pub states_b: Vec<String>,
     pub tensors_a: Vec<String>,
     pub tensors_b: Vec<String>,
 }
 
-impl OneSided {
+impl HeldByOneSide {
     pub fn of(a: &[String], b: &[String], layers: Option<&[usize]>) -> Self {
         let (in_a, in_b) = (only_in(a, b, layers), only_in(b, a, layers));
         let (states_a, tensors_a) = in_a.into_iter().partition(|n| is_recurrent_state(n));
         let (states_b, tensors_b) = in_b.into_iter().partition(|n| is_recurrent_state(n));
-        OneSided {
+        HeldByOneSide {
             states_a,
             states_b,
             tensors_a,
@@ -344,15 +345,15 @@ mod tests {
             "state.layers.1.recurrent",
         ]);
         assert_eq!(
-            OneSided::of(&a, &b, None).states_note().as_deref(),
+            HeldByOneSide::of(&a, &b, None).states_note().as_deref(),
             Some(
                 "1 final state only in A (state.layers.0.recurrent), not compared: B holds no \
                  such tensor"
             )
         );
-        assert_eq!(OneSided::of(&b, &b, None).states_note(), None);
+        assert_eq!(HeldByOneSide::of(&b, &b, None).states_note(), None);
         assert!(
-            OneSided::of(&owned(&["layers.0"]), &a, None)
+            HeldByOneSide::of(&owned(&["layers.0"]), &a, None)
                 .states_note()
                 .is_some_and(|n| n.starts_with("2 final states only in B"))
         );
@@ -388,7 +389,7 @@ mod tests {
             "logits",
         ]);
         let b = owned(&["input_ids", "layers.0", "layers.2", "layers.9"]);
-        let one = OneSided::of(&a, &b, None);
+        let one = HeldByOneSide::of(&a, &b, None);
         assert_eq!(
             one.tensors_a,
             owned(&[
@@ -408,9 +409,9 @@ mod tests {
             )
         );
         // --layers keeps the note to the layers asked for.
-        let kept = OneSided::of(&a, &b, Some(&[0, 2]));
+        let kept = HeldByOneSide::of(&a, &b, Some(&[0, 2]));
         assert_eq!(kept.tensors_a, owned(&["embed", "final_norm", "logits"]));
         assert!(kept.tensors_b.is_empty());
-        assert_eq!(OneSided::of(&b, &b, None).tensors_note(), None);
+        assert_eq!(HeldByOneSide::of(&b, &b, None).tensors_note(), None);
     }
 }

@@ -85,9 +85,9 @@ pub fn thresholds(dtype: DType) -> Thresholds {
     }
 }
 
-/// What a tensor's verdict is decided from.
+/// What a tensor's verdict is decided from (gathered by [`super::judge`], the one caller).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Judged {
+pub(super) struct Judged {
     /// rel L2 of A against B — or, where the sides route apart at MoE layers, the worse side's
     /// against the f64 truth under its own routing.
     pub rel_l2: f64,
@@ -103,7 +103,7 @@ pub struct Judged {
 }
 
 /// The verdict of one tensor.
-pub fn classify(j: Judged, th: Thresholds) -> Verdict {
+pub(super) fn classify(j: Judged, th: Thresholds) -> Verdict {
     if j.non_finite || j.rel_l2.is_nan() {
         return Verdict::Mismatch;
     }

@@ -303,7 +303,7 @@ impl FileSource {
                             _ => None,
                         },
                     )
-                    .max_by_key(|d| coarseness(*d))
+                    .max_by_key(|d| crate::util::precision::coarseness(*d))
             })
     }
 }
@@ -323,17 +323,5 @@ pub fn parse_dtype_label(s: &str) -> Option<DType> {
         "double" => Some(DType::F64),
         "half" => Some(DType::F16),
         other => crate::util::device::dtype_named(other),
-    }
-}
-
-/// Orders float dtypes by rounding error: f64 < f32 < f16 < bf16 < served FP8.
-pub fn coarseness(d: DType) -> u8 {
-    match d {
-        DType::F64 => 0,
-        DType::F32 => 1,
-        DType::F16 => 2,
-        DType::BF16 => 3,
-        crate::fp8::serving::SERVED | crate::fp8::serving::SERVED_UE8M0 => 4,
-        _ => 0,
     }
 }

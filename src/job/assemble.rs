@@ -10,7 +10,8 @@ use crate::compare::softmax_equal::{LogSoftmaxLogits, Offset, offset};
 use crate::compare::{PlannedRow, TensorSource};
 use crate::error::{Error, Result};
 use crate::report::{
-    Alignment, Calibrated, ComparedInput, Comparison, Floor, OneSided, Report, Side, build_report,
+    Alignment, Calibrated, ComparedInput, Comparison, DisjointLayers, Floor, Report, Side,
+    build_report,
 };
 
 /// What the command knows that the runs do not: the given sides' captures, how each side is
@@ -27,7 +28,7 @@ pub struct Parts<'a> {
     pub command: Option<String>,
     pub alignment: Option<Alignment>,
     pub notes: Vec<String>,
-    pub one_sided: Option<OneSided>,
+    pub one_sided: Option<DisjointLayers>,
     /// Why there is no calibration, when it is not the generic "no model".
     pub uncalibrated_why: Option<String>,
 }
@@ -171,12 +172,12 @@ impl Executed<'_> {
             uncalibrated_why: parts.uncalibrated_why,
             rows: parts.rows,
             dtype: spec.dtype(),
-            mode: spec.mode().to_string(),
+            mode: spec.mode(),
             input: parts.input,
             command: parts.command,
             alignment: parts.alignment,
             notes: parts.notes,
-            one_sided: parts.one_sided,
+            disjoint: parts.one_sided,
             logits_offset,
         })
     }

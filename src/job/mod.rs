@@ -21,7 +21,7 @@ pub use execute::{Executed, Instead};
 pub use plan::{
     CalibrationPlan, FLOOR_BACKEND, Plan, Role, Run, Source, TRUTH_BACKEND, calibration_backend,
 };
-pub use spec::{Calibration, Live, Routing, SideSpec, Spec, coarsest};
+pub use spec::{Calibration, Live, Routing, SideSpec, Spec};
 
 /// A spec and its plan: what will run, decided before anything does.
 #[derive(Debug, Clone, PartialEq, Eq)]

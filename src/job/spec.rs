@@ -4,7 +4,8 @@
 use candle_core::DType;
 
 use crate::backends::BackendKind;
-use crate::formats::coarseness;
+use crate::report::ReportMode;
+use crate::util::precision::coarser;
 
 /// A side run here: a backend at a dtype on the job's input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,24 +84,18 @@ pub struct Spec {
 impl Spec {
     /// The coarsest dtype compared: its bands judge the rows.
     pub fn dtype(&self) -> DType {
-        coarsest(self.a.dtype(), self.b.dtype())
+        coarser(self.a.dtype(), self.b.dtype())
     }
 
     /// The report's `mode`: how the two sides came to be.
-    pub fn mode(&self) -> &'static str {
+    pub fn mode(&self) -> ReportMode {
         match (self.a, self.b) {
-            (_, SideSpec::Live(Live { fed: true, .. })) => "isolate",
-            (SideSpec::Live(_), SideSpec::Live(_)) => "propagate",
-            (SideSpec::Golden { .. }, _) => "check",
-            _ => "files",
+            (_, SideSpec::Live(Live { fed: true, .. })) => ReportMode::Isolate,
+            (SideSpec::Live(_), SideSpec::Live(_)) => ReportMode::Propagate,
+            (SideSpec::Golden { .. }, _) => ReportMode::Check,
+            _ => ReportMode::Files,
         }
     }
-}
-
-/// The coarser of two dtypes (the one with the larger rounding error; `b` when they are as
-/// coarse).
-pub fn coarsest(a: DType, b: DType) -> DType {
-    if coarseness(b) >= coarseness(a) { b } else { a }
 }
 
 #[cfg(test)]
@@ -126,18 +121,18 @@ mod tests {
             routing: Routing::Own,
         };
         let s = spec(live(DType::F32, false), live(DType::F32, true));
-        assert_eq!((s.mode(), s.dtype()), ("isolate", DType::F32));
+        assert_eq!((s.mode(), s.dtype()), (ReportMode::Isolate, DType::F32));
         let s = spec(live(DType::F32, false), live(DType::F32, false));
-        assert_eq!(s.mode(), "propagate");
+        assert_eq!(s.mode(), ReportMode::Propagate);
         let s = spec(
             SideSpec::Golden { dtype: DType::F64 },
             live(DType::BF16, false),
         );
-        assert_eq!((s.mode(), s.dtype()), ("check", DType::BF16));
+        assert_eq!((s.mode(), s.dtype()), (ReportMode::Check, DType::BF16));
         let s = spec(
             SideSpec::File { dtype: DType::F16 },
             SideSpec::File { dtype: DType::F32 },
         );
-        assert_eq!((s.mode(), s.dtype()), ("files", DType::F16));
+        assert_eq!((s.mode(), s.dtype()), (ReportMode::Files, DType::F16));
     }
 }

@@ -7,6 +7,7 @@ pub mod dataset_part;
 mod environment;
 pub mod first_values;
 mod fp8_notes;
+mod judged_rows;
 mod router_rows;
 mod routing;
 mod routing_words;
@@ -20,9 +21,11 @@ use crate::capture::fingerprint::Fingerprint;
 pub use crate::compare::alignment::Alignment;
 use crate::compare::metrics::logits::LogitStats;
 use crate::compare::verdict::{Thresholds, Verdict};
+use crate::util::precision::LabelledDType;
 
-pub use build::{Calibrated, ComparedInput, Comparison, Floor, OneSided, build_report};
-pub use row::{Judgement, TensorRow};
+pub use crate::compare::judge::Judgement;
+pub use build::{Calibrated, ComparedInput, Comparison, DisjointLayers, Floor, build_report};
+pub use row::TensorRow;
 pub use summary::{Lead, Summary};
 
 pub const SCHEMA: &str = "hsdiff.report/v1";
@@ -37,8 +40,7 @@ pub struct Report {
     pub schema: String,
     pub verdict: Verdict,
     pub summary: Summary,
-    /// `propagate`, `isolate` or `files`.
-    pub mode: String,
+    pub mode: ReportMode,
     pub a: Side,
     pub b: Side,
     pub inputs: Inputs,
@@ -65,6 +67,42 @@ pub struct Report {
     /// How the inputs were read and calibrated (file conventions, the model that measured the
     /// floor, the layer reading chosen).
     pub notes: Vec<String>,
+}
+
+/// How the two sides of a report came to be; written as its lowercase name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportMode {
+    /// Two live runs on the same input.
+    Propagate,
+    /// Two live runs, B fed A's input to each layer (the error a layer adds on its own).
+    Isolate,
+    /// A golden file against a run here (`check`).
+    Check,
+    /// Captures read from files (`compare`).
+    Files,
+}
+
+impl ReportMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReportMode::Propagate => "propagate",
+            ReportMode::Isolate => "isolate",
+            ReportMode::Check => "check",
+            ReportMode::Files => "files",
+        }
+    }
+
+    /// Live runs: the sides differ by design in their backend.
+    pub fn is_live(self) -> bool {
+        matches!(self, ReportMode::Propagate | ReportMode::Isolate)
+    }
+}
+
+impl std::fmt::Display for ReportMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
 }
 
 /// One token whose experts in one MoE layer, on some side, are not the ones the exact router
@@ -134,9 +172,10 @@ pub enum TokenIds {
     Unknown,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ThresholdInfo {
-    pub dtype: String,
+    /// The coarsest dtype compared: its bands judge the rows.
+    pub dtype: LabelledDType,
     #[serde(flatten)]
     pub bands: Thresholds,
     pub k_drift: f64,
@@ -145,7 +184,6 @@ pub struct ThresholdInfo {
     pub floor_source: Option<String>,
     /// `floor` (calibrated: bands and k × floor) or `expected floor` (no floor: k × the floor
     /// expected from hsdiff's measurements at that dtype and depth).
-    #[serde(default)]
     pub rule: String,
 }
 

@@ -6,6 +6,7 @@
 use serde::{Serialize, Serializer};
 
 use crate::compare::Kind;
+use crate::compare::judge::Judgement;
 use crate::compare::metrics::{DiffStats, Location};
 use crate::compare::verdict::Verdict;
 
@@ -18,37 +19,6 @@ pub struct TensorRow {
     /// is empty.
     pub stats: DiffStats,
     pub judgement: Judgement,
-}
-
-/// What a row's statistics mean: the floors and bands it is judged by, each side's distance
-/// from the f64 truth, and the verdict.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Judgement {
-    /// The reference backend's own rel L2 against the f64 truth at this dtype, this tensor
-    /// (the larger of the two sides' floors when their dtypes differ).
-    pub floor: Option<f64>,
-    /// rel L2 judged / floor judged.
-    pub ratio_to_floor: Option<f64>,
-    /// Each side's own floor (the reference at that side's dtype vs the truth).
-    pub floor_a: Option<f64>,
-    pub floor_b: Option<f64>,
-    /// Where the sides route apart at MoE layers, the distance the verdict judges instead of A
-    /// against B: the worse side's rel L2 against the f64 truth under its own routing, and that
-    /// side's floor (under the same routing); None otherwise.
-    pub rel_l2_judged: Option<f64>,
-    pub floor_judged: Option<f64>,
-    /// Decoder layers this tensor has passed through (0: the embedding output).
-    pub depth: usize,
-    /// Without a floor: the rel L2 above which the row is a mismatch (K × the expected floor,
-    /// or the depth-scaled band for a dtype without measurements).
-    pub band: Option<f64>,
-    /// Without a floor: the floor expected at this depth and dtype from hsdiff's measurements
-    /// (data/honest_floors.json).
-    pub expected_floor: Option<f64>,
-    /// Each side's rel L2 against the f64 truth ("who is right").
-    pub a_vs_truth: Option<f64>,
-    pub b_vs_truth: Option<f64>,
-    pub verdict: Verdict,
 }
 
 impl TensorRow {

@@ -42,9 +42,10 @@ use hsdiff::printer::table::TerminalTable;
 use hsdiff::printer::{Format, Json, Render};
 use hsdiff::report::first_values::FirstNonFinite;
 use hsdiff::report::{
-    Inputs, Judgement, Lead, Report, RouterRow, RoutingFlip, SCHEMA, Side, Summary, TensorRow,
-    ThresholdInfo, TokenIds,
+    Inputs, Judgement, Lead, Report, ReportMode, RouterRow, RoutingFlip, SCHEMA, Side, Summary,
+    TensorRow, ThresholdInfo, TokenIds,
 };
+use hsdiff::util::precision::LabelledDType;
 use hsdiff::weights::config::LayerType;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -447,7 +448,7 @@ fn isolate_mode_flags_only_the_faulty_layer() {
     let k = linear_layer(&s.model, TARGET_CALL);
     let inject = Injector::new(TARGET_CALL, NOISE);
     let r = live_report(&s, &inject, &Reference, true, false);
-    assert_eq!(r.mode, "isolate");
+    assert_eq!(r.mode.as_str(), "isolate");
     assert_eq!(r.verdict, Verdict::Mismatch, "{}", r.summary);
     assert_eq!(
         r.first_divergent.as_deref(),
@@ -767,7 +768,7 @@ fn synthetic_report() -> Report {
                 "fused and reference part at layers.2.gated_norm_out (in the gated norm of layer 2), rel L2 9.00e-2 = 9× the bf16 floor".into(),
             ],
         },
-        mode: "propagate".into(),
+        mode: ReportMode::Propagate,
         a: synthetic_side("fused", "fused/cpu"),
         b: synthetic_side("reference", "reference/cpu-candle"),
         inputs: Inputs {
@@ -778,7 +779,7 @@ fn synthetic_report() -> Report {
             token_ids: TokenIds::Match,
         },
         thresholds: ThresholdInfo {
-            dtype: "bf16".into(),
+            dtype: LabelledDType(DType::BF16),
             bands: Thresholds {
                 ok: 1e-2,
                 fail: 5e-2,

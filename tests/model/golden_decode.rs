@@ -4,7 +4,7 @@
 //! - at f64, every decoded logit, every decoded layer output and every final conv / recurrent
 //!   state equals transformers' strict-float64 decode to ≤ 1e-10 relative L2;
 //! - at f32 and bf16, the decoded logits and layer outputs are within the rounding floor of the
-//!   float64 truth by the project's own rule (`verdict::classify`), the floor being the
+//!   float64 truth by the project's own judge (`compare::judge`), the floor being the
 //!   reference backend's full-prefill error at that dtype at the same positions — and so is
 //!   transformers' own f32 / bf16 cached decode (`golden/decode/*/fizzbuzz.{f32,bf16}`), judged
 //!   by the same rule.
@@ -18,8 +18,9 @@ use common::*;
 use hsdiff::backends::{LinearAttentionBackend, available_backends, backend_by_name};
 use hsdiff::capture::dump::Dump;
 use hsdiff::capture::{Captures, Key};
+use hsdiff::compare::judge::{Evidence, judge};
 use hsdiff::compare::metrics::diff_stats;
-use hsdiff::compare::verdict::{Judged, Verdict, classify, thresholds};
+use hsdiff::compare::verdict::Verdict;
 use hsdiff::model::{DecodePlan, Model, RunOptions};
 use hsdiff::util::progress::Progress;
 
@@ -189,14 +190,7 @@ fn f32_and_bf16_decode_lie_within_the_rounding_floor() {
                     )
                     .expect("floor stats")
                     .rel_l2;
-                    let judged = Judged {
-                        rel_l2: stats.rel_l2,
-                        floor: Some(floor),
-                        non_finite: stats.non_finite_disagree + stats.non_finite_both > 0,
-                        depth: 0,
-                        dtype,
-                    };
-                    let verdict = classify(judged, thresholds(dtype));
+                    let verdict = judge(&Evidence::against_floor(&stats, floor, 0, dtype)).verdict;
                     if decoded == Key::DecodeLogits.to_string() {
                         eprintln!(
                             "{model_name:<20} {side:<18} {dtype:?} decode.logits vs truth {:.2e}, floor {floor:.2e}",

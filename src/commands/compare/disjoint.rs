@@ -10,7 +10,7 @@ use candle_core::Tensor;
 use crate::capture::Key;
 use crate::compare::{Kind, PlannedRow, TensorSource, plan_rows};
 use crate::error::Result;
-use crate::report::OneSided;
+use crate::report::DisjointLayers;
 use crate::weights::config::LayerType;
 
 /// One side, with the rows it lacks read from the truth.
@@ -109,7 +109,7 @@ pub fn judged_against<'a>(
     Vec<PlannedRow>,
     TruthFilled<'a>,
     TruthFilled<'a>,
-    OneSided,
+    DisjointLayers,
     String,
 ) {
     let (rows, fa, fb) = fill(a, b, truth, layer_types);
@@ -119,7 +119,7 @@ pub fn judged_against<'a>(
         list(&la),
         list(&lb)
     );
-    let one_sided = OneSided {
+    let one_sided = DisjointLayers {
         a_layers: la,
         b_layers: lb,
         truth_for_a: fa.filled.clone(),

@@ -18,7 +18,7 @@ use crate::commands::compare::routes;
 use crate::commands::compare::tokens::{self, GivenIds};
 use crate::commands::compare::{disjoint, layer_id_slip, pair_steps, plausibility};
 use crate::compare::verdict::thresholds;
-use crate::compare::{Kind, OneSided, TensorSource};
+use crate::compare::{HeldByOneSide, Kind, TensorSource};
 use crate::error::Result;
 use crate::formats::pipelines::HeldPositions;
 use crate::formats::{FileSource, pipelines, value_dtype_notes};
@@ -66,7 +66,7 @@ pub struct PairOutcome {
     /// Positions both sides held as all-zero padding, left out.
     pub zero_padding: Option<crate::formats::pipelines::ZeroPadding>,
     /// What only one side held, so it got no row.
-    pub held_by_one: OneSided,
+    pub held_by_one: HeldByOneSide,
     /// Each side's tensors that no name rule read and no `--map` named, so they got no row.
     pub unnamed: (Vec<String>, Vec<String>),
 }
@@ -334,7 +334,7 @@ fn compare_on(
     }
     let alignment = pair_steps::align(a, b, thresholds(dtype).ok, opts.shift)?;
     let layer_types = session.map(|(s, _)| s.model.config.layer_types.as_slice());
-    let mut held_by_one = OneSided::of(&a.names(), &b.names(), layers.as_deref());
+    let mut held_by_one = HeldByOneSide::of(&a.names(), &b.names(), layers.as_deref());
     if let Some(note) = held_by_one.states_note() {
         say(&note);
         notes.push(note);

@@ -16,11 +16,13 @@ use serde::Serialize;
 
 use crate::backends::{LinearAttentionBackend, Reference};
 use crate::capture::{Captures, Key};
+use crate::compare::judge::{Evidence, judge};
 use crate::compare::metrics::{DiffStats, diff_stats};
-use crate::compare::verdict::{Judged, K_DRIFT, Verdict, classify, ratio_to_floor, thresholds};
+use crate::compare::verdict::{K_DRIFT, Verdict, thresholds};
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::util::device::dtype_label;
+use crate::util::precision::coarser;
 
 pub use plan::{Cut, PathKind, PathPlan, Skipped, plan_paths};
 pub use run::{Observed, Pass, Runner};
@@ -114,18 +116,6 @@ pub struct PathsReport {
     pub skipped: Vec<Skipped>,
 }
 
-/// The coarser of two dtypes: a path whose state is stored coarser than it computes is judged
-/// at the state's dtype.
-fn coarser(a: DType, b: DType) -> DType {
-    let rank = |d: DType| match d {
-        DType::F64 => 0,
-        DType::F32 => 1,
-        DType::F16 => 2,
-        _ => 3,
-    };
-    if rank(b) > rank(a) { b } else { a }
-}
-
 /// Runs `plans` with `backend` at `dtype` and judges each against the full prefill.
 pub fn run_paths(
     model: &Model,
@@ -143,26 +133,13 @@ pub fn run_paths(
         device: device.clone(),
     };
     let reference = Reference;
-    // The full-prefill runs are shared by paths over the same tokens (decode and state-dtype).
-    let mut memo: HashMap<(String, &'static str, DType), Observed> = HashMap::new();
-    let mut alone =
-        |plan: &PathPlan, b: &dyn LinearAttentionBackend, d: DType| -> Result<Observed> {
-            let key = (format!("{:?}", alone_key(&plan.cut)), b.name(), d);
-            if let Some(o) = memo.get(&key) {
-                return Ok(o.clone());
-            }
-            let o = runner.alone(
-                plan,
-                Pass {
-                    backend: b,
-                    dtype: d,
-                },
-            )?;
-            memo.insert(key, o.clone());
-            Ok(o)
-        };
+    let mut alone = FullPrefills {
+        runner: &runner,
+        made: HashMap::new(),
+    };
     let mut results = Vec::with_capacity(plans.len());
     for plan in plans {
+        // A path whose state is stored coarser than it computes is judged at the state's dtype.
         let floor_dtype = match plan.cut {
             Cut::Decode {
                 state_dtype: Some(s),
@@ -171,10 +148,10 @@ pub fn run_paths(
             _ => dtype,
         };
         let got = runner.path(plan, Pass { backend, dtype })?;
-        let want = alone(plan, backend, dtype)?;
-        let truth = alone(plan, &reference, DType::F64)?;
-        let floor = alone(plan, &reference, floor_dtype)?;
-        results.push(judge(plan, &got, &want, &truth, &floor, floor_dtype)?);
+        let want = alone.of(plan, backend, dtype)?;
+        let truth = alone.of(plan, &reference, DType::F64)?;
+        let floor = alone.of(plan, &reference, floor_dtype)?;
+        results.push(judge_path(plan, &got, &want, &truth, &floor, floor_dtype)?);
     }
     signature::attach(&mut results);
     let verdict = results
@@ -195,6 +172,32 @@ pub fn run_paths(
     })
 }
 
+/// The full-prefill runs, each made once: paths over the same tokens (decode and state-dtype)
+/// share theirs.
+struct FullPrefills<'r, 'a> {
+    runner: &'r Runner<'a>,
+    /// By the cut's [`alone_key`], backend and dtype.
+    made: HashMap<(String, &'static str, DType), Observed>,
+}
+
+impl FullPrefills<'_, '_> {
+    /// What `plan` should equal when `backend` runs it at `dtype`.
+    fn of(
+        &mut self,
+        plan: &PathPlan,
+        backend: &dyn LinearAttentionBackend,
+        dtype: DType,
+    ) -> Result<Observed> {
+        let key = (format!("{:?}", alone_key(&plan.cut)), backend.name(), dtype);
+        if let Some(o) = self.made.get(&key) {
+            return Ok(o.clone());
+        }
+        let o = self.runner.alone(plan, Pass { backend, dtype })?;
+        self.made.insert(key, o.clone());
+        Ok(o)
+    }
+}
+
 /// Paths whose full-prefill counterpart is the same run.
 fn alone_key(cut: &Cut) -> Cut {
     match *cut {
@@ -207,12 +210,14 @@ fn alone_key(cut: &Cut) -> Cut {
     }
 }
 
+/// Each tensor of `got` against `want`, judged at `dtype` by its floor: the `floor` run's
+/// distance from the `truth` run at that tensor.
 fn compare_rows(
     got: &Captures,
     want: &Captures,
     truth: &Captures,
     floor: &Captures,
-    th: crate::compare::verdict::Thresholds,
+    dtype: DType,
 ) -> Result<Vec<PathRow>> {
     let mut rows = Vec::new();
     for (key, a) in got.iter() {
@@ -224,29 +229,38 @@ fn compare_rows(
         };
         let stats = diff_stats(&name, a, &get(want)?)?;
         let floor_rel = diff_stats(&name, &get(floor)?, &get(truth)?)?.rel_l2;
-        let verdict = classify(
-            Judged {
-                rel_l2: stats.rel_l2,
-                floor: Some(floor_rel),
-                non_finite: stats.non_finite_disagree + stats.non_finite_both > 0,
-                // With a floor, depth and the expected floor play no part in the verdict.
-                depth: 0,
-                dtype: a.dtype(),
-            },
-            th,
-        );
+        // With a floor, the depth plays no part in the verdict.
+        let judgement = judge(&Evidence::against_floor(&stats, floor_rel, 0, dtype));
         rows.push(PathRow {
             name,
-            floor: Some(floor_rel),
-            ratio_to_floor: ratio_to_floor(stats.rel_l2, Some(floor_rel)),
-            verdict,
+            floor: judgement.floor,
+            ratio_to_floor: judgement.ratio_to_floor,
+            verdict: judgement.verdict,
             stats,
         });
     }
     Ok(rows)
 }
 
-fn judge(
+/// The first of `positions` where some tensor's error passes what that tensor may have: the
+/// static band of `dtype` and the drift multiple of its floor.
+fn departs_at(rows: &[PathRow], positions: &[usize], dtype: DType) -> Option<usize> {
+    let ok = thresholds(dtype).ok;
+    (0..positions.len())
+        .find(|&j| {
+            rows.iter().any(|r| {
+                let bound = ok.max(K_DRIFT * r.floor.unwrap_or(0.0));
+                r.stats
+                    .per_token_rel
+                    .get(j)
+                    .is_some_and(|&e| e.is_nan() || e > bound)
+            })
+        })
+        .map(|j| positions[j])
+}
+
+/// A path's rows and states judged against its full prefill, and where it departs.
+fn judge_path(
     plan: &PathPlan,
     got: &Observed,
     want: &Observed,
@@ -254,25 +268,18 @@ fn judge(
     floor: &Observed,
     floor_dtype: DType,
 ) -> Result<PathResult> {
-    let th = thresholds(floor_dtype);
-    let rows = compare_rows(&got.hidden, &want.hidden, &truth.hidden, &floor.hidden, th)?;
+    let rows = compare_rows(
+        &got.hidden,
+        &want.hidden,
+        &truth.hidden,
+        &floor.hidden,
+        floor_dtype,
+    )?;
     let state_rows = match (&got.states, &want.states, &truth.states, &floor.states) {
-        (Some(g), Some(w), Some(t), Some(f)) => compare_rows(g, w, t, f, th)?,
+        (Some(g), Some(w), Some(t), Some(f)) => compare_rows(g, w, t, f, floor_dtype)?,
         _ => Vec::new(),
     };
-    // A position departs when some tensor's error there passes what that tensor may have: the
-    // static band and the drift multiple of its floor.
-    let departs_at = (0..got.positions.len())
-        .find(|&j| {
-            rows.iter().any(|r| {
-                let bound = th.ok.max(K_DRIFT * r.floor.unwrap_or(0.0));
-                r.stats
-                    .per_token_rel
-                    .get(j)
-                    .is_some_and(|&e| e.is_nan() || e > bound)
-            })
-        })
-        .map(|j| got.positions[j]);
+    let departs_at = departs_at(&rows, &got.positions, floor_dtype);
     let worst_of = |rows: &[PathRow]| rows.iter().map(|r| r.verdict).max().unwrap_or(Verdict::Ok);
     let verdict = worst_of(&rows);
     let state_verdict = worst_of(&state_rows);

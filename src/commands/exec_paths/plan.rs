@@ -88,124 +88,132 @@ pub struct Skipped {
 
 /// The paths of `kinds` over `tokens` tokens; `seed` draws the random split.
 pub fn plan_paths(kinds: &[PathKind], tokens: usize, seed: u64) -> (Vec<PathPlan>, Vec<Skipped>) {
-    let mut plans = Vec::new();
-    let mut skipped = Vec::new();
-    let skip = |skipped: &mut Vec<Skipped>, path: &str, reason: String| {
-        skipped.push(Skipped {
-            path: path.to_string(),
-            reason,
-        })
+    let mut p = Planner {
+        tokens,
+        plans: Vec::new(),
+        skipped: Vec::new(),
     };
     let decode_froms = decode_starts(tokens);
     for &kind in kinds {
         match kind {
-            PathKind::Decode | PathKind::StateDtype if decode_froms.is_empty() => skip(
-                &mut skipped,
+            PathKind::Decode | PathKind::StateDtype if decode_froms.is_empty() => p.skip(
                 kind.as_str(),
                 format!("needs at least 3 tokens, the prompt has {tokens}"),
             ),
-            PathKind::Decode => {
-                if tokens < CHUNK + 2 {
-                    skip(
-                        &mut skipped,
-                        "decode from 63",
-                        format!(
-                            "a 64-token cached prefix needs at least 66 tokens, the prompt has {tokens}"
-                        ),
-                    );
-                }
-                for &(from, steps) in &decode_froms {
-                    plans.push(PathPlan {
-                        name: format!("decode from {from}"),
-                        kind,
-                        cut: Cut::Decode {
-                            from,
-                            steps,
-                            state_dtype: None,
-                        },
-                    });
-                }
-            }
-            PathKind::StateDtype => {
-                let &(from, steps) = decode_froms.last().unwrap_or(&(0, 1));
-                for dtype in [DType::BF16, DType::F16, DType::F32] {
-                    plans.push(PathPlan {
-                        name: format!("state-dtype {}", dtype_label(dtype)),
-                        kind,
-                        cut: Cut::Decode {
-                            from,
-                            steps,
-                            state_dtype: Some(dtype),
-                        },
-                    });
-                }
-            }
-            PathKind::ChunkedPrefill => {
-                if tokens < CHUNK + 3 {
-                    skip(
-                        &mut skipped,
-                        kind.as_str(),
-                        format!(
-                            "splits at 63/64/65 need at least 67 tokens, the prompt has {tokens}"
-                        ),
-                    );
-                    continue;
-                }
-                let mut rng = SplitMix::new(seed);
-                let random = 1 + (rng.next_u64() % (tokens as u64 - 2)) as usize;
-                for (label, at) in [
-                    ("", CHUNK - 1),
-                    ("", CHUNK),
-                    ("", CHUNK + 1),
-                    ("random ", random),
-                ] {
-                    plans.push(PathPlan {
-                        name: format!("chunked-prefill {label}{at}+{}", tokens - at),
-                        kind,
-                        cut: Cut::Split { at, end: tokens },
-                    });
-                }
-            }
-            PathKind::Packed => {
-                if tokens < 4 {
-                    skip(
-                        &mut skipped,
-                        kind.as_str(),
-                        format!("needs at least 4 tokens, the prompt has {tokens}"),
-                    );
-                    continue;
-                }
-                let boundary = tokens / 2;
-                plans.push(PathPlan {
-                    name: format!("packed {boundary}+{}", tokens - boundary),
-                    kind,
-                    cut: Cut::Packed {
-                        boundary,
-                        end: tokens,
-                    },
-                });
-            }
-            PathKind::Padded => {
-                if tokens < PAD + 2 {
-                    skip(
-                        &mut skipped,
-                        kind.as_str(),
-                        format!("needs at least {} tokens, the prompt has {tokens}", PAD + 2),
-                    );
-                    continue;
-                }
-                plans.push(PathPlan {
-                    name: format!("padded {PAD} left, batch of 2"),
-                    kind,
-                    cut: Cut::Padded {
-                        pad: PAD,
-                        end: tokens,
-                    },
-                });
-            }
+            PathKind::Decode => p.decode(&decode_froms),
+            PathKind::StateDtype => p.state_dtype(&decode_froms),
+            PathKind::ChunkedPrefill => p.chunked_prefill(seed),
+            PathKind::Packed => p.packed(),
+            PathKind::Padded => p.padded(),
         }
     }
-    (plans, skipped)
+    (p.plans, p.skipped)
+}
+
+/// The paths planned so far over a prompt of `tokens` tokens, and those it cannot run.
+struct Planner {
+    tokens: usize,
+    plans: Vec<PathPlan>,
+    skipped: Vec<Skipped>,
+}
+
+impl Planner {
+    fn skip(&mut self, path: &str, reason: String) {
+        self.skipped.push(Skipped {
+            path: path.to_string(),
+            reason,
+        });
+    }
+
+    fn plan(&mut self, name: String, kind: PathKind, cut: Cut) {
+        self.plans.push(PathPlan { name, kind, cut });
+    }
+
+    fn decode(&mut self, froms: &[(usize, usize)]) {
+        let tokens = self.tokens;
+        if tokens < CHUNK + 2 {
+            self.skip(
+                "decode from 63",
+                format!(
+                    "a 64-token cached prefix needs at least 66 tokens, the prompt has {tokens}"
+                ),
+            );
+        }
+        for &(from, steps) in froms {
+            let cut = Cut::Decode {
+                from,
+                steps,
+                state_dtype: None,
+            };
+            self.plan(format!("decode from {from}"), PathKind::Decode, cut);
+        }
+    }
+
+    /// The last decode path with its state stored at each dtype coarser than f64.
+    fn state_dtype(&mut self, froms: &[(usize, usize)]) {
+        let &(from, steps) = froms.last().unwrap_or(&(0, 1));
+        for dtype in [DType::BF16, DType::F16, DType::F32] {
+            let cut = Cut::Decode {
+                from,
+                steps,
+                state_dtype: Some(dtype),
+            };
+            let name = format!("state-dtype {}", dtype_label(dtype));
+            self.plan(name, PathKind::StateDtype, cut);
+        }
+    }
+
+    /// Splits around the chunk boundary (63, 64, 65) and one drawn from `seed`.
+    fn chunked_prefill(&mut self, seed: u64) {
+        let (kind, tokens) = (PathKind::ChunkedPrefill, self.tokens);
+        if tokens < CHUNK + 3 {
+            let why =
+                format!("splits at 63/64/65 need at least 67 tokens, the prompt has {tokens}");
+            return self.skip(kind.as_str(), why);
+        }
+        let mut rng = SplitMix::new(seed);
+        let random = 1 + (rng.next_u64() % (tokens as u64 - 2)) as usize;
+        for (label, at) in [
+            ("", CHUNK - 1),
+            ("", CHUNK),
+            ("", CHUNK + 1),
+            ("random ", random),
+        ] {
+            let name = format!("chunked-prefill {label}{at}+{}", tokens - at);
+            self.plan(name, kind, Cut::Split { at, end: tokens });
+        }
+    }
+
+    fn packed(&mut self) {
+        let (kind, tokens) = (PathKind::Packed, self.tokens);
+        if tokens < 4 {
+            let why = format!("needs at least 4 tokens, the prompt has {tokens}");
+            return self.skip(kind.as_str(), why);
+        }
+        let boundary = tokens / 2;
+        let cut = Cut::Packed {
+            boundary,
+            end: tokens,
+        };
+        self.plan(
+            format!("packed {boundary}+{}", tokens - boundary),
+            kind,
+            cut,
+        );
+    }
+
+    fn padded(&mut self) {
+        let (kind, tokens) = (PathKind::Padded, self.tokens);
+        if tokens < PAD + 2 {
+            let why = format!("needs at least {} tokens, the prompt has {tokens}", PAD + 2);
+            return self.skip(kind.as_str(), why);
+        }
+        let cut = Cut::Padded {
+            pad: PAD,
+            end: tokens,
+        };
+        self.plan(format!("padded {PAD} left, batch of 2"), kind, cut);
+    }
 }
 
 /// `(from, steps)` of the decode paths: one whose cached prefix is exactly one 64-token chunk

@@ -72,103 +72,114 @@ impl Runner<'_> {
 
     /// The path itself.
     pub fn path(&self, plan: &PathPlan, pass: Pass) -> Result<Observed> {
-        let ids = self.ids;
-        let keys = hidden_keys(self.model);
         match plan.cut {
             Cut::Decode {
                 from,
                 steps,
                 state_dtype,
-            } => {
-                let decoded = self.model.run_decode(
-                    ids,
-                    DecodePlan {
-                        from,
-                        steps,
-                        state_dtype,
-                    },
-                    &self.opts(pass),
-                    &Progress::hidden(),
-                )?;
-                let mut hidden = Captures::new(ids[..from + steps].to_vec());
-                let mut states = Captures::new(Vec::new());
-                for (key, t) in decoded.iter() {
-                    match key {
-                        Key::DecodeLogits => hidden.insert(Key::Logits, t.clone()),
-                        Key::DecodeLayer(i) => hidden.insert(Key::Layer(i), t.clone()),
-                        _ => states.insert(key, t.clone()),
-                    }
-                }
-                // The decode path records no final_norm; the logits stand after it.
-                let hidden = select(&hidden, &keys, true)?;
-                Ok(Observed {
-                    hidden,
-                    positions: (from..from + steps).collect(),
-                    states: Some(states),
-                })
-            }
-            Cut::Split { at, end } => {
-                let mut cache = ModelCache::new(self.model.config.num_hidden_layers);
-                let opts = self.opts(pass);
-                let layout = TokenLayout::default();
-                self.model.run_cached(
-                    &[ids[..at].to_vec()],
-                    &layout,
-                    &opts,
-                    &mut cache,
-                    &Progress::hidden(),
-                )?;
-                let rest = self.model.run_cached(
-                    &[ids[at..end].to_vec()],
-                    &layout,
-                    &opts,
-                    &mut cache,
-                    &Progress::hidden(),
-                )?;
-                Ok(Observed {
-                    hidden: select(&rest, &keys, false)?,
-                    positions: (at..end).collect(),
-                    states: Some(states_of(&cache)),
-                })
-            }
+            } => self.decoded(
+                DecodePlan {
+                    from,
+                    steps,
+                    state_dtype,
+                },
+                pass,
+            ),
+            Cut::Split { at, end } => self.split(at, end, pass),
             Cut::Packed { boundary, end } => {
                 let layout = TokenLayout {
                     real: None,
                     doc_starts: Some(vec![0, boundary]),
                 };
-                let (caps, _) = self.fresh(&[ids[..end].to_vec()], &layout, pass)?;
+                let (caps, _) = self.fresh(&[self.ids[..end].to_vec()], &layout, pass)?;
                 Ok(Observed {
-                    hidden: select(&caps, &keys, false)?,
+                    hidden: select(&caps, &hidden_keys(self.model), false)?,
                     positions: (0..end).collect(),
                     states: None,
                 })
             }
-            Cut::Padded { pad, end } => {
-                let short = &ids[..end - pad];
-                let mut row0 = vec![0u32; pad];
-                row0.extend_from_slice(short);
-                let real0: Vec<bool> = (0..end).map(|j| j >= pad).collect();
-                let layout = TokenLayout {
-                    real: Some(vec![real0, vec![true; end]]),
-                    doc_starts: None,
-                };
-                let (caps, cache) = self.fresh(&[row0, ids[..end].to_vec()], &layout, pass)?;
-                // Row 0's real positions, then row 1: the same layout as `alone`.
-                let mut hidden = Captures::new(Vec::new());
-                for &key in &keys {
-                    let t = need(&caps, key)?;
-                    let row0 = t.narrow(0, 0, 1)?.narrow(1, pad, end - pad)?;
-                    let row1 = t.narrow(0, 1, 1)?;
-                    hidden.insert(key, Tensor::cat(&[&row0, &row1], 1)?);
-                }
-                let positions = (0..end - pad).chain(0..end).collect();
-                Ok(Observed {
-                    hidden,
-                    positions,
-                    states: Some(states_of(&cache)),
-                })
+            Cut::Padded { pad, end } => self.padded(pad, end, pass),
+        }
+    }
+
+    /// A cached prefill, then one token at a time ([`Cut::Decode`]).
+    fn decoded(&self, plan: DecodePlan, pass: Pass) -> Result<Observed> {
+        let ids = self.ids;
+        let (from, steps) = (plan.from, plan.steps);
+        let decoded = self
+            .model
+            .run_decode(ids, plan, &self.opts(pass), &Progress::hidden())?;
+        let mut hidden = Captures::new(ids[..from + steps].to_vec());
+        let mut states = Captures::new(Vec::new());
+        for (key, t) in decoded.iter() {
+            match key {
+                Key::DecodeLogits => hidden.insert(Key::Logits, t.clone()),
+                Key::DecodeLayer(i) => hidden.insert(Key::Layer(i), t.clone()),
+                _ => states.insert(key, t.clone()),
             }
         }
+        // The decode path records no final_norm; the logits stand after it.
+        let hidden = select(&hidden, &hidden_keys(self.model), true)?;
+        Ok(Observed {
+            hidden,
+            positions: (from..from + steps).collect(),
+            states: Some(states),
+        })
+    }
+
+    /// A cached prefill of `0..at`, then `at..end` in one continuation call ([`Cut::Split`]).
+    fn split(&self, at: usize, end: usize, pass: Pass) -> Result<Observed> {
+        let ids = self.ids;
+        let mut cache = ModelCache::new(self.model.config.num_hidden_layers);
+        let opts = self.opts(pass);
+        let layout = TokenLayout::default();
+        self.model.run_cached(
+            &[ids[..at].to_vec()],
+            &layout,
+            &opts,
+            &mut cache,
+            &Progress::hidden(),
+        )?;
+        let rest = self.model.run_cached(
+            &[ids[at..end].to_vec()],
+            &layout,
+            &opts,
+            &mut cache,
+            &Progress::hidden(),
+        )?;
+        Ok(Observed {
+            hidden: select(&rest, &hidden_keys(self.model), false)?,
+            positions: (at..end).collect(),
+            states: Some(states_of(&cache)),
+        })
+    }
+
+    /// A batch of two: `0..end − pad` left-padded by `pad`, and `0..end` ([`Cut::Padded`]).
+    fn padded(&self, pad: usize, end: usize, pass: Pass) -> Result<Observed> {
+        let ids = self.ids;
+        let short = &ids[..end - pad];
+        let mut row0 = vec![0u32; pad];
+        row0.extend_from_slice(short);
+        let real0: Vec<bool> = (0..end).map(|j| j >= pad).collect();
+        let layout = TokenLayout {
+            real: Some(vec![real0, vec![true; end]]),
+            doc_starts: None,
+        };
+        let (caps, cache) = self.fresh(&[row0, ids[..end].to_vec()], &layout, pass)?;
+        // Row 0's real positions, then row 1: the same layout as `alone`.
+        let mut hidden = Captures::new(Vec::new());
+        for key in hidden_keys(self.model) {
+            let t = need(&caps, key)?;
+            let row0 = t.narrow(0, 0, 1)?.narrow(1, pad, end - pad)?;
+            let row1 = t.narrow(0, 1, 1)?;
+            hidden.insert(key, Tensor::cat(&[&row0, &row1], 1)?);
+        }
+        let positions = (0..end - pad).chain(0..end).collect();
+        Ok(Observed {
+            hidden,
+            positions,
+            states: Some(states_of(&cache)),
+        })
     }
 
     /// What the path should equal: the same tokens, each sequence alone, in one fresh prefill.

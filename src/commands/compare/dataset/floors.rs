@@ -1,12 +1,13 @@
 //! `--calibrate N`: the floor of each row measured on the first N pairs (the median across
-//! them) and applied to the pairs compared without a model: ×floor = rel L2 / floor, and the
-//! floor rule of [`crate::compare::verdict::classify`] on top of the verdict the pair already has (NaN
-//! and what no rounding explains stay flagged).
+//! them) and applied to the pairs compared without a model: each row judged again by
+//! [`crate::compare::judge`] with its learned floor, its ×floor taken from that judgement and its
+//! verdict the worse of the two (NaN and what no rounding explains stay flagged).
 
 use std::collections::BTreeMap;
 
+use crate::compare::judge::{Evidence, judge};
 use crate::compare::metrics::stats::median;
-use crate::compare::verdict::{Judged, Verdict, classify, ratio_to_floor};
+use crate::compare::verdict::Verdict;
 use crate::report::Report;
 use crate::report::dataset::SampleRow;
 
@@ -38,20 +39,14 @@ impl Floors {
             let (Some(floor), Some(fig)) = (self.floor(&t.name), row.rows.get_mut(&t.name)) else {
                 continue;
             };
-            fig.x_floor = ratio_to_floor(t.stats.rel_l2, Some(floor));
-            let by_floor = classify(
-                Judged {
-                    rel_l2: t.stats.rel_l2,
-                    floor: Some(floor),
-                    non_finite: false,
-                    depth: t.judgement.depth,
-                    // Only read without a floor; here the learned floor is given.
-                    dtype: crate::util::device::dtype_named(&report.thresholds.dtype)
-                        .unwrap_or(candle_core::DType::F32),
-                },
-                report.thresholds.bands,
-            );
-            fig.verdict = fig.verdict.max(by_floor);
+            let by_floor = judge(&Evidence::against_floor(
+                &t.stats,
+                floor,
+                t.judgement.depth,
+                report.thresholds.dtype.0,
+            ));
+            fig.x_floor = by_floor.ratio_to_floor;
+            fig.verdict = fig.verdict.max(by_floor.verdict);
         }
         row.verdict = row
             .rows
