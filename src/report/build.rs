@@ -45,6 +45,12 @@ pub struct Comparison<'a> {
     pub command: Option<String>,
     pub alignment: Option<Alignment>,
     pub notes: Vec<String>,
+    /// Notes about other views of the same comparison (a pipeline's trained positions), after
+    /// the report's own.
+    pub closing_notes: Vec<String>,
+    /// Findings of how the files were read that lead the headline and make the verdict a
+    /// mismatch (a drafter's declared layer ids the truth shows to be off).
+    pub leading_findings: Vec<String>,
     /// Files that hold different layers, each row judged against the truth (None: the usual
     /// comparison of the rows both hold).
     pub one_sided: Option<OneSided>,
@@ -400,6 +406,9 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
         &first_non_finite,
         first_overflow.as_ref(),
     ));
+
+    notes.extend(c.closing_notes.iter().cloned());
+    let overall = summary.lead_with_findings(overall, &c.leading_findings);
 
     let mut sha = Sha256::new();
     for id in &c.input.input_ids {
