@@ -6,7 +6,7 @@ use crate::backends::BackendKind;
 use crate::compare::{TensorSource, plan_rows};
 use crate::error::{Error, Result};
 use crate::job::session::{Session, check_layer_list};
-use crate::job::{Calibration, Instead, Job, Live, Parts, Role, SideSpec, Spec};
+use crate::job::{Calibration, Given, Instead, Job, Live, Parts, Role, SideSpec, Spec};
 use crate::report::Report;
 
 /// How side B is run.
@@ -80,16 +80,11 @@ pub fn report_instead(session: &Session, run: &LiveRun, instead: Instead) -> Res
         run.layers.as_deref(),
     );
     done.report(Parts {
-        a: None,
-        b: None,
+        given: Given::Neither,
         a_side: done.live_side(Role::A, "")?,
         b_side: done.live_side(Role::B, "")?,
         rows,
         input: input.compared_input(),
         command: run.command.clone(),
-        alignment: None,
-        notes: Vec::new(),
-        one_sided: None,
-        uncalibrated_why: None,
     })
 }

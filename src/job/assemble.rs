@@ -15,19 +15,50 @@ use crate::report::{
 };
 
 /// What the command knows that the runs do not: the given sides' captures, how each side is
-/// described, the rows, the input and the notes.
+/// described, the rows and the input.
 pub struct Parts<'a> {
-    /// Side A's captures when the spec gives them (a file, a golden file); a live side's are
-    /// its run's.
-    pub a: Option<&'a dyn TensorSource>,
-    pub b: Option<&'a dyn TensorSource>,
+    pub given: Given<'a>,
     pub a_side: Side,
     pub b_side: Side,
     pub rows: Vec<PlannedRow>,
     pub input: ComparedInput,
     pub command: Option<String>,
+}
+
+/// The captures of the sides the spec gives (a file, a golden file); a live side's are its
+/// run's.
+#[derive(Clone, Copy)]
+pub enum Given<'a> {
+    /// Both sides are live runs.
+    Neither,
+    /// Side A is given (a golden file), side B is a run.
+    A(&'a dyn TensorSource),
+    /// Both sides are files.
+    Both(&'a dyn TensorSource, &'a dyn TensorSource),
+}
+
+impl<'a> Given<'a> {
+    fn side(&self, role: Role) -> Option<&'a dyn TensorSource> {
+        match (self, role) {
+            (Given::A(a) | Given::Both(a, _), Role::A) => Some(*a),
+            (Given::Both(_, b), Role::B) => Some(*b),
+            _ => None,
+        }
+    }
+}
+
+/// What comparing two files found beyond their rows (a live run or a check finds none of it).
+#[derive(Default)]
+pub struct Findings {
     pub alignment: Option<Alignment>,
+    /// How the files were read and calibrated, before the report's own notes.
     pub notes: Vec<String>,
+    /// About other views of the same comparison (the trained positions), after the report's
+    /// own notes.
+    pub closing_notes: Vec<String>,
+    /// Findings of how the files were read that lead the headline and make the verdict a
+    /// mismatch (a drafter's declared layer ids the truth shows to be off).
+    pub leading_findings: Vec<String>,
     pub one_sided: Option<DisjointLayers>,
     /// Why there is no calibration, when it is not the generic "no model".
     pub uncalibrated_why: Option<String>,
@@ -90,20 +121,25 @@ fn seen_calibration<'s>(
 }
 
 impl Executed<'_> {
-    /// The report of this job's comparison.
+    /// The report of this job's comparison of live runs (a check's golden file is given).
     pub fn report(&self, parts: Parts) -> Result<Report> {
-        let (a, b) = (self.given(Role::A, parts.a)?, self.given(Role::B, parts.b)?);
-        self.judged(parts, a, b, self.calibrated())
+        self.report_of_files(parts, Findings::default())
+    }
+
+    /// The report of this job's comparison with what comparing two files found.
+    pub fn report_of_files(&self, parts: Parts, findings: Findings) -> Result<Report> {
+        let (a, b) = self.sources(&parts.given)?;
+        self.judged(parts, findings, a, b, self.calibrated())
     }
 
     /// The report of the same comparison with every source — both sides, the truth, the
     /// floors — seen through `view`.
-    pub fn report_seen(&self, parts: Parts, view: View) -> Result<Report> {
-        let (a, b) = (self.given(Role::A, parts.a)?, self.given(Role::B, parts.b)?);
+    pub fn report_seen(&self, parts: Parts, findings: Findings, view: View) -> Result<Report> {
+        let (a, b) = self.sources(&parts.given)?;
         let (va, vb) = (view(a), view(b));
         let cal = self.calibrated();
         let seen = seen_sources(&cal, view);
-        self.judged(parts, &*va, &*vb, seen_calibration(&cal, &seen))
+        self.judged(parts, findings, &*va, &*vb, seen_calibration(&cal, &seen))
     }
 
     /// The report, with every source's logits seen as their log-softmax when the two sides'
@@ -111,18 +147,19 @@ impl Executed<'_> {
     fn judged(
         &self,
         parts: Parts,
+        findings: Findings,
         a: &dyn TensorSource,
         b: &dyn TensorSource,
         calibration: Option<Calibrated>,
     ) -> Result<Report> {
         let Some(found) = offset(a, b)? else {
-            return self.build(parts, a, b, calibration, None);
+            return self.build((parts, findings), a, b, calibration, None);
         };
         let log_softmax = view(|s| Box::new(LogSoftmaxLogits { inner: s }));
         let (la, lb) = (log_softmax(a), log_softmax(b));
         let seen = seen_sources(&calibration, &log_softmax);
         let cal = seen_calibration(&calibration, &seen);
-        self.build(parts, &*la, &*lb, cal, Some(found))
+        self.build((parts, findings), &*la, &*lb, cal, Some(found))
     }
 
     /// A live side as the report describes it: labelled with its backend's name and
@@ -134,8 +171,18 @@ impl Executed<'_> {
         Ok(Side::from_fingerprint(format!("{name}{suffix}"), fp))
     }
 
-    /// A side's captures: its run's, or the ones `parts` gives.
-    fn given<'s>(
+    /// Both sides' captures: their runs', or the ones `given` holds.
+    fn sources<'s>(
+        &'s self,
+        given: &Given<'s>,
+    ) -> Result<(&'s dyn TensorSource, &'s dyn TensorSource)> {
+        Ok((
+            self.source_of(Role::A, given.side(Role::A))?,
+            self.source_of(Role::B, given.side(Role::B))?,
+        ))
+    }
+
+    fn source_of<'s>(
         &'s self,
         role: Role,
         given: Option<&'s dyn TensorSource>,
@@ -151,7 +198,7 @@ impl Executed<'_> {
 
     fn build(
         &self,
-        parts: Parts,
+        (parts, findings): (Parts, Findings),
         a: &dyn TensorSource,
         b: &dyn TensorSource,
         calibration: Option<Calibrated>,
@@ -159,7 +206,7 @@ impl Executed<'_> {
     ) -> Result<Report> {
         let spec = self.spec();
         debug_assert!(matches!(
-            (self.job.plan.a, parts.a.is_some()),
+            (self.job.plan.a, parts.given.side(Role::A).is_some()),
             (Source::Given, true) | (Source::Run(_), false)
         ));
         build_report(&Comparison {
@@ -169,15 +216,17 @@ impl Executed<'_> {
             b_side: parts.b_side,
             calibration,
             floor_skipped: spec.calibration == Calibration::NoFloor,
-            uncalibrated_why: parts.uncalibrated_why,
+            uncalibrated_why: findings.uncalibrated_why,
             rows: parts.rows,
             dtype: spec.dtype(),
             mode: spec.mode(),
             input: parts.input,
             command: parts.command,
-            alignment: parts.alignment,
-            notes: parts.notes,
-            disjoint: parts.one_sided,
+            alignment: findings.alignment,
+            notes: findings.notes,
+            closing_notes: findings.closing_notes,
+            leading_findings: findings.leading_findings,
+            disjoint: findings.one_sided,
             logits_offset,
         })
     }

@@ -16,7 +16,7 @@ mod plan;
 pub mod session;
 mod spec;
 
-pub use assemble::{Parts, View, view};
+pub use assemble::{Findings, Given, Parts, View, view};
 pub use execute::{Executed, Instead};
 pub use plan::{
     CalibrationPlan, FLOOR_BACKEND, Plan, Role, Run, Source, TRUTH_BACKEND, calibration_backend,

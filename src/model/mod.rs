@@ -83,16 +83,41 @@ pub struct RunOptions<'a> {
 pub(crate) const BUILTIN_TOKENIZER: &[u8] =
     include_bytes!("../../golden/qwen3_5_tiny/tokenizer.json");
 
+/// A model folder with its config.json read: what a command needs of the model before the
+/// weights (a drafter file's reading needs the layer count), kept so that loading the model
+/// ([`Model::from_folder`]) does not read config.json again.
+#[derive(Debug, Clone)]
+pub struct ModelFolder {
+    pub dir: PathBuf,
+    pub config: ModelConfig,
+}
+
+impl ModelFolder {
+    /// Reads `dir`'s config.json.
+    pub fn read(dir: &Path) -> Result<Self> {
+        Ok(ModelFolder {
+            dir: dir.to_path_buf(),
+            config: ModelConfig::from_file(&dir.join("config.json"))?,
+        })
+    }
+}
+
 impl Model {
     pub fn load(dir: &Path) -> Result<Self> {
         check_model_dir(dir)?;
-        let config = ModelConfig::from_file(&dir.join("config.json"))?;
-        let mut checkpoint = Checkpoint::open(dir)?;
+        Self::from_folder(ModelFolder::read(dir)?)
+    }
+
+    /// The model of a folder whose config.json is read: its checkpoint opened.
+    pub fn from_folder(folder: ModelFolder) -> Result<Self> {
+        let ModelFolder { dir, config } = folder;
+        check_model_dir(&dir)?;
+        let mut checkpoint = Checkpoint::open(&dir)?;
         checkpoint.check_quantization(config.quantization.as_ref())?;
         Ok(Model {
             config,
             weights: WeightSource::Checkpoint(checkpoint),
-            source: ModelSource::Dir(dir.to_path_buf()),
+            source: ModelSource::Dir(dir),
             cache: WeightCache::default(),
         })
     }

@@ -45,6 +45,12 @@ pub struct Comparison<'a> {
     pub command: Option<String>,
     pub alignment: Option<Alignment>,
     pub notes: Vec<String>,
+    /// Notes about other views of the same comparison (a pipeline's trained positions), after
+    /// the report's own.
+    pub closing_notes: Vec<String>,
+    /// Findings of how the files were read that lead the headline and make the verdict a
+    /// mismatch (a drafter's declared layer ids the truth shows to be off).
+    pub leading_findings: Vec<String>,
     /// Files that hold different layers, each row judged against the truth (None: the usual
     /// comparison of the rows both hold).
     pub disjoint: Option<DisjointLayers>,
@@ -108,7 +114,7 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
     let env_diff = envdiff::env_diff(&c.a_side.fingerprint, &c.b_side.fingerprint);
     let (first_non_finite, first_overflow) =
         first_values::first_values(&tensors, c.dtype, dtype_label(c.dtype));
-    let summary = headline(
+    let mut summary = headline(
         c,
         &Findings {
             tensors: &tensors,
@@ -122,7 +128,9 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
             first_overflow: first_overflow.as_ref(),
         },
     );
-    let notes = notes(c, &tensors);
+    let mut notes = notes(c, &tensors);
+    notes.extend(c.closing_notes.iter().cloned());
+    let overall = summary.lead_with_findings(overall, &c.leading_findings);
     Ok(Report {
         schema: SCHEMA.to_string(),
         verdict: overall,

@@ -79,6 +79,21 @@ impl Summary {
         self.clauses.insert(0, clause);
     }
 
+    /// Leads with `findings`, in order: findings of how the files were read (a drafter's
+    /// declared layer ids the truth shows to be off) that make `verdict` at least a mismatch
+    /// whatever the rows say. Returns the verdict.
+    pub fn lead_with_findings(&mut self, verdict: Verdict, findings: &[String]) -> Verdict {
+        if findings.is_empty() {
+            return verdict;
+        }
+        let verdict = verdict.max(Verdict::Mismatch);
+        self.lead = Some(Lead::Flagged(verdict));
+        for finding in findings.iter().rev() {
+            self.lead_with(finding.clone());
+        }
+        verdict
+    }
+
     /// Adds `words` to the end of the last clause.
     pub fn end_with(&mut self, words: &str) {
         match self.clauses.last_mut() {

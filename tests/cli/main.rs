@@ -16,6 +16,7 @@ mod env_check;
 mod field;
 mod findings;
 mod moe;
+mod opens;
 mod pipelines;
 mod pipelines_sglang;
 mod pipelines_sglang_served;

@@ -16,7 +16,7 @@ use crate::capture::fingerprint::Fingerprint;
 use crate::compare::{PlannedRow, TensorSource, plan_rows};
 use crate::error::{Error, Result};
 use crate::job::session::{ModelInput, check_layer_list, find_model};
-use crate::job::{Calibration, Job, Live, Parts, Role, SideSpec, Spec};
+use crate::job::{Calibration, Given, Job, Live, Parts, Role, SideSpec, Spec};
 use crate::model::Model;
 use crate::model::builtin;
 use crate::report::{Report, Side};
@@ -171,17 +171,12 @@ pub fn check_golden(
             .ok_or_else(|| Error::Internal("check: side B is not a run".to_string()))?;
         let rows = golden_rows(golden, &TensorSource::names(ours), model, run)?;
         each(done.report(Parts {
-            a: Some(golden),
-            b: None,
+            given: Given::A(golden),
             a_side: golden_side(golden),
             b_side: done.live_side(Role::B, " (here)")?,
             rows,
             input: input.compared_input(),
             command: run.command.clone(),
-            alignment: None,
-            notes: Vec::new(),
-            one_sided: None,
-            uncalibrated_why: None,
         })?);
     }
     Ok(())

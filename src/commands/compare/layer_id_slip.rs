@@ -10,12 +10,9 @@ use crate::capture::Key;
 use crate::compare::TensorSource;
 use crate::compare::alignment::{FAR_BETTER, SAMPLE_TOKENS};
 use crate::compare::metrics::stats::{median, rel_l2_tensors_over_finite};
-use crate::compare::verdict::Verdict;
 use crate::error::Result;
 use crate::formats::FileSource;
 use crate::formats::pipelines::Pipeline;
-use crate::report::Report;
-use crate::report::summary::Lead;
 
 /// The shifts looked for.
 const SHIFTS: [i64; 4] = [-1, 1, -2, 2];
@@ -133,19 +130,6 @@ fn fit(
         rels.push(rel_l2_tensors_over_finite(&x, &t)?);
     }
     Ok((!rels.is_empty()).then(|| median(&rels)))
-}
-
-/// Leads `report`'s headline with the slips, and makes it a mismatch: the drafter was trained
-/// on other layers than it declares.
-pub fn lead_headline(report: &mut Report, slips: &[LayerIdSlip]) {
-    if slips.is_empty() {
-        return;
-    }
-    report.verdict = report.verdict.max(Verdict::Mismatch);
-    report.summary.lead = Some(Lead::Flagged(report.verdict));
-    for slip in slips.iter().rev() {
-        report.summary.lead_with(slip.sentence());
-    }
 }
 
 fn list(ids: &[usize]) -> String {

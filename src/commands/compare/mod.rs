@@ -20,13 +20,13 @@ use std::path::{Path, PathBuf};
 use candle_core::DType;
 
 use crate::commands::compare::dataset::{DatasetOptions, DatasetRun, PartOptions};
-use crate::commands::compare::pair::{Calibration, PairOptions, Trained, compare_pair};
+use crate::commands::compare::pair::{PairOptions, TruthModel, compare_pair};
 use crate::error::{Error, Result};
 use crate::formats::FileSource;
 use crate::formats::pipelines::{self, LayerIds, ReadOptions, layer_ids};
+use crate::model::ModelFolder;
 use crate::report::Report;
 use crate::report::dataset::{DatasetReport, Shard};
-use crate::weights::config::ModelConfig;
 
 /// What `hsdiff compare` was asked.
 #[derive(Debug, Clone, Default)]
@@ -71,25 +71,8 @@ impl CompareRequest {
 
 /// Compares `req.a` with `req.b`.
 pub fn compare(req: &CompareRequest) -> Result<Compared> {
-    let hint = req.dtype_hint;
-    let (read_a, read_b) = read_options(req)?;
-    let batched = |p: &PathBuf, read: &ReadOptions| -> Result<bool> {
-        Ok(FileSource::open_with(
-            p,
-            hint,
-            &ReadOptions {
-                sample: Some(0),
-                ..read.clone()
-            },
-        )?
-        .samples_held()
-            > 1)
-    };
-    if dataset::is_dataset(&req.a)
-        || dataset::is_dataset(&req.b)
-        || batched(&req.a, &read_a)?
-        || batched(&req.b, &read_b)?
-    {
+    let (read_a, read_b, model) = read_options(req)?;
+    let Some((a, b)) = open_pair(req, &read_a, &read_b)? else {
         if req.tokens.is_some() || req.prompt.is_some() {
             return Err(Error::argument(
                 if req.tokens.is_some() {
@@ -104,7 +87,7 @@ pub fn compare(req: &CompareRequest) -> Result<Compared> {
             DatasetRun::Compared(r) => Compared::Dataset(Box::new(r)),
             DatasetRun::Resumed(r) => Compared::Resumed(Box::new(r)),
         });
-    }
+    };
     if req.shard.is_some() || req.calibrate.is_some() || req.allow_token_mismatch {
         return Err(Error::argument(
             if req.shard.is_some() {
@@ -117,8 +100,6 @@ pub fn compare(req: &CompareRequest) -> Result<Compared> {
             "applies to datasets (folders, globs or batched files), not to two files",
         ));
     }
-    let a = FileSource::open_with(&req.a, hint, &read_a)?;
-    let b = FileSource::open_with(&req.b, hint, &read_b)?;
     pipelines::check_ids_used(
         (&read_a, a.pipeline.is_some()),
         (&read_b, b.pipeline.is_some()),
@@ -133,43 +114,44 @@ pub fn compare(req: &CompareRequest) -> Result<Compared> {
         verbose: true,
         ..req.pair.clone()
     };
-    let outcome = compare_pair(a, b, labels, &pair, Calibration::Find(req.model.as_deref()))?;
-    let mut report = outcome.report;
-    if let Some(t) = &outcome.trained {
-        report.notes.push(trained_note(t));
-    }
-    Ok(Compared::Pair(Box::new(report)))
+    let truth = match model {
+        Some(folder) => TruthModel::Folder(Box::new(folder)),
+        None => TruthModel::Fingerprinted,
+    };
+    let outcome = compare_pair(a, b, labels, &pair, truth)?;
+    Ok(Compared::Pair(Box::new(outcome.report)))
 }
 
-/// The figures of the positions `loss_mask` trains on, as a note under one pair's table.
-fn trained_note(t: &Trained) -> String {
-    let worst = t
-        .report
-        .tensors
-        .iter()
-        .filter_map(|r| r.judgement.ratio_to_floor.map(|x| (x, &r.name)))
-        .max_by(|p, q| p.0.total_cmp(&q.0));
-    let size = match worst {
-        Some((x, name)) => format!("worst {x:.1}× the floor at {name}"),
-        None => format!(
-            "max rel L2 {:.2e}",
-            t.report
-                .tensors
-                .iter()
-                .map(|r| r.stats.rel_l2)
-                .fold(0.0, f64::max)
-        ),
+/// The two files of a pair, each opened once: the opening that finds a file to hold one
+/// sample is the one compared. None when either side is a dataset (a folder, a glob, a file
+/// holding a batch of samples), which is read sample by sample instead.
+fn open_pair(
+    req: &CompareRequest,
+    read_a: &ReadOptions,
+    read_b: &ReadOptions,
+) -> Result<Option<(FileSource, FileSource)>> {
+    if dataset::is_dataset(&req.a) || dataset::is_dataset(&req.b) {
+        return Ok(None);
+    }
+    // Sample 0 of a file holding one sample is what the pair compares; of a batch, it tells
+    // the batch is there.
+    let open = |p: &PathBuf, read: &ReadOptions| -> Result<Option<FileSource>> {
+        let first = ReadOptions {
+            sample: Some(0),
+            ..read.clone()
+        };
+        let src = FileSource::open_with(p, req.dtype_hint, &first)?;
+        Ok((src.samples_held() <= 1).then_some(src))
     };
-    format!(
-        "trained positions (loss_mask): {} of {}: {} ({size})",
-        t.positions,
-        t.of,
-        t.report.verdict.as_str()
-    )
+    let Some(a) = open(&req.a, read_a)? else {
+        return Ok(None);
+    };
+    Ok(open(&req.b, read_b)?.map(|b| (a, b)))
 }
 
 /// `--layer-ids`, `--layer-ids-a/-b`, `--draft-config`, and the model's size, for each side.
-fn read_options(req: &CompareRequest) -> Result<(ReadOptions, ReadOptions)> {
+/// Returns `--model`'s folder too, its config.json read (once for the whole run).
+fn read_options(req: &CompareRequest) -> Result<(ReadOptions, ReadOptions, Option<ModelFolder>)> {
     let given = |list: &Option<String>, option: &str| -> Result<Option<LayerIds>> {
         list.as_deref()
             .map(|l| {
@@ -198,13 +180,11 @@ fn read_options(req: &CompareRequest) -> Result<(ReadOptions, ReadOptions)> {
         ));
     }
     let common = both.or(draft);
-    let (num_layers, hidden_size) = match &req.model {
-        Some(dir) => {
-            let c = ModelConfig::from_file(&dir.join("config.json"))?;
-            (Some(c.num_hidden_layers), Some(c.hidden_size))
-        }
-        None => (None, None),
-    };
+    let model = req.model.as_deref().map(ModelFolder::read).transpose()?;
+    let (num_layers, hidden_size) = model
+        .as_ref()
+        .map(|m| (m.config.num_hidden_layers, m.config.hidden_size))
+        .unzip();
     let side = |own: Option<LayerIds>| ReadOptions {
         layer_ids: own.or_else(|| common.clone()),
         num_layers,
@@ -214,6 +194,7 @@ fn read_options(req: &CompareRequest) -> Result<(ReadOptions, ReadOptions)> {
     Ok((
         side(given(&req.layer_ids_a, "--layer-ids-a")?),
         side(given(&req.layer_ids_b, "--layer-ids-b")?),
+        model,
     ))
 }
 

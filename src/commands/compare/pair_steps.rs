@@ -17,7 +17,7 @@ use crate::compare::{Kind, PlannedRow, TensorSource, plan_rows};
 use crate::error::{Error, Result};
 use crate::formats::{FileSource, naming};
 use crate::job::session::{check_layer_list, find_model};
-use crate::model::Model;
+use crate::model::{Model, ModelFolder};
 use crate::report::{Side, TokenIds};
 use crate::util::device::dtype_label;
 
@@ -86,17 +86,17 @@ fn token_mismatch(a: &FileSource, b: &FileSource, x: &[u32], y: &[u32]) -> Error
     ))
 }
 
-/// The model that measures the truth and floor: `model_dir` (`--model`), else the one a
+/// The model that measures the truth and floor: `folder` (`--model`), else the one a
 /// fingerprint names ([`find_model`]). The inner `Err` says why there is none (the report is
 /// then uncalibrated).
 pub fn calibration_model(
-    model_dir: Option<&Path>,
+    folder: Option<ModelFolder>,
     a: &FileSource,
     b: &FileSource,
     ids: &[u32],
 ) -> Result<std::result::Result<(Model, String), String>> {
     if ids.is_empty() {
-        let and_model = if model_dir.is_none() {
+        let and_model = if folder.is_none() {
             " and pass --model DIR"
         } else {
             ""
@@ -106,11 +106,9 @@ pub fn calibration_model(
              computed — give the ids with --tokens IDS|@FILE or --prompt TEXT|@FILE|NAME{and_model}"
         )));
     }
-    if let Some(dir) = model_dir {
-        return Ok(Ok((
-            Model::load(dir)?,
-            format!("--model {}", dir.display()),
-        )));
+    if let Some(folder) = folder {
+        let how = format!("--model {}", folder.dir.display());
+        return Ok(Ok((Model::from_folder(folder)?, how)));
     }
     for src in [a, b] {
         let key = |k: &str| {
@@ -342,32 +340,7 @@ pub fn paired_rows(
         }
     }
     if rows.is_empty() {
-        // A file of token ids alone: hooks registered on modules the forward never ran.
-        for (side, src) in [("A", a), ("B", b)] {
-            let states = src.names();
-            if states.iter().all(|n| Key::of(n) == Some(Key::InputIds)) {
-                return Err(Error::file(
-                    src.path(),
-                    format!(
-                        "side {side} holds no hidden state ({}): were its hooks ever called? \
-                         (hooks on modules the forward does not run — a VL model's vision blocks \
-                         on a text prompt — write nothing)",
-                        if states.is_empty() {
-                            "no tensor".to_string()
-                        } else {
-                            format!("only {}", list(&states))
-                        }
-                    ),
-                ));
-            }
-        }
-        return Err(Error::Compare(format!(
-            "{} and {} have no tensor in common (A: {}; B: {}); use --map A_NAME=B_NAME",
-            a.path().display(),
-            b.path().display(),
-            list(&a.names()),
-            list(&b_names)
-        )));
+        return Err(nothing_in_common(a, b));
     }
     for row in &rows {
         let (sa, sb) = (a.shape(&row.name), b.shape(&row.name));
@@ -385,6 +358,36 @@ pub fn paired_rows(
         }
     }
     Ok(rows)
+}
+
+/// Why two files share no row: a side that holds no hidden state at all (hooks on modules the
+/// forward never ran), else the names each side holds.
+fn nothing_in_common(a: &FileSource, b: &FileSource) -> Error {
+    for (side, src) in [("A", a), ("B", b)] {
+        let states = src.names();
+        if states.iter().all(|n| Key::of(n) == Some(Key::InputIds)) {
+            return Error::file(
+                src.path(),
+                format!(
+                    "side {side} holds no hidden state ({}): were its hooks ever called? \
+                     (hooks on modules the forward does not run — a VL model's vision blocks \
+                     on a text prompt — write nothing)",
+                    if states.is_empty() {
+                        "no tensor".to_string()
+                    } else {
+                        format!("only {}", list(&states))
+                    }
+                ),
+            );
+        }
+    }
+    Error::Compare(format!(
+        "{} and {} have no tensor in common (A: {}; B: {}); use --map A_NAME=B_NAME",
+        a.path().display(),
+        b.path().display(),
+        list(&a.names()),
+        list(&b.names())
+    ))
 }
 
 /// Labels for the two sides: file names, or the paths as given when the names are equal.

@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use candle_core::DType;
 
-use crate::commands::compare::pair::{Calibration, PairOptions, compare_pair};
+use crate::commands::compare::pair::{PairOptions, TruthModel, compare_pair};
 use crate::commands::compare::token_difference::token_difference;
 use crate::compare::verdict::Verdict;
 use crate::error::{Error, Result};
@@ -210,7 +210,7 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetRun> {
     let mut floors = floors::Floors::default();
     for job in &calibrated {
         let (sa, sb) = (&side_a.samples[job.pair.a], &side_b.samples[job.pair.b]);
-        let outcome = compare_one(sa, sb, opts, Calibration::Loaded(&mut model));
+        let outcome = compare_one(sa, sb, opts, TruthModel::Loaded(&mut model));
         if let Ok(o) = &outcome
             && opts.calibrate.is_some()
         {
@@ -235,8 +235,8 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetRun> {
         }
         let (sa, sb) = (&side_a.samples[job.pair.a], &side_b.samples[job.pair.b]);
         let calibration = match floors {
-            Some(_) => Calibration::Skip("floors from the calibration pairs".to_string()),
-            None => Calibration::Find(None),
+            Some(_) => TruthModel::Skip("floors from the calibration pairs".to_string()),
+            None => TruthModel::Fingerprinted,
         };
         let outcome = compare_one(sa, sb, opts, calibration).map_err(|e| failed_of(sa, sb, e))?;
         let mut row = row_of(job, sa, sb, &outcome);
@@ -382,7 +382,7 @@ fn compare_one(
     a: &Sample,
     b: &Sample,
     opts: &DatasetOptions,
-    calibration: Calibration,
+    truth: TruthModel,
 ) -> Result<crate::commands::compare::pair::PairOutcome> {
     let src_a = discover::open(&a.path, a.batch_index, opts.dtype_hint, &opts.read_a)?;
     let src_b = discover::open(&b.path, b.batch_index, opts.dtype_hint, &opts.read_b)?;
@@ -391,7 +391,7 @@ fn compare_one(
         src_b,
         (a.id.clone(), b.id.clone()),
         &opts.pair,
-        calibration,
+        truth,
     )
 }
 

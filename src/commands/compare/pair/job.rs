@@ -1,0 +1,129 @@
+//! The pair as a job ([`crate::job`]): its sides the two files, the truth and floor runs when a
+//! model is at hand — routed as each side routed, stopped after the last layer `--layers`
+//! reports — and what the truth then shows about the files, before any row is judged.
+
+use candle_core::{DType, Device};
+
+use super::context::Pair;
+use crate::capture::Key;
+use crate::commands::compare::layer_id_slip::LayerIdSlip;
+use crate::commands::compare::{pair_steps, plausibility, routes};
+use crate::error::Result;
+use crate::formats::{FileSource, pipelines};
+use crate::job::session::{ModelInput, SideRoutes};
+use crate::job::{Calibration, Executed, Job, SideSpec, Spec};
+use crate::model::{Model, Routes};
+
+/// Refuses ids and files the model cannot have computed, once it is told which model
+/// calibrates.
+pub(super) fn check_fits(pair: &mut Pair, (model, how): (&Model, &str), ids: &[u32]) -> Result<()> {
+    pair.notes.say(&format!("calibrating with {how}"));
+    model.check_tokens(ids)?;
+    pair_steps::check_sequence_len(model, [&pair.a, &pair.b], !pair.opts.maps.is_empty())?;
+    pair.notes
+        .record(format!("floor and truth measured with {how}"));
+    Ok(())
+}
+
+/// With `--layers` the truth and floor runs stop after the last layer that can be paired (the
+/// layers asked for, plus the ±2 of shift detection and any `--shift`): a deep model's
+/// calibration costs only the layers reported.
+pub(super) fn last_layer(pair: &Pair, model: Option<&Model>) -> Option<usize> {
+    let (list, n) = (pair.opts.layers.as_ref()?, model?.config.num_hidden_layers);
+    list.iter()
+        .max()
+        .map(|&l| l + 2 + pair.opts.shift.unsigned_abs() as usize)
+        .filter(|&l| l + 1 < n)
+}
+
+/// Each side's router choices, for calibration runs that route as the side did.
+pub(super) fn recorded_routes(
+    pair: &Pair,
+    model: Option<&Model>,
+    tokens: usize,
+    last_layer: Option<usize>,
+) -> Result<(Option<Routes>, Option<Routes>)> {
+    let Some(model) = model else {
+        return Ok((None, None));
+    };
+    let recorded = |src: &FileSource| routes::recorded(src, &model.config, tokens, last_layer);
+    Ok((recorded(&pair.a)?, recorded(&pair.b)?))
+}
+
+/// The files as a job's sides, calibrated when `input` is at hand, and the job run.
+pub(super) fn run<'i>(
+    pair: &Pair,
+    dtypes: (DType, DType),
+    routes: &'i (Option<Routes>, Option<Routes>),
+    input: Option<(&'i Model, &'i [u32], &'i Device)>,
+    last_layer: Option<usize>,
+) -> Result<Executed<'i>> {
+    let spec = Spec {
+        a: SideSpec::File { dtype: dtypes.0 },
+        b: SideSpec::File { dtype: dtypes.1 },
+        routing: routes::routing(routes.0.as_ref(), routes.1.as_ref()),
+        calibration: match (&input, pair.opts.no_floor) {
+            (Some(_), _) => Calibration::Measure,
+            (None, true) => Calibration::NoFloor,
+            (None, false) => Calibration::Unavailable,
+        },
+        // The truth's op captures, when a file holds some.
+        ops: pair
+            .a
+            .names()
+            .iter()
+            .chain(&pair.b.names())
+            .any(|n| matches!(Key::of(n), Some(Key::Op(..)))),
+        through: last_layer,
+    };
+    let input = input.map(|(model, ids, device)| ModelInput {
+        model,
+        ids,
+        prompt_label: None,
+        device,
+        routes: SideRoutes {
+            a: routes.0.as_ref(),
+            b: routes.1.as_ref(),
+        },
+    });
+    Job::plan(spec).execute(input)
+}
+
+/// What the truth shows about the files: how bare layer indices read, a pipeline's last state
+/// and aux ids, whether the files are of this model at all, and that their layers exist in
+/// it. Returns the pipeline's layer-id slips, which lead the headline.
+pub(super) fn check_against_truth(
+    pair: &mut Pair,
+    done: &Executed,
+    model: Option<(&Model, &str)>,
+) -> Result<Vec<LayerIdSlip>> {
+    let truth = done.truth();
+    let (index_notes, slips) = pair_steps::read_layer_indices(&mut pair.a, &mut pair.b, truth)?;
+    for note in index_notes {
+        pair.notes.note(note);
+    }
+    let num_layers = model.map(|(m, _)| m.config.num_hidden_layers);
+    if let (Some(truth), Some(n)) = (truth, num_layers) {
+        for side in ["A", "B"] {
+            if let Some(note) = pipelines::check_last_state(pair.side_mut(side), truth, n)? {
+                pair.notes.note(format!("{side}: {note}"));
+            }
+            // vLLM's aux ids count from idx + 1: the truth shows whether the file's do.
+            if let Some(ids) = pipelines::check_aux_ids(pair.side(side), truth, n)? {
+                pair.notes.note(format!("{side}: {}", ids.describe()));
+            }
+        }
+    }
+    // Files of another model would read as "equally close to the truth": check them first.
+    let dtypes = (done.spec().a.dtype(), done.spec().b.dtype());
+    if let (Some(calibrated), Some((_, how))) = (done.calibrated(), model)
+        && let Some(note) = plausibility::check(&calibrated, &pair.a, &pair.b, dtypes, how)?
+    {
+        pair.notes.note(note);
+    }
+    // After plausibility: a file of another model is named as such first.
+    if let Some(n) = num_layers.filter(|_| truth.is_some()) {
+        pair_steps::check_layers_exist([&pair.a, &pair.b], n)?;
+    }
+    Ok(slips)
+}

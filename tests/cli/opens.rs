@@ -1,0 +1,67 @@
+//! `hsdiff compare A B --model M` opens each file it compares once — the opening that tells a
+//! file holds one sample is the one compared — and reads the model's config.json once: the
+//! files' `openat` calls counted under strace, where strace is installed and may trace.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::common;
+
+/// The `openat` lines of `hsdiff ARGS` run from the repository root, or None (the test then
+/// has nothing to count) when strace is missing or may not trace here.
+fn traced_opens(args: &[&str]) -> Option<String> {
+    let dir = common::tempdir();
+    let log = dir.path().join("openat.log");
+    let run = Command::new("strace")
+        .args(["-f", "-e", "trace=openat", "-o"])
+        .arg(&log)
+        .arg(env!("CARGO_BIN_EXE_hsdiff"))
+        .args(args)
+        .current_dir(common::repo_root())
+        .output();
+    let trace = std::fs::read_to_string(&log).unwrap_or_default();
+    match run {
+        Ok(out) if !trace.is_empty() => {
+            let code = out.status.code();
+            assert!(
+                matches!(code, Some(0 | 1)),
+                "hsdiff {args:?} under strace: exit {code:?}\n{}",
+                common::stderr_of(&out)
+            );
+            Some(trace)
+        }
+        _ => {
+            eprintln!("strace is not installed or may not trace here: nothing to count");
+            None
+        }
+    }
+}
+
+/// How many times the trace opens `path` (as given, or the same file under a folder).
+fn opens_of(trace: &str, path: &Path) -> usize {
+    let quoted = format!("\"{}\"", path.display());
+    let suffix = format!("/{}\"", path.display());
+    trace
+        .lines()
+        .filter(|l| l.contains("openat(") && (l.contains(&quoted) || l.contains(&suffix)))
+        .count()
+}
+
+#[test]
+fn compare_of_two_files_opens_each_file_and_config_json_once() {
+    let (a, b) = (
+        "tests/fixtures/team/dense.bf16.ids.pt",
+        "tests/fixtures/team/dense.f32.ids.pt",
+    );
+    let args = ["compare", a, b, "--model", "golden/qwen3_5_tiny"];
+    let Some(trace) = traced_opens(&args) else {
+        return;
+    };
+    for path in [a, b, "golden/qwen3_5_tiny/config.json"] {
+        assert_eq!(
+            opens_of(&trace, Path::new(path)),
+            1,
+            "{path} opened other than once:\n{trace}"
+        );
+    }
+}
