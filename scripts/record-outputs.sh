@@ -18,8 +18,14 @@ rm -rf "$work" && mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
 
 # What changes from one run to the next: creation times and progress ETAs.
+# Dataset pairs run concurrently, so the progress lines' order and the free memory quoted in the
+# workers line vary between runs: the progress lines are dropped and the memory figure masked.
 normalise() {
     sed -i -E 's/"created": "[^"]*"/"created": "…"/g; s/ETA [0-9]+ s/ETA … s/g' "$@"
+    sed -i -E 's/20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z/…Z/g' "$@"
+    # A live run's two sides record their creation times, a second apart or not.
+    sed -i -E '/^[0-9]+ more difference\(s\) \(none of them can change the numbers\)/d' "$@"
+    sed -i -E '/^hsdiff: [0-9]+\/[0-9]+ pairs compared/d; s/half the available memory is [0-9]+ MiB/half the available memory is … MiB/' "$@"
 }
 
 n=0
@@ -104,8 +110,10 @@ record compare "$fx/findings/tokens/a" "$fx/findings/tokens/b_all_bos"
 record compare "$fx/findings/tokens/a" "$fx/findings/tokens/b_other" --format markdown
 record compare "$fx/findings/nan/a.pt" "$fx/findings/nan/b.pt" --model "$dense"
 record compare "$fx/findings/plaus/a.bf16.pt" "$fx/findings/plaus/b.bf16.pt" --model "$moe"
+record compare "$fx/findings/plaus/a.bf16.pt" "$fx/findings/plaus/b.bf16.pt" --model "$dense"
 for which in honest minus plus; do
-    record compare "$fx/findings/slip/$which" "$pipes/eval" --layer-ids-a 1,2,4,5,6 --model "$dense"
+    record compare "$fx/findings/slip/$which/rows_0-5000/data_0.ckpt" "$fx/findings/tokens/b/s0.pt" \
+        --layer-ids-a 1,2,4,5,6 --model "$dense"
 done
 record compare "$fx/findings/batch/left.pt" "$fx/findings/batch/alone" --model "$dense"
 record compare "$fx/findings/batch/nomask.pt" "$fx/findings/batch/alone" --model "$dense"
@@ -114,12 +122,12 @@ record compare "$fx/moe_dataset/train" "$fx/moe_dataset/eval" --model "$moe"
 record compare "$fx/moe_dataset/train_router" "$fx/moe_dataset/eval_router" --model "$moe" --format json
 record compare "$fx/moe_dataset/train_router" "$fx/moe_dataset/eval_router" --model "$moe" --format markdown
 record compare "$fx/moe_dataset/bug_dt_bias_router.pt" "$fx/moe_dataset/eval_router/sample_00.pt" --model "$moe"
-record compare "$fx/sglang_served/dumper" "$fx/sglang_served/eval" --model "$moe"
-record compare "$fx/sglang_served/dumper_state_lost" "$fx/sglang_served/eval" --model "$moe"
+record compare "$fx/sglang_served/dumper" "$fx/sglang_served/eval" --model "$dense"
+record compare "$fx/sglang_served/dumper_state_lost" "$fx/sglang_served/eval" --model "$dense"
 record compare "$fx/vllm/pairs.bf16.pt" "$fx/vllm/transformers.bf16.pt" --model "$dense"
 record compare "$fx/vllm/aux" "$fx/vllm/transformers.bf16.pt" --model "$dense" --draft-config "$fx/vllm/draft.json"
 record compare "$fx/vllm/aux_shifted" "$fx/vllm/transformers.bf16.pt" --model "$dense" --draft-config "$fx/vllm/draft.json"
-record compare "$fx/vllm/repeated" "$fx/vllm/transformers.bf16.pt" --model "$dense"
+record compare "$fx/vllm/repeated/req-0.safetensors" "$fx/vllm/transformers.bf16.pt" --layer-ids 2,4,5
 record compare "$fx/field/overflow.f16.pt" "$fx/field/overflow.f32.pt"
 record compare "$fx/field/logits_honest.pt" "$fx/field/logits_bug.pt" --format json
 record compare "$pipes/specforge_dflash" "$pipes/eval" --model "$dense" --draft-config "$pipes/draft_config.json" --plot "$work/dataset.svg"
