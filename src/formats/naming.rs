@@ -154,131 +154,164 @@ pub struct Assignment {
     pub clashes: BTreeMap<String, Vec<usize>>,
 }
 
+/// Flat sequences (`hidden_states.3`) by prefix: their length (the largest index + 1) and how
+/// many entries they have. A flat sequence is `output_hidden_states` only when its indices run
+/// 0…N−1 without gaps; a sparse set is a set of layers.
+struct FlatSequences {
+    len: BTreeMap<String, usize>,
+    count: BTreeMap<String, usize>,
+}
+
+impl FlatSequences {
+    fn of(entries: &[Named]) -> Self {
+        let mut len: BTreeMap<String, usize> = BTreeMap::new();
+        let mut count: BTreeMap<String, usize> = BTreeMap::new();
+        for e in entries {
+            if e.seq.is_none()
+                && !is_ours(e.raw)
+                && let Some((prefix, i)) = flat_sequence(e.raw)
+            {
+                let n = len.entry(prefix.clone()).or_insert(0);
+                *n = (*n).max(i + 1);
+                *count.entry(prefix).or_insert(0) += 1;
+            }
+        }
+        FlatSequences { len, count }
+    }
+
+    fn sparse(&self, prefix: &str) -> bool {
+        self.count.get(prefix) != self.len.get(prefix)
+    }
+}
+
+/// The naming as it goes through the entries: each hsdiff name's best reading and every
+/// reading of it, the conventions met, the index names seen.
+#[derive(Default)]
+struct Naming {
+    index_keyed: bool,
+    sequence_len: Option<usize>,
+    indices: BTreeMap<String, Vec<usize>>,
+    best: BTreeMap<String, (Rank, usize)>,
+    all: BTreeMap<String, Vec<(Rank, usize)>>,
+    conventions: Vec<String>,
+}
+
 pub fn assign(entries: &[Named]) -> Assignment {
-    // Flat sequences: their length is the largest index + 1.
-    let mut flat_len: BTreeMap<String, usize> = BTreeMap::new();
-    for e in entries {
-        if e.seq.is_none()
-            && !is_ours(e.raw)
-            && let Some((prefix, i)) = flat_sequence(e.raw)
-        {
-            let n = flat_len.entry(prefix).or_insert(0);
-            *n = (*n).max(i + 1);
-        }
-    }
-    // A flat sequence is `output_hidden_states` only when its indices run 0…N−1 without gaps;
-    // a sparse set is a set of layers.
-    let mut flat_count: BTreeMap<String, usize> = BTreeMap::new();
-    for e in entries {
-        if e.seq.is_none()
-            && !is_ours(e.raw)
-            && let Some((prefix, _)) = flat_sequence(e.raw)
-        {
-            *flat_count.entry(prefix).or_insert(0) += 1;
-        }
-    }
-    let sparse = |prefix: &str| flat_count.get(prefix) != flat_len.get(prefix);
-    let mut index_keyed = false;
-    let mut sequence_len = None;
-    let mut indices: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    let mut best: BTreeMap<String, (Rank, usize)> = BTreeMap::new();
-    let mut all: BTreeMap<String, Vec<(Rank, usize)>> = BTreeMap::new();
-    let mut conventions = Vec::new();
-    let mut note = |s: String| {
-        if !conventions.contains(&s) {
-            conventions.push(s);
-        }
-    };
+    let flat = FlatSequences::of(entries);
+    let mut naming = Naming::default();
     for (idx, e) in entries.iter().enumerate() {
-        let mapped = if let Some((seq, i, len)) = e.seq {
-            sequence_len = Some(len);
-            sequence_name(i, len).map(|n| {
-                let what = if seq.is_empty() {
-                    "the top-level tuple/list".to_string()
-                } else {
-                    format!("`{seq}`")
-                };
-                note(format!(
-                    "{what} read as output_hidden_states ({})",
-                    layout(len)
-                ));
-                (n, Rank::Sequence)
-            })
-        } else if is_ours(e.raw) {
-            Some((e.raw.to_string(), Rank::Exact))
-        } else if let Some(n) = alias(e.raw) {
-            note("hook names (model.…layers.N)".to_string());
-            Some((n, Rank::Alias))
-        } else if let Some((pattern, i)) = index_key(e.raw)
-            .filter(|_| flat_sequence(e.raw).is_none_or(|(prefix, _)| sparse(&prefix)))
-        {
-            index_keyed = true;
-            indices.entry(pattern).or_default().push(i);
-            Some((Key::Layer(i).to_string(), Rank::Alias))
-        } else if let Some((prefix, i)) = flat_sequence(e.raw) {
-            let len = flat_len.get(&prefix).copied().unwrap_or(0);
-            sequence_len = Some(len);
-            sequence_name(i, len).map(|n| {
-                let pattern = format!("{}N", e.raw.trim_end_matches(|c: char| c.is_ascii_digit()));
-                note(format!(
-                    "`{pattern}` read as output_hidden_states ({})",
-                    layout(len)
-                ));
-                (n, Rank::Sequence)
-            })
-        } else if e.raw == "last_hidden_state" || e.raw.ends_with(".last_hidden_state") {
-            Some((Key::FinalNorm.to_string(), Rank::LastHidden))
-        } else {
-            None
-        };
-        if let Some((name, rank)) = mapped {
-            all.entry(name.clone()).or_default().push((rank, idx));
-            match best.get(&name) {
-                Some((r, _)) if *r >= rank => {}
-                _ => {
-                    best.insert(name, (rank, idx));
-                }
-            }
+        if let Some((name, rank)) = naming.read(e, &flat) {
+            naming.offer(name, rank, idx);
         }
     }
-    // Several entries for one name: equally good readings clash (the caller refuses them);
-    // a weaker reading shadowed by a stronger one is said.
-    let mut clashes = BTreeMap::new();
-    for (name, list) in &all {
-        let Some(&(top, chosen)) = best.get(name) else {
-            continue;
-        };
-        let equal: Vec<usize> = list
-            .iter()
-            .filter(|(r, _)| *r == top)
-            .map(|&(_, i)| i)
-            .collect();
-        if equal.len() > 1 {
-            clashes.insert(name.clone(), equal);
-        }
-        for &(r, i) in list {
-            if r < top {
-                note(format!(
-                    "`{}` would also read as {name}: `{}` is compared (a closer match)",
-                    entries[i].raw, entries[chosen].raw
-                ));
-            }
-        }
-    }
-    for (pattern, mut idx) in indices {
+    let clashes = naming.clashes(entries);
+    for (pattern, mut idx) in std::mem::take(&mut naming.indices) {
         idx.sort_unstable();
         let list: Vec<String> = idx.iter().map(usize::to_string).collect();
-        conventions.push(format!(
+        naming.conventions.push(format!(
             "`{pattern}` read as layer indices ({})",
             list.join(", ")
         ));
     }
     Assignment {
-        names: best.into_iter().map(|(n, (_, i))| (n, i)).collect(),
-        conventions,
-        index_keyed,
-        sequence_len,
+        names: naming.best.into_iter().map(|(n, (_, i))| (n, i)).collect(),
+        conventions: naming.conventions,
+        index_keyed: naming.index_keyed,
+        sequence_len: naming.sequence_len,
         clashes,
+    }
+}
+
+impl Naming {
+    fn note(&mut self, s: String) {
+        if !self.conventions.contains(&s) {
+            self.conventions.push(s);
+        }
+    }
+
+    /// The hsdiff name entry `e` reads as, and how sure that reading is.
+    fn read(&mut self, e: &Named, flat: &FlatSequences) -> Option<(String, Rank)> {
+        if let Some((seq, i, len)) = e.seq {
+            self.sequence_len = Some(len);
+            let n = sequence_name(i, len)?;
+            let what = if seq.is_empty() {
+                "the top-level tuple/list".to_string()
+            } else {
+                format!("`{seq}`")
+            };
+            self.note(format!(
+                "{what} read as output_hidden_states ({})",
+                layout(len)
+            ));
+            Some((n, Rank::Sequence))
+        } else if is_ours(e.raw) {
+            Some((e.raw.to_string(), Rank::Exact))
+        } else if let Some(n) = alias(e.raw) {
+            self.note("hook names (model.…layers.N)".to_string());
+            Some((n, Rank::Alias))
+        } else if let Some((pattern, i)) = index_key(e.raw)
+            .filter(|_| flat_sequence(e.raw).is_none_or(|(prefix, _)| flat.sparse(&prefix)))
+        {
+            self.index_keyed = true;
+            self.indices.entry(pattern).or_default().push(i);
+            Some((Key::Layer(i).to_string(), Rank::Alias))
+        } else if let Some((prefix, i)) = flat_sequence(e.raw) {
+            let len = flat.len.get(&prefix).copied().unwrap_or(0);
+            self.sequence_len = Some(len);
+            let n = sequence_name(i, len)?;
+            let pattern = format!("{}N", e.raw.trim_end_matches(|c: char| c.is_ascii_digit()));
+            self.note(format!(
+                "`{pattern}` read as output_hidden_states ({})",
+                layout(len)
+            ));
+            Some((n, Rank::Sequence))
+        } else if e.raw == "last_hidden_state" || e.raw.ends_with(".last_hidden_state") {
+            Some((Key::FinalNorm.to_string(), Rank::LastHidden))
+        } else {
+            None
+        }
+    }
+
+    fn offer(&mut self, name: String, rank: Rank, idx: usize) {
+        self.all.entry(name.clone()).or_default().push((rank, idx));
+        match self.best.get(&name) {
+            Some((r, _)) if *r >= rank => {}
+            _ => {
+                self.best.insert(name, (rank, idx));
+            }
+        }
+    }
+
+    /// Several entries for one name: equally good readings clash (the caller refuses them);
+    /// a weaker reading shadowed by a stronger one is said.
+    fn clashes(&mut self, entries: &[Named]) -> BTreeMap<String, Vec<usize>> {
+        let mut clashes = BTreeMap::new();
+        let mut shadowed = Vec::new();
+        for (name, list) in &self.all {
+            let Some(&(top, chosen)) = self.best.get(name) else {
+                continue;
+            };
+            let equal: Vec<usize> = list
+                .iter()
+                .filter(|(r, _)| *r == top)
+                .map(|&(_, i)| i)
+                .collect();
+            if equal.len() > 1 {
+                clashes.insert(name.clone(), equal);
+            }
+            for &(r, i) in list {
+                if r < top {
+                    shadowed.push(format!(
+                        "`{}` would also read as {name}: `{}` is compared (a closer match)",
+                        entries[i].raw, entries[chosen].raw
+                    ));
+                }
+            }
+        }
+        for s in shadowed {
+            self.note(s);
+        }
+        clashes
     }
 }
 

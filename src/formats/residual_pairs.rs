@@ -57,80 +57,35 @@ struct Pair {
     named: bool,
 }
 
+/// Each layer's halves, by the layer's module path (or index).
+fn pairs_of(entries: &[Entry]) -> BTreeMap<String, Pair> {
+    let mut pairs: BTreeMap<String, Pair> = BTreeMap::new();
+    for (i, e) in entries.iter().enumerate() {
+        let Some((parent, half, named)) = half_of(e) else {
+            continue;
+        };
+        let p = pairs.entry(parent).or_default();
+        p.named |= named;
+        match half {
+            Half::Hidden => p.hidden = Some(i),
+            Half::Residual => p.residual = Some(i),
+        }
+    }
+    pairs
+}
+
 impl FileSource {
     /// Reads every (hidden, residual) pair of a layer as that layer's output: the hidden half
     /// renamed to the layer's module path, the residual half kept aside to be added on read.
     /// A pair whose halves differ in dtype or shape, or that lacks a half, is refused with the
     /// layer's name. Runs before the name conventions.
     pub(super) fn pair_residuals(&mut self) -> Result<()> {
-        let mut pairs: BTreeMap<String, Pair> = BTreeMap::new();
-        for (i, e) in self.entries.iter().enumerate() {
-            let Some((parent, half, named)) = half_of(e) else {
-                continue;
-            };
-            let p = pairs.entry(parent).or_default();
-            p.named |= named;
-            match half {
-                Half::Hidden => p.hidden = Some(i),
-                Half::Residual => p.residual = Some(i),
-            }
-        }
+        let pairs = pairs_of(&self.entries);
         let mut sums: Vec<(usize, usize, String)> = Vec::new();
         for (parent, p) in &pairs {
-            let (h, r) = match (p.hidden, p.residual) {
-                (Some(h), Some(r)) => (h, r),
-                // A numbered half alone (`(hidden, None)`, or `model.layers.3.0` by itself) is no
-                // vLLM pair (its residual is never None after a layer): left to the names.
-                (Some(_), None) | (None, Some(_)) if !p.named => continue,
-                (h, _) => {
-                    let (has, lacks) = if h.is_some() {
-                        ("hidden", "residual")
-                    } else {
-                        ("residual", "hidden")
-                    };
-                    return Err(Error::tensor(
-                        &self.path,
-                        parent,
-                        format!(
-                            "holds the {has} half of vLLM's (hidden, residual) pair but no {lacks}: \
-                             the layer's output is their sum, so both are needed"
-                        ),
-                    ));
-                }
-            };
-            let (eh, er) = (&self.entries[h], &self.entries[r]);
-            // Numbered halves of other shapes are some other tuple (transformers' older
-            // `(hidden, attn_weights)`): left to the names.
-            if !p.named && eh.shape != er.shape {
-                continue;
+            if let Some((h, r)) = self.summed_pair(parent, p)? {
+                sums.push((h, r, parent.clone()));
             }
-            if eh.dtype != er.dtype || eh.bits16 != er.bits16 || eh.shape != er.shape {
-                return Err(Error::tensor(
-                    &self.path,
-                    parent,
-                    format!(
-                        "is vLLM's (hidden, residual) pair, but its halves differ: `{}` {} {:?}, `{}` {} {:?} \
-                         (vLLM's layer returns both in one dtype and shape)",
-                        eh.raw,
-                        label(eh),
-                        eh.shape,
-                        er.raw,
-                        label(er),
-                        er.shape
-                    ),
-                ));
-            }
-            if !eh.dtype.is_some_and(|d| d.is_float()) {
-                return Err(Error::tensor(
-                    &self.path,
-                    &eh.raw,
-                    format!(
-                        "is half of vLLM's (hidden, residual) pair but holds {} values, not floating point",
-                        label(eh)
-                    ),
-                ));
-            }
-            sums.push((h, r, parent.clone()));
         }
         if sums.is_empty() {
             return Ok(());
@@ -144,6 +99,79 @@ impl FileSource {
             .iter()
             .map(|&(h, _, _)| label(&self.entries[h]))
             .collect();
+        self.keep_residuals_aside(&sums);
+        self.conventions.push(format!(
+            "vLLM (hidden, residual) pairs summed in {} as vLLM's next fused add-RMSNorm does \
+             (one rounding; the last layer's pair is what feeds model.norm): {spelled} read as \
+             the layer's output, {} layers",
+            dtypes.into_iter().collect::<Vec<_>>().join("/"),
+            sums.len()
+        ));
+        Ok(())
+    }
+
+    /// The (hidden, residual) entries of `parent`'s pair when they are one of vLLM's; None when
+    /// the halves are some other tuple, left to the names; refused when a vLLM pair is broken.
+    fn summed_pair(&self, parent: &str, p: &Pair) -> Result<Option<(usize, usize)>> {
+        let (h, r) = match (p.hidden, p.residual) {
+            (Some(h), Some(r)) => (h, r),
+            // A numbered half alone (`(hidden, None)`, or `model.layers.3.0` by itself) is no
+            // vLLM pair (its residual is never None after a layer): left to the names.
+            (Some(_), None) | (None, Some(_)) if !p.named => return Ok(None),
+            (h, _) => {
+                let (has, lacks) = if h.is_some() {
+                    ("hidden", "residual")
+                } else {
+                    ("residual", "hidden")
+                };
+                return Err(Error::tensor(
+                    &self.path,
+                    parent,
+                    format!(
+                        "holds the {has} half of vLLM's (hidden, residual) pair but no {lacks}: \
+                         the layer's output is their sum, so both are needed"
+                    ),
+                ));
+            }
+        };
+        let (eh, er) = (&self.entries[h], &self.entries[r]);
+        // Numbered halves of other shapes are some other tuple (transformers' older
+        // `(hidden, attn_weights)`): left to the names.
+        if !p.named && eh.shape != er.shape {
+            return Ok(None);
+        }
+        if eh.dtype != er.dtype || eh.bits16 != er.bits16 || eh.shape != er.shape {
+            return Err(Error::tensor(
+                &self.path,
+                parent,
+                format!(
+                    "is vLLM's (hidden, residual) pair, but its halves differ: `{}` {} {:?}, `{}` {} {:?} \
+                     (vLLM's layer returns both in one dtype and shape)",
+                    eh.raw,
+                    label(eh),
+                    eh.shape,
+                    er.raw,
+                    label(er),
+                    er.shape
+                ),
+            ));
+        }
+        if !eh.dtype.is_some_and(|d| d.is_float()) {
+            return Err(Error::tensor(
+                &self.path,
+                &eh.raw,
+                format!(
+                    "is half of vLLM's (hidden, residual) pair but holds {} values, not floating point",
+                    label(eh)
+                ),
+            ));
+        }
+        Ok(Some((h, r)))
+    }
+
+    /// Renames each pair's hidden half to its layer and keeps its residual half aside, out of
+    /// the entries.
+    fn keep_residuals_aside(&mut self, sums: &[(usize, usize, String)]) {
         let residual_of: BTreeMap<usize, usize> = sums.iter().map(|&(h, r, _)| (h, r)).collect();
         let parent_of: BTreeMap<usize, String> =
             sums.iter().map(|(h, _, p)| (*h, p.clone())).collect();
@@ -164,14 +192,6 @@ impl FileSource {
         }
         self.entries = kept;
         self.residuals = residuals;
-        self.conventions.push(format!(
-            "vLLM (hidden, residual) pairs summed in {} as vLLM's next fused add-RMSNorm does \
-             (one rounding; the last layer's pair is what feeds model.norm): {spelled} read as \
-             the layer's output, {} layers",
-            dtypes.into_iter().collect::<Vec<_>>().join("/"),
-            sums.len()
-        ));
-        Ok(())
     }
 
     /// Whether entry `idx` is the hidden half of a pair (its tensor is a sum, never its bytes).

@@ -113,13 +113,6 @@ impl Walk<'_> {
         name: &str,
         seq: Option<(String, usize, usize)>,
     ) -> Result<(), String> {
-        let join = |k: &str| {
-            if name.is_empty() {
-                k.to_string()
-            } else {
-                format!("{name}.{k}")
-            }
-        };
         match obj {
             Value::Dict(items) => {
                 let items = self.last_of_each_key(items, name);
@@ -135,37 +128,7 @@ impl Walk<'_> {
                             ));
                         }
                     };
-                    if key == METADATA_KEY && name.is_empty() {
-                        self.parsed.fingerprint = match v.value {
-                            Value::Str(s) => Some(serde_json::from_str(&s).map_err(|e| {
-                                format!("entry `{METADATA_KEY}` is not valid JSON: {e}")
-                            })?),
-                            other => to_json(other),
-                        };
-                        continue;
-                    }
-                    if key == "input_ids"
-                        && let Value::List(items) | Value::Tuple(items) = &v.value
-                        && let Some(ids) = int_list(items)
-                    {
-                        self.parsed.input_ids = Some(ids);
-                        continue;
-                    }
-                    if matches!(
-                        v.value,
-                        Value::Str(_)
-                            | Value::Int(_)
-                            | Value::Float(_)
-                            | Value::Bool(_)
-                            | Value::None
-                    ) {
-                        let what = describe(&v.value);
-                        self.parsed
-                            .left_out
-                            .push(format!("`{}` ({what})", join(&key)));
-                        continue;
-                    }
-                    self.visit(v.value, &join(&key), None)?;
+                    self.visit_item(&key, v.value, name)?;
                 }
             }
             Value::Tuple(items) | Value::List(items) => {
@@ -179,7 +142,7 @@ impl Walk<'_> {
                         continue; // an uncaptured position of a sequence
                     }
                     let seq = is_seq.then(|| (name.to_string(), i, len));
-                    self.visit(v.value, &join(&i.to_string()), seq)?;
+                    self.visit(v.value, &joined(name, &i.to_string()), seq)?;
                 }
             }
             other => {
@@ -194,6 +157,39 @@ impl Walk<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The value under `key` of the dict at `name`: the fingerprint at the top level, token ids
+    /// as a list, a scalar left out (said), else visited for its tensors.
+    fn visit_item(&mut self, key: &str, value: Value, name: &str) -> Result<(), String> {
+        if key == METADATA_KEY && name.is_empty() {
+            self.parsed.fingerprint = match value {
+                Value::Str(s) => Some(
+                    serde_json::from_str(&s)
+                        .map_err(|e| format!("entry `{METADATA_KEY}` is not valid JSON: {e}"))?,
+                ),
+                other => to_json(other),
+            };
+            return Ok(());
+        }
+        if key == "input_ids"
+            && let Value::List(items) | Value::Tuple(items) = &value
+            && let Some(ids) = int_list(items)
+        {
+            self.parsed.input_ids = Some(ids);
+            return Ok(());
+        }
+        if matches!(
+            value,
+            Value::Str(_) | Value::Int(_) | Value::Float(_) | Value::Bool(_) | Value::None
+        ) {
+            let what = describe(&value);
+            self.parsed
+                .left_out
+                .push(format!("`{}` ({what})", joined(name, key)));
+            return Ok(());
+        }
+        self.visit(value, &joined(name, key), None)
     }
 
     /// A dict's items with each key once, in first-seen order, holding the value pickled last
@@ -257,17 +253,8 @@ impl Walk<'_> {
             },
             _ => return Err(bad("unexpected storage record")),
         };
-        let dtype = match class {
-            "FloatStorage" => DType::F32,
-            "DoubleStorage" => DType::F64,
-            "HalfStorage" => DType::F16,
-            "BFloat16Storage" => DType::BF16,
-            "LongStorage" => DType::I64,
-            "IntStorage" => DType::I32,
-            "ShortStorage" => DType::I16,
-            "ByteStorage" | "BoolStorage" => DType::U8,
-            other => return Err(bad(&format!("unsupported storage type {other}"))),
-        };
+        let dtype = storage_dtype(class)
+            .ok_or_else(|| bad(&format!("unsupported storage type {class}")))?;
         let offset = as_usize(offset).ok_or_else(|| bad("bad storage offset"))?;
         let shape = usize_tuple(size).ok_or_else(|| bad("bad size"))?;
         let stride = usize_tuple(stride).ok_or_else(|| bad("bad stride"))?;
@@ -308,7 +295,30 @@ impl Walk<'_> {
     }
 }
 
-/// A name for messages: the top level has none.
+/// The dtype of a torch storage class (`torch.FloatStorage`).
+fn storage_dtype(class: &str) -> Option<DType> {
+    Some(match class {
+        "FloatStorage" => DType::F32,
+        "DoubleStorage" => DType::F64,
+        "HalfStorage" => DType::F16,
+        "BFloat16Storage" => DType::BF16,
+        "LongStorage" => DType::I64,
+        "IntStorage" => DType::I32,
+        "ShortStorage" => DType::I16,
+        "ByteStorage" | "BoolStorage" => DType::U8,
+        _ => return None,
+    })
+}
+
+/// The dotted path of `key` under `name` (the top level has no name).
+fn joined(name: &str, key: &str) -> String {
+    if name.is_empty() {
+        key.to_string()
+    } else {
+        format!("{name}.{key}")
+    }
+}
+
 /// A dotted path for messages, shortened when a deep nesting made it long.
 fn display(name: &str) -> std::borrow::Cow<'_, str> {
     if name.is_empty() {

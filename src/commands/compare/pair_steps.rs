@@ -194,7 +194,7 @@ pub fn read_layer_indices(
             && let Some(slip) = layer_id_slip::find(side, this, t)?
         {
             let this = if side == "A" { &mut *a } else { &mut *b };
-            this.shift_layers(slip.shift);
+            this.shift_layers(slip.ids.shift);
             notes.push(slip.sentence());
             slips.push(slip);
             continue;

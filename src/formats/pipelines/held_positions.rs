@@ -86,56 +86,9 @@ pub fn align_held_positions(
         ));
     }
     let mut said: Vec<String> = Vec::new();
-    for ((side, src), (from, to)) in [("A", &mut *a), ("B", &mut *b)].into_iter().zip(spans) {
-        if from > 0 {
-            said.push(format!(
-                "{side}: {} served from SGLang's prefix cache: not in the dump",
-                span(0, from)
-            ));
-        }
-        if from < start {
-            said.push(format!(
-                "{side}'s {} left out (the other side lacks them)",
-                span(from, start)
-            ));
-        }
-        if end < to {
-            said.push(format!(
-                "{side}'s {} left out (the other side ends at position {})",
-                span(end, to),
-                end - 1
-            ));
-        }
-        let tokens = to - from;
-        if end - start == tokens {
-            continue;
-        }
-        let keep: Vec<u32> = ((start - from) as u32..(end - from) as u32).collect();
-        let views = src.position_views(&keep, tokens).ok_or_else(|| {
-            Error::file(
-                src.path(),
-                format!(
-                    "its tensors do not all hold {tokens} positions: they cannot be cut to the \
-                     {} both sides hold",
-                    span(start, end)
-                ),
-            )
-        })?;
-        for (idx, v) in views {
-            src.views.insert(idx, v);
-        }
-        if let Some(n) = src.ids_list.as_ref().map(Vec::len)
-            && n != tokens
-        {
-            return Err(Error::tensor(
-                src.path(),
-                "input_ids",
-                format!("holds {n} ids, its hidden states {tokens} positions"),
-            ));
-        }
-        if let Some(list) = &mut src.ids_list {
-            *list = keep.iter().map(|&i| list[i as usize]).collect();
-        }
+    for ((side, src), held) in [("A", &mut *a), ("B", &mut *b)].into_iter().zip(spans) {
+        said.extend(left_out(side, held, (start, end)));
+        cut_to_both(src, held, (start, end))?;
     }
     said.push(format!(
         "compared on the {} ({}) both sides hold",
@@ -146,4 +99,68 @@ pub fn align_held_positions(
         first: start,
         note: said.join("; "),
     }))
+}
+
+/// What a side holding positions `from..to` lacks or leaves out of `start..end`, both sides'.
+fn left_out(side: &str, (from, to): (usize, usize), (start, end): (usize, usize)) -> Vec<String> {
+    let mut said = Vec::new();
+    if from > 0 {
+        said.push(format!(
+            "{side}: {} served from SGLang's prefix cache: not in the dump",
+            span(0, from)
+        ));
+    }
+    if from < start {
+        said.push(format!(
+            "{side}'s {} left out (the other side lacks them)",
+            span(from, start)
+        ));
+    }
+    if end < to {
+        said.push(format!(
+            "{side}'s {} left out (the other side ends at position {})",
+            span(end, to),
+            end - 1
+        ));
+    }
+    said
+}
+
+/// Cuts `src`, holding positions `from..to`, to the positions `start..end` both sides hold.
+fn cut_to_both(
+    src: &mut FileSource,
+    (from, to): (usize, usize),
+    (start, end): (usize, usize),
+) -> Result<()> {
+    let tokens = to - from;
+    if end - start == tokens {
+        return Ok(());
+    }
+    let keep: Vec<u32> = ((start - from) as u32..(end - from) as u32).collect();
+    let views = src.position_views(&keep, tokens).ok_or_else(|| {
+        Error::file(
+            src.path(),
+            format!(
+                "its tensors do not all hold {tokens} positions: they cannot be cut to the \
+                 {} both sides hold",
+                span(start, end)
+            ),
+        )
+    })?;
+    for (idx, v) in views {
+        src.views.insert(idx, v);
+    }
+    if let Some(n) = src.ids_list.as_ref().map(Vec::len)
+        && n != tokens
+    {
+        return Err(Error::tensor(
+            src.path(),
+            "input_ids",
+            format!("holds {n} ids, its hidden states {tokens} positions"),
+        ));
+    }
+    if let Some(list) = &mut src.ids_list {
+        *list = keep.iter().map(|&i| list[i as usize]).collect();
+    }
+    Ok(())
 }

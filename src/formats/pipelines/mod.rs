@@ -11,10 +11,12 @@
 //! was seen. Padded positions (`attention_mask` = 0) are cut out of every view, so they are
 //! never compared. docs/file-formats.md#drafter-pipelines describes the formats for users.
 
+mod apply;
 mod aux_ids;
 mod ge_data;
 pub mod gzip;
 pub mod held_positions;
+pub mod id_shift;
 mod last_state;
 pub mod layer_ids;
 mod modelopt;
@@ -30,13 +32,11 @@ pub use held_positions::{HeldPositions, align_held_positions};
 pub use last_state::check_last_state;
 pub use zero_padding::{ZeroPadding, drop_zero_padding};
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use candle_core::{DType, Tensor};
 
 use super::{Entry, FileSource};
-use crate::capture::Key;
 use crate::error::{Error, Result};
 use layer_ids::Convention;
 use view::{Op, View};
@@ -198,168 +198,6 @@ impl FileSource {
         Ok(true)
     }
 
-    /// The positions of `sample` that are not padding (`attention_mask` ≠ 0), or all of them.
-    fn real_positions(
-        &self,
-        plan: &Plan,
-        sample: usize,
-    ) -> std::result::Result<(Vec<u32>, Option<String>), String> {
-        let index = Index {
-            entries: &self.entries,
-        };
-        let all = || (0..plan.positions as u32).collect::<Vec<u32>>();
-        let Some((idx, shape)) = index.get("attention_mask") else {
-            return Ok((all(), None));
-        };
-        let want: &[usize] = if plan.batched {
-            &[plan.batch, plan.positions]
-        } else {
-            &[plan.positions]
-        };
-        let fits = shape == want || (shape.len() == 2 && shape[0] == 1 && shape[1..] == want[..]);
-        if !fits {
-            return Err(format!(
-                "`attention_mask` has shape {shape:?}, the hidden states {want:?} (batch, positions)"
-            ));
-        }
-        let t = self
-            .load_entry(&self.entries[idx])
-            .map_err(|e| e.to_string())?;
-        let t = match t.rank() {
-            2 => t.get(sample).map_err(|e| e.to_string())?,
-            _ => t,
-        };
-        let mask: Vec<f64> = t
-            .to_dtype(DType::F64)
-            .and_then(|t| t.to_vec1())
-            .map_err(|e| format!("`attention_mask`: {e}"))?;
-        let real: Vec<u32> = (0..mask.len() as u32)
-            .filter(|&i| mask[i as usize] != 0.0)
-            .collect();
-        if real.is_empty() {
-            return Err(format!(
-                "`attention_mask` of sample {sample} is all zeros: no position to compare"
-            ));
-        }
-        Ok((real, Some("attention_mask".to_string())))
-    }
-
-    /// Replaces the file's entries and names with the plan's views for `sample` at `positions`.
-    fn apply_plan(
-        &mut self,
-        plan: Plan,
-        sample: usize,
-        positions: Vec<u32>,
-        masked_by: Option<String>,
-    ) -> Result<()> {
-        let stored = std::mem::take(&mut self.entries);
-        let path = self.path.clone();
-        let mut loss_idx = None;
-        let find = |raw: &str| stored.iter().find(|e| e.raw == raw && e.seq.is_none());
-        let mut names = BTreeMap::new();
-        let mut views = BTreeMap::new();
-        let mut entries = Vec::new();
-        let select = |shape: &[usize], token_axis: usize| -> Vec<Op> {
-            let mut ops = Vec::new();
-            if plan.batched && shape.len() >= 2 {
-                ops.push(Op::Narrow {
-                    axis: 0,
-                    start: sample,
-                    len: 1,
-                });
-            }
-            if positions.len() != plan.positions {
-                ops.push(Op::Select {
-                    axis: token_axis,
-                    index: positions.clone(),
-                });
-            }
-            ops
-        };
-        let mut push = |name: Option<String>,
-                        e: &Entry,
-                        label: String,
-                        ops: Vec<Op>,
-                        entries: &mut Vec<Entry>|
-         -> Result<usize> {
-            let view = View::new(&e.shape, ops)
-                .map_err(|m| Error::tensor(&path, &e.raw, format!("cannot be read: {m}")))?;
-            let i = entries.len();
-            // The entry keeps its stored shape (its bytes are read whole); the view's shape is
-            // what the file is seen to hold.
-            entries.push(Entry {
-                raw: label,
-                ..e.clone()
-            });
-            views.insert(i, view);
-            if let Some(n) = name {
-                names.insert(n, i);
-            }
-            Ok(i)
-        };
-        // Token ids and the loss mask: [T] or [B, T].
-        for (raw, name) in [
-            (plan.ids, Some(Key::InputIds.to_string())),
-            (plan.loss_mask, None),
-        ] {
-            let Some(e) = raw.and_then(find) else {
-                continue;
-            };
-            let axis = usize::from(e.shape.len() == 2);
-            let ops = select(&e.shape, axis);
-            let i = push(name, e, e.raw.clone(), ops, &mut entries)?;
-            if raw == plan.loss_mask {
-                loss_idx = Some(i);
-            }
-        }
-        for part in &plan.parts {
-            let e = find(part.stored).ok_or_else(|| Error::Internal(part.stored.to_string()))?;
-            let token_axis = usize::from(plan.batched);
-            let mut ops = select(&e.shape, token_axis);
-            ops.extend(part.ops.iter().cloned());
-            push(
-                Some(part.name.clone()),
-                e,
-                part.label.clone(),
-                ops,
-                &mut entries,
-            )?;
-        }
-        let compared = positions.len();
-        let mut description = plan.description.clone();
-        if let Some(m) = &masked_by {
-            description.push_str(&format!(
-                "; {compared} of {} positions compared (`{m}` = 0 left out)",
-                plan.positions
-            ));
-        }
-        if plan.batch > 1 {
-            description.push_str(&format!("; sample {sample} of a batch of {}", plan.batch));
-        }
-        self.stored = stored::StoredCache::for_views(&entries, &views);
-        self.entries = entries;
-        self.names = names;
-        self.views = views;
-        self.conventions.push(description.clone());
-        // Ids were read through a convention: the caller checks the reading against the truth.
-        self.index_keyed = plan
-            .parts
-            .iter()
-            .any(|p| matches!(Key::of(&p.name), Some(Key::Layer(_))));
-        self.pipeline = Some(PipelineInfo {
-            pipeline: plan.pipeline,
-            description,
-            batch: plan.batch,
-            sample,
-            positions: compared,
-            stored_positions: plan.positions,
-            masked_by,
-            loss_mask: loss_idx,
-            last_state: plan.last_state,
-        });
-        Ok(())
-    }
-
     /// The view of entry `idx` applied to its stored tensor (unchanged when it has none).
     pub(super) fn apply_view(&self, idx: usize, t: Tensor) -> Result<Tensor> {
         match self.views.get(&idx) {
@@ -479,7 +317,8 @@ fn resolve_ids(
     Ok((ids, from))
 }
 
-fn list(ids: &[usize]) -> String {
+/// `1,16,31`: layer ids as messages write them.
+pub(crate) fn list(ids: &[usize]) -> String {
     ids.iter()
         .map(usize::to_string)
         .collect::<Vec<_>>()

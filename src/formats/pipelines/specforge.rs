@@ -51,21 +51,18 @@ pub(super) fn plan_dflash(index: &Index, opts: &ReadOptions) -> Result<Plan, Str
     let what = format!("`hidden_states` {shape:?}");
     let (ids, from) = resolve_ids(&what, k, opts, None, Convention::OutputOf)?;
     let parts = concatenated("hidden_states", 2, h, &ids, Convention::OutputOf);
-    Ok(Plan {
-        pipeline: Pipeline::SpecforgeDflash,
-        ids: Some("input_ids"),
-        loss_mask: Some("loss_mask"),
-        description: format!(
-            "specforge-dflash: `hidden_states` {shape:?} split into {k} layers by {from} ({}; id N = output of layer N) → {}",
-            list(&ids),
-            names_of(&parts)
-        ),
+    let description = format!(
+        "specforge-dflash: `hidden_states` {shape:?} split into {k} layers by {from} ({}; id N = output of layer N) → {}",
+        list(&ids),
+        names_of(&parts)
+    );
+    Ok(sample_plan(
+        Pipeline::SpecforgeDflash,
+        description,
         parts,
-        batched: true,
-        batch,
-        positions: t,
-        last_state: None,
-    })
+        (batch, t),
+        None,
+    ))
 }
 
 pub(super) fn plan_eagle3(index: &Index, opts: &ReadOptions) -> Result<Plan, String> {
@@ -100,21 +97,41 @@ pub(super) fn plan_eagle3(index: &Index, opts: &ReadOptions) -> Result<Plan, Str
         ops: Vec::new(),
         label: "hidden_state".to_string(),
     });
-    Ok(Plan {
-        pipeline: Pipeline::SpecforgeEagle3,
+    let description = format!(
+        "specforge-eagle3: `aux_hidden_state` {aux:?} split into {k} layers by {from} ({}; id N = output of layer N), `hidden_state` {last:?} read as final_norm (after the final norm) → {}",
+        list(&ids),
+        names_of(&parts)
+    );
+    let last_state = Some(Key::FinalNorm.to_string());
+    Ok(sample_plan(
+        Pipeline::SpecforgeEagle3,
+        description,
+        parts,
+        (batch, t),
+        last_state,
+    ))
+}
+
+/// A plan of SpecForge's per-sample dict: `input_ids` and `loss_mask` beside hidden states
+/// `[B, T, …]`, B and T given as `(batch, positions)`.
+fn sample_plan(
+    pipeline: Pipeline,
+    description: String,
+    parts: Vec<Part>,
+    (batch, positions): (usize, usize),
+    last_state: Option<String>,
+) -> Plan {
+    Plan {
+        pipeline,
         ids: Some("input_ids"),
         loss_mask: Some("loss_mask"),
-        description: format!(
-            "specforge-eagle3: `aux_hidden_state` {aux:?} split into {k} layers by {from} ({}; id N = output of layer N), `hidden_state` {last:?} read as final_norm (after the final norm) → {}",
-            list(&ids),
-            names_of(&parts)
-        ),
+        description,
         parts,
         batched: true,
         batch,
-        positions: t,
-        last_state: Some(Key::FinalNorm.to_string()),
-    })
+        positions,
+        last_state,
+    }
 }
 
 pub(super) fn names_of(parts: &[Part]) -> String {

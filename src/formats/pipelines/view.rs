@@ -221,8 +221,45 @@ mod tests {
         Ok(())
     }
 
-    /// A box copied from the bytes is the view candle cuts: layers of a concatenation, a
-    /// stacked layer squeezed, a batch row.
+    /// Boxes: layers of a concatenation, a stacked layer squeezed, a batch row.
+    fn box_cases() -> Vec<Vec<Op>> {
+        let narrow = |axis, start, len| Op::Narrow { axis, start, len };
+        vec![
+            vec![narrow(2, 4, 3)],
+            vec![narrow(1, 2, 1), Op::Squeeze(1)],
+            vec![narrow(0, 1, 1), narrow(2, 0, 10)],
+            vec![narrow(0, 2, 1), Op::Squeeze(0), narrow(1, 8, 2)],
+        ]
+    }
+
+    /// The tensor `v` sees in `bytes` (f32s of shape `[3, 4, 10]`), copied as a box.
+    fn copied_box(bytes: &[u8], v: &View) -> Result<Tensor> {
+        let (bx, _) = v
+            .as_box(&[3, 4, 10])
+            .ok_or_else(|| crate::error::Error::Internal(format!("{:?} is a box", v.ops)))?;
+        let n = bx.iter().map(|b| b.1).product::<usize>() * 4;
+        let mut got: Vec<u8> = Vec::with_capacity(n);
+        assert_eq!(
+            copy_box(
+                bytes,
+                &[3, 4, 10],
+                &bx,
+                4,
+                &mut got.spare_capacity_mut()[..n]
+            ),
+            n
+        );
+        // SAFETY: copy_box wrote all n bytes (checked above).
+        unsafe { got.set_len(n) };
+        Ok(Tensor::from_raw_buffer(
+            &got,
+            candle_core::DType::F32,
+            &v.shape,
+            &Device::Cpu,
+        )?)
+    }
+
+    /// A box copied from the bytes is the view candle cuts; a selection is no box.
     #[test]
     fn box_copy_is_the_view() -> Result<()> {
         let t = Tensor::randn(0f32, 1.0, (3, 4, 10), &Device::Cpu)?;
@@ -232,67 +269,9 @@ mod tests {
             .iter()
             .flat_map(|x| x.to_le_bytes())
             .collect();
-        let cases = vec![
-            vec![Op::Narrow {
-                axis: 2,
-                start: 4,
-                len: 3,
-            }],
-            vec![
-                Op::Narrow {
-                    axis: 1,
-                    start: 2,
-                    len: 1,
-                },
-                Op::Squeeze(1),
-            ],
-            vec![
-                Op::Narrow {
-                    axis: 0,
-                    start: 1,
-                    len: 1,
-                },
-                Op::Narrow {
-                    axis: 2,
-                    start: 0,
-                    len: 10,
-                },
-            ],
-            vec![
-                Op::Narrow {
-                    axis: 0,
-                    start: 2,
-                    len: 1,
-                },
-                Op::Squeeze(0),
-                Op::Narrow {
-                    axis: 1,
-                    start: 8,
-                    len: 2,
-                },
-            ],
-        ];
-        for ops in cases {
+        for ops in box_cases() {
             let v = View::new(&[3, 4, 10], ops.clone()).map_err(crate::error::Error::Internal)?;
-            let (bx, _) = v
-                .as_box(&[3, 4, 10])
-                .ok_or_else(|| crate::error::Error::Internal(format!("{ops:?} is a box")))?;
-            let n = bx.iter().map(|b| b.1).product::<usize>() * 4;
-            let mut got: Vec<u8> = Vec::with_capacity(n);
-            assert_eq!(
-                copy_box(
-                    &bytes,
-                    &[3, 4, 10],
-                    &bx,
-                    4,
-                    &mut got.spare_capacity_mut()[..n]
-                ),
-                n
-            );
-            // SAFETY: copy_box wrote all n bytes (checked above).
-            unsafe { got.set_len(n) };
-            let got =
-                Tensor::from_raw_buffer(&got, candle_core::DType::F32, &v.shape, &Device::Cpu)?;
+            let got = copied_box(&bytes, &v)?;
             let want = v.apply(t.clone())?;
             assert_eq!(
                 got.flatten_all()?.to_vec1::<f32>()?,

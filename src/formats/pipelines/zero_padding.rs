@@ -142,6 +142,33 @@ pub fn drop_zero_padding(a: &mut FileSource, b: &mut FileSource) -> Result<Optio
         // The attention mask said which positions are real.
         return Ok(None);
     }
+    let Some(both) = zero_on_both(a, b)? else {
+        return Ok(None);
+    };
+    let tokens = both.len();
+    let keep = between_padding(&both, a, b)?;
+    let padded = tokens - keep.len();
+    if padded == 0 || !cut_both(a, b, &keep, tokens) {
+        return Ok(None);
+    }
+    let left: Vec<u32> = (0..tokens as u32)
+        .filter(|i| keep.binary_search(i).is_err())
+        .collect();
+    Ok(Some(ZeroPadding {
+        left_out: padded,
+        of: tokens,
+        note: format!(
+            "{padded} of {tokens} positions ({}) are zero in every hidden state of both sides: \
+             zero padding (no forward writes an all-zero hidden state), left out; {} compared",
+            ranges(&left),
+            keep.len()
+        ),
+    }))
+}
+
+/// Per position, whether it is zero in every hidden state of both sides; None when the sides'
+/// rows cannot be told or differ in number. Refused when every position is.
+fn zero_on_both(a: &FileSource, b: &FileSource) -> Result<Option<Vec<bool>>> {
     let Some(za) = zero_rows(a)? else {
         return Ok(None);
     };
@@ -151,7 +178,6 @@ pub fn drop_zero_padding(a: &mut FileSource, b: &mut FileSource) -> Result<Optio
     if za.len() != zb.len() {
         return Ok(None);
     }
-    let tokens = za.len();
     let both: Vec<bool> = za.iter().zip(&zb).map(|(x, y)| *x && *y).collect();
     if !both.contains(&false) {
         return Err(Error::Compare(format!(
@@ -161,7 +187,14 @@ pub fn drop_zero_padding(a: &mut FileSource, b: &mut FileSource) -> Result<Optio
             b.path().display()
         )));
     }
-    // Padding sits at an end (left or right): a run from position 0 and one to the last.
+    Ok(Some(both))
+}
+
+/// The positions between the zero runs at either end (padding sits at an end, left or right:
+/// a run from position 0 and one to the last); refused when a zero position lies between
+/// real ones.
+fn between_padding(both: &[bool], a: &FileSource, b: &FileSource) -> Result<Vec<u32>> {
+    let tokens = both.len();
     let lead = both.iter().take_while(|&&z| z).count();
     let trail = both.iter().rev().take_while(|&&z| z).count();
     let inner: Vec<u32> = (lead..tokens - trail)
@@ -178,22 +211,23 @@ pub fn drop_zero_padding(a: &mut FileSource, b: &mut FileSource) -> Result<Optio
             ranges(&inner)
         )));
     }
-    let keep: Vec<u32> = (lead as u32..(tokens - trail) as u32).collect();
-    let padded = tokens - keep.len();
-    if padded == 0 {
-        return Ok(None);
-    }
+    Ok((lead as u32..(tokens - trail) as u32).collect())
+}
+
+/// Cuts both sides, holding `tokens` positions, to `keep`; false (nothing changed) when a side
+/// cannot be cut so.
+fn cut_both(a: &mut FileSource, b: &mut FileSource, keep: &[u32], tokens: usize) -> bool {
     let (Some(va), Some(vb)) = (
-        a.position_views(&keep, tokens),
-        b.position_views(&keep, tokens),
+        a.position_views(keep, tokens),
+        b.position_views(keep, tokens),
     ) else {
-        return Ok(None);
+        return false;
     };
     if [&*a, &*b]
         .iter()
         .any(|s| s.ids_list.as_ref().is_some_and(|l| l.len() != tokens))
     {
-        return Ok(None);
+        return false;
     }
     for (src, views) in [(a, va), (b, vb)] {
         for (idx, v) in views {
@@ -204,19 +238,7 @@ pub fn drop_zero_padding(a: &mut FileSource, b: &mut FileSource) -> Result<Optio
             *list = keep.iter().map(|&i| list[i as usize]).collect();
         }
     }
-    let left: Vec<u32> = (0..tokens as u32)
-        .filter(|i| keep.binary_search(i).is_err())
-        .collect();
-    Ok(Some(ZeroPadding {
-        left_out: padded,
-        of: tokens,
-        note: format!(
-            "{padded} of {tokens} positions ({}) are zero in every hidden state of both sides: \
-             zero padding (no forward writes an all-zero hidden state), left out; {} compared",
-            ranges(&left),
-            keep.len()
-        ),
-    }))
+    true
 }
 
 /// `10,11,12,15` → `10–12, 15`.

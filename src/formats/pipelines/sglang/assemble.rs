@@ -55,6 +55,45 @@ pub fn check_hidden(
     }
 }
 
+/// The shape `[tokens, hidden]` the hidden states of one sample share: the first one checked
+/// sets it, every later one must have it.
+pub struct HiddenShapes {
+    hidden_size: Option<usize>,
+    first: Option<(usize, usize)>,
+}
+
+impl HiddenShapes {
+    pub fn new(hidden_size: Option<usize>) -> Self {
+        HiddenShapes {
+            hidden_size,
+            first: None,
+        }
+    }
+
+    /// Checks `t` with [`check_hidden`]; a shape other than the first one's is refused in the
+    /// words of `mismatch(shape, first)` (each dump layout says it its own way).
+    pub fn check(
+        &mut self,
+        what: &str,
+        t: &Tensor,
+        mismatch: impl FnOnce((usize, usize), (usize, usize)) -> String,
+    ) -> std::result::Result<(), String> {
+        let s = check_hidden(what, t, self.hidden_size)?;
+        match self.first {
+            Some(first) if first != s => Err(mismatch(s, first)),
+            _ => {
+                self.first = Some(s);
+                Ok(())
+            }
+        }
+    }
+
+    /// The shape of the first hidden state checked.
+    pub fn first(&self) -> Option<(usize, usize)> {
+        self.first
+    }
+}
+
 /// `hidden + residual` as the next fused add-RMSNorm forms it: summed in f32 and rounded to the
 /// dtype they are stored in (that sum is the residual stream SGLang carries on).
 pub fn layer_output(hidden: &Tensor, residual: &Tensor) -> candle_core::Result<Tensor> {

@@ -4,7 +4,8 @@
 //!
 //! - the dumper ([`dumper`]): one torch.save file per tensor, named by its tags
 //!   ([`tags`]), holding `{value, meta}` or, in versions before `meta`, the bare tensor
-//!   ([`dump_file`]); tensor-parallel copies joined as their meta says ([`tp`]);
+//!   ([`dump_file`]); tensor-parallel copies joined as their meta says ([`tp`]); the layers
+//!   rebuilt from the tensors' roles ([`dumper_layers`]);
 //! - the tensor dump of `--debug-tensor-dump-output-folder` ([`pass`]): one `Pass{n}.pt` dict
 //!   of leaf-module outputs per forward pass.
 //!
@@ -15,6 +16,7 @@
 mod assemble;
 mod dump_file;
 mod dumper;
+mod dumper_layers;
 mod listing;
 mod pass;
 mod requests;

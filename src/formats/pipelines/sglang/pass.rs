@@ -16,7 +16,7 @@ use std::path::Path;
 
 use candle_core::Tensor;
 
-use super::assemble::{self, Sample, check_hidden};
+use super::assemble::{self, HiddenShapes, Sample};
 use super::dump_file;
 use super::requests;
 use crate::capture::Key;
@@ -81,91 +81,20 @@ pub fn open(
     assemble::source(path, one, hint, n, pass_ids)
 }
 
+/// The pass's entries by role: (the entry's name, its tensor).
+type Dumped = BTreeMap<Role, (String, Tensor)>;
+
+/// Tensors under hsdiff's names.
+type Tensors = Vec<(String, Tensor)>;
+
 fn read(path: &Path, opts: &ReadOptions) -> Result<Sample> {
     let (src, _) = dump_file::open_torch(path)?;
     let refuse = |msg: String| Error::file(path, format!("sglang-tensor-dump: {msg}"));
-    let mut got: BTreeMap<Role, (String, Tensor)> = BTreeMap::new();
-    let mut layers_seen: Vec<usize> = Vec::new();
-    let mut left_out = 0usize;
-    for e in &src.entries {
-        match role(&e.raw) {
-            None => left_out += 1,
-            Some(Role::LayerSeen(n)) => layers_seen.push(n),
-            Some(r) => {
-                let t = src.load_entry(e)?;
-                if let Some((other, _)) = got.insert(r, (e.raw.clone(), t)) {
-                    return Err(refuse(format!(
-                        "`{}` and `{other}` are the same tensor",
-                        e.raw
-                    )));
-                }
-            }
-        }
-    }
-    layers_seen.extend(got.keys().filter_map(|r| match r {
-        Role::AddNormResidual(n) => Some(*n),
-        _ => None,
-    }));
-    let Some(&top) = layers_seen.iter().max() else {
-        let seen: Vec<&str> = src.entries.iter().take(8).map(|e| e.raw.as_str()).collect();
-        return Err(refuse(format!(
-            "no `model.layers.N.input_layernorm` output (the fused add-RMSNorm whose residual output \
-             is the previous layer's output); its entries: {}",
-            seen.join(", ")
-        )));
-    };
-    if top >= limits::get().layers {
-        return Err(refuse(limits::exceeded(
-            "the layer index",
-            top,
-            "layers",
-            limits::get().layers,
-        )));
-    }
-    // Every layer has an input_layernorm: the highest index seen is the last layer.
-    let num_layers = top + 1;
-    if let Some(l) = opts.num_layers
-        && l != num_layers
-    {
-        return Err(refuse(format!(
-            "the pass holds layers 0 to {top}, this model has {l} layers"
-        )));
-    }
-    let mut shape: Option<(usize, usize)> = None;
-    let mut check = |name: &str, t: &Tensor| -> Result<()> {
-        let s = check_hidden(&format!("`{name}`"), t, opts.hidden_size).map_err(&refuse)?;
-        match shape {
-            Some(first) if first != s => Err(refuse(format!(
-                "`{name}` is {s:?}, other hidden states {first:?}"
-            ))),
-            _ => {
-                shape = Some(s);
-                Ok(())
-            }
-        }
-    };
-    let mut tensors = Vec::new();
-    let mut layer_list = Vec::new();
-    if let Some((name, t)) = got.get(&Role::Embed) {
-        check(name, t)?;
-        tensors.push((Key::Embed.to_string(), t.clone()));
-    }
-    for n in 1..=num_layers {
-        let role = if n == num_layers {
-            Role::LastResidual
-        } else {
-            Role::AddNormResidual(n)
-        };
-        if let Some((name, t)) = got.get(&role) {
-            check(name, t)?;
-            tensors.push((Key::Layer(n - 1).to_string(), t.clone()));
-            layer_list.push((n - 1).to_string());
-        }
-    }
-    if let Some((name, t)) = got.get(&Role::FinalNorm) {
-        check(name, t)?;
-        tensors.push((Key::FinalNorm.to_string(), t.clone()));
-    }
+    let (got, layers_seen, left_out) = by_role(&src, &refuse)?;
+    let num_layers = layer_count(&src, &got, layers_seen, opts, &refuse)?;
+    let mut shapes = HiddenShapes::new(opts.hidden_size);
+    let (mut tensors, layer_list) =
+        hidden_states(&got, num_layers, &mut shapes).map_err(&refuse)?;
     if layer_list.is_empty() {
         return Err(refuse(
             "no layer output: neither `model.layers.N.input_layernorm` nor `model.norm` has a \
@@ -173,6 +102,7 @@ fn read(path: &Path, opts: &ReadOptions) -> Result<Sample> {
                 .to_string(),
         ));
     }
+    let shape = shapes.first();
     if let Some((name, t)) = got.get(&Role::Ids) {
         if t.rank() != 1 || shape.is_some_and(|s| s.0 != t.elem_count()) {
             return Err(refuse(format!(
@@ -203,6 +133,110 @@ fn read(path: &Path, opts: &ReadOptions) -> Result<Sample> {
             }
         ),
     })
+}
+
+/// The entries read by role, the layers whose `input_layernorm` normed output marks them, and
+/// how many entries are not read.
+fn by_role(
+    src: &FileSource,
+    refuse: &impl Fn(String) -> Error,
+) -> Result<(Dumped, Vec<usize>, usize)> {
+    let mut got = Dumped::new();
+    let mut layers_seen: Vec<usize> = Vec::new();
+    let mut left_out = 0usize;
+    for e in &src.entries {
+        match role(&e.raw) {
+            None => left_out += 1,
+            Some(Role::LayerSeen(n)) => layers_seen.push(n),
+            Some(r) => {
+                let t = src.load_entry(e)?;
+                if let Some((other, _)) = got.insert(r, (e.raw.clone(), t)) {
+                    return Err(refuse(format!(
+                        "`{}` and `{other}` are the same tensor",
+                        e.raw
+                    )));
+                }
+            }
+        }
+    }
+    Ok((got, layers_seen, left_out))
+}
+
+/// The model's layer count: every layer has an input_layernorm, so the highest index seen is
+/// the last layer.
+fn layer_count(
+    src: &FileSource,
+    got: &Dumped,
+    mut layers_seen: Vec<usize>,
+    opts: &ReadOptions,
+    refuse: &impl Fn(String) -> Error,
+) -> Result<usize> {
+    layers_seen.extend(got.keys().filter_map(|r| match r {
+        Role::AddNormResidual(n) => Some(*n),
+        _ => None,
+    }));
+    let Some(&top) = layers_seen.iter().max() else {
+        let seen: Vec<&str> = src.entries.iter().take(8).map(|e| e.raw.as_str()).collect();
+        return Err(refuse(format!(
+            "no `model.layers.N.input_layernorm` output (the fused add-RMSNorm whose residual output \
+             is the previous layer's output); its entries: {}",
+            seen.join(", ")
+        )));
+    };
+    if top >= limits::get().layers {
+        return Err(refuse(limits::exceeded(
+            "the layer index",
+            top,
+            "layers",
+            limits::get().layers,
+        )));
+    }
+    let num_layers = top + 1;
+    if let Some(l) = opts.num_layers
+        && l != num_layers
+    {
+        return Err(refuse(format!(
+            "the pass holds layers 0 to {top}, this model has {l} layers"
+        )));
+    }
+    Ok(num_layers)
+}
+
+/// The embedding, each layer's output (the next add-norm's residual output, the last layer's
+/// `model.norm`'s) and the final norm, each checked as a hidden state; with the layers read.
+fn hidden_states(
+    got: &Dumped,
+    num_layers: usize,
+    shapes: &mut HiddenShapes,
+) -> std::result::Result<(Tensors, Vec<String>), String> {
+    let mut check = |name: &str, t: &Tensor| {
+        shapes.check(&format!("`{name}`"), t, |s, first| {
+            format!("`{name}` is {s:?}, other hidden states {first:?}")
+        })
+    };
+    let mut tensors = Vec::new();
+    let mut layer_list = Vec::new();
+    if let Some((name, t)) = got.get(&Role::Embed) {
+        check(name, t)?;
+        tensors.push((Key::Embed.to_string(), t.clone()));
+    }
+    for n in 1..=num_layers {
+        let role = if n == num_layers {
+            Role::LastResidual
+        } else {
+            Role::AddNormResidual(n)
+        };
+        if let Some((name, t)) = got.get(&role) {
+            check(name, t)?;
+            tensors.push((Key::Layer(n - 1).to_string(), t.clone()));
+            layer_list.push((n - 1).to_string());
+        }
+    }
+    if let Some((name, t)) = got.get(&Role::FinalNorm) {
+        check(name, t)?;
+        tensors.push((Key::FinalNorm.to_string(), t.clone()));
+    }
+    Ok((tensors, layer_list))
 }
 
 #[cfg(test)]

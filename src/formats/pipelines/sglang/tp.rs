@@ -88,97 +88,106 @@ pub fn parse_dims(dims: &str, rank: usize) -> Result<Join, String> {
     })
 }
 
+/// "rank 0 [5, 8], rank 1 [5, 8]": the shards' ranks and shapes, for messages.
+fn seen(shards: &[Shard]) -> String {
+    let shapes: Vec<String> = shards
+        .iter()
+        .map(|s| format!("rank {} {:?}", s.file_rank, s.tensor.dims()))
+        .collect();
+    shapes.join(", ")
+}
+
 /// Joins the copies of `name` that the ranks dumped. Returns the tensor and how it was joined
 /// (None: one rank, no tensor parallelism).
 pub fn join(name: &str, mut shards: Vec<Shard>) -> Result<(Tensor, Option<Join>), String> {
-    let ranks: Vec<&str> = shards.iter().map(|s| s.file_rank.as_str()).collect();
-    let seen = |shards: &[Shard]| {
-        let shapes: Vec<String> = shards
-            .iter()
-            .map(|s| format!("rank {} {:?}", s.file_rank, s.tensor.dims()))
-            .collect();
-        shapes.join(", ")
-    };
     let tps: Vec<Option<(usize, usize)>> = shards.iter().map(|s| tp_of(&s.meta)).collect();
+    if let [None] | [Some((_, 1))] = tps[..] {
+        let one = shards.pop().ok_or_else(|| format!("`{name}`: no file"))?;
+        return Ok((one.tensor, None));
+    }
+    let how = how_ranks_join(name, &shards, &tps)?;
+    shards.sort_by_key(|s| tp_of(&s.meta).map_or(0, |t| t.0));
+    let tensors: Vec<&Tensor> = shards.iter().map(|s| &s.tensor).collect();
+    let joined = match how {
+        Join::Concat(axis) => Tensor::cat(&tensors, axis).map_err(|e| {
+            format!(
+                "`{name}`: shards {} do not join along axis {axis}: {e}",
+                seen(&shards)
+            )
+        })?,
+        Join::Sum => {
+            sum(&tensors).map_err(|e| format!("`{name}`: shards {}: {e}", seen(&shards)))?
+        }
+        Join::Replicated => {
+            same(&tensors).map_err(|e| format!("`{name}`: {e}"))?;
+            tensors[0].clone()
+        }
+    };
+    Ok((joined, Some(how)))
+}
+
+/// How the copies of `name` from several ranks join, from their meta (`tps`: each one's
+/// tp_rank and tp_size); refused when the meta is missing, disagrees or names other ranks.
+fn how_ranks_join(
+    name: &str,
+    shards: &[Shard],
+    tps: &[Option<(usize, usize)>],
+) -> Result<Join, String> {
+    let Some(all) = tps.iter().copied().collect::<Option<Vec<_>>>() else {
+        let ranks: Vec<&str> = shards.iter().map(|s| s.file_rank.as_str()).collect();
+        return Err(format!(
+            "`{name}` is dumped by {} ranks ({}) without tp_rank/tp_size in its meta: cannot tell how they join",
+            shards.len(),
+            ranks.join(", ")
+        ));
+    };
+    let size = all[0].1;
+    if size == 1 {
+        return Err(format!(
+            "`{name}` is dumped {} times in one forward pass ({})",
+            shards.len(),
+            seen(shards)
+        ));
+    }
+    let mut got: Vec<usize> = all.iter().map(|t| t.0).collect();
+    got.sort_unstable();
+    if all.iter().any(|t| t.1 != size) {
+        return Err(format!(
+            "`{name}`: the ranks' meta disagree on tp_size ({:?})",
+            all.iter().map(|t| t.1).collect::<Vec<_>>()
+        ));
+    }
     let dims: Vec<Option<&str>> = shards
         .iter()
         .map(|s| s.meta.get("dims").and_then(Json::as_str))
         .collect();
-    match tps[..] {
-        [None] | [Some((_, 1))] => {}
-        _ => {
-            let Some(all) = tps.iter().copied().collect::<Option<Vec<_>>>() else {
-                return Err(format!(
-                    "`{name}` is dumped by {} ranks ({}) without tp_rank/tp_size in its meta: cannot tell how they join",
-                    shards.len(),
-                    ranks.join(", ")
-                ));
-            };
-            let size = all[0].1;
-            if size == 1 {
-                return Err(format!(
-                    "`{name}` is dumped {} times in one forward pass ({})",
-                    shards.len(),
-                    seen(&shards)
-                ));
-            }
-            let mut got: Vec<usize> = all.iter().map(|t| t.0).collect();
-            got.sort_unstable();
-            if all.iter().any(|t| t.1 != size) {
-                return Err(format!(
-                    "`{name}`: the ranks' meta disagree on tp_size ({:?})",
-                    all.iter().map(|t| t.1).collect::<Vec<_>>()
-                ));
-            }
-            let dims_of = dims[0];
-            if dims.iter().any(|d| *d != dims_of) {
-                return Err(format!(
-                    "`{name}`: the ranks' meta disagree on `dims` ({dims:?})"
-                ));
-            }
-            let Some(d) = dims_of else {
-                return Err(format!(
-                    "`{name}` is dumped by {} of tp_size {size} ranks ({}) and its meta has no `dims` \
-                     saying how they join (split along an axis, tp:partial sums or tp:replicated): \
-                     refused, as whole copies and partial sums look alike; dump with dims=… \
-                     (e.g. \"t h[tp]\") or with tensor parallelism 1",
-                    shards.len(),
-                    seen(&shards)
-                ));
-            };
-            let how =
-                parse_dims(d, shards[0].tensor.rank()).map_err(|e| format!("`{name}`: {e}"))?;
-            let want: Vec<usize> = (0..size).collect();
-            if how != Join::Replicated && got != want {
-                return Err(format!(
-                    "`{name}`: `dims` \"{d}\" splits it over tp_size {size} ranks, but the dump holds tp ranks {got:?}"
-                ));
-            }
-            if how == Join::Replicated && got.windows(2).any(|w| w[0] == w[1]) {
-                return Err(format!("`{name}`: a tp rank dumped it twice ({got:?})"));
-            }
-            shards.sort_by_key(|s| tp_of(&s.meta).map_or(0, |t| t.0));
-            let tensors: Vec<&Tensor> = shards.iter().map(|s| &s.tensor).collect();
-            let joined = match how {
-                Join::Concat(axis) => Tensor::cat(&tensors, axis).map_err(|e| {
-                    format!(
-                        "`{name}`: shards {} do not join along axis {axis}: {e}",
-                        seen(&shards)
-                    )
-                })?,
-                Join::Sum => {
-                    sum(&tensors).map_err(|e| format!("`{name}`: shards {}: {e}", seen(&shards)))?
-                }
-                Join::Replicated => {
-                    same(&tensors).map_err(|e| format!("`{name}`: {e}"))?;
-                    tensors[0].clone()
-                }
-            };
-            return Ok((joined, Some(how)));
-        }
+    let dims_of = dims[0];
+    if dims.iter().any(|d| *d != dims_of) {
+        return Err(format!(
+            "`{name}`: the ranks' meta disagree on `dims` ({dims:?})"
+        ));
     }
-    let one = shards.pop().ok_or_else(|| format!("`{name}`: no file"))?;
-    Ok((one.tensor, None))
+    let Some(d) = dims_of else {
+        return Err(format!(
+            "`{name}` is dumped by {} of tp_size {size} ranks ({}) and its meta has no `dims` \
+             saying how they join (split along an axis, tp:partial sums or tp:replicated): \
+             refused, as whole copies and partial sums look alike; dump with dims=… \
+             (e.g. \"t h[tp]\") or with tensor parallelism 1",
+            shards.len(),
+            seen(shards)
+        ));
+    };
+    let how = parse_dims(d, shards[0].tensor.rank()).map_err(|e| format!("`{name}`: {e}"))?;
+    let want: Vec<usize> = (0..size).collect();
+    if how != Join::Replicated && got != want {
+        return Err(format!(
+            "`{name}`: `dims` \"{d}\" splits it over tp_size {size} ranks, but the dump holds tp ranks {got:?}"
+        ));
+    }
+    if how == Join::Replicated && got.windows(2).any(|w| w[0] == w[1]) {
+        return Err(format!("`{name}`: a tp rank dumped it twice ({got:?})"));
+    }
+    Ok(how)
 }
 
 /// The one tensor every rank dumped alike (the token ids); refused when the copies differ.
