@@ -8,10 +8,11 @@ import re
 import struct
 import sys
 
-import hsdiff_capture
 import pytest
 import torch
 import transformers
+
+import hsdiff_capture
 from conftest import GOLDEN_FIZZBUZZ_F32, GOLDEN_MODEL, assert_bit_identical, read_dump, rel_l2
 from hsdiff_capture import CaptureError
 

@@ -1,7 +1,7 @@
 """Shared fixtures: the golden tiny model, stand-in kernel packages, running the installed
 `hsdiff-capture` command, reading dumps.
 
-Runs with the packages of tests/python/requirements.txt and hsdiff-capture installed
+Runs with the packages of python/tests/requirements.txt and hsdiff-capture installed
 (scripts/test.sh does both)."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def cli_command() -> list[str]:
 
 
 def run_cli(args: list[str], standin: Path | None = None, path: str | None = None,
-            script: bool = False, python: Path | None = None,
+            python: Path | None = None,
             hsdiff_bin: Path | None = None) -> subprocess.CompletedProcess:
     """The installed `hsdiff-capture`, or `python -m hsdiff_capture` with another interpreter
     (`bare_python`: one whose environment has no hsdiff of its own)."""
@@ -109,9 +109,7 @@ def run_cli(args: list[str], standin: Path | None = None, path: str | None = Non
         env["PATH"] = path
     if hsdiff_bin is not None:
         env["HSDIFF_BIN"] = str(hsdiff_bin)
-    if script:
-        cmd = [sys.executable, str(REPO / "scripts" / "capture_hf.py")]
-    elif python is not None:
+    if python is not None:
         cmd = [str(python), "-m", "hsdiff_capture"]
     else:
         cmd = cli_command()

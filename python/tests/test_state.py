@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import pytest
+
 from conftest import REPO, assert_bit_identical, hsdiff_binary, read_dump, rel_l2, run_cli
 
 MODELS = ("qwen3_5_tiny", "qwen3_next_moe_tiny")
@@ -114,7 +115,7 @@ def test_compare_shows_the_state_rows(f64_pair, tmp_path):
 
 def test_state_capture_leaves_the_hidden_states_alone(fizzbuzz_args, absent_dump, tmp_path):
     out = tmp_path / "state.safetensors"
-    r = run_cli([*fizzbuzz_args, "--state", "--out", str(out)], script=True)
+    r = run_cli([*fizzbuzz_args, "--state", "--out", str(out)])
     assert r.returncode == 0, r.stderr
     with_state, _ = read_dump(out)
     without, _ = read_dump(absent_dump)
