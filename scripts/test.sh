@@ -21,7 +21,10 @@ fi
 scripts/cuda-emu-test.sh
 
 venv="$(realpath -m "${HSDIFF_TEST_VENV:-target/pytest-venv}")"
-pins="$(cat python/tests/requirements*.txt scripts/requirements-golden.txt | sha256sum | cut -d' ' -f1)"
+# The pins alone (not comments, nor the `-r` line that names where the golden pins live), so that
+# editing a comment or moving a file does not reinstall 5 GB.
+pins="$(cat python/tests/requirements*.txt golden/requirements.txt | grep -v -e '^#' -e '^-r ' -e '^$' \
+    | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.pins" 2>/dev/null)" != "$pins" ]; then
     rm -rf "$venv"
     python3 -m venv "$venv"

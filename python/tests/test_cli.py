@@ -22,7 +22,7 @@ def test_help_of_the_console_script_and_the_module():
 
 
 def test_default_capture_is_the_golden_transformers_capture(absent_dump, golden_here):
-    # make_golden.py's f32 hidden states of the same model and prompt (recorded on this machine):
+    # golden/make.py's f32 hidden states of the same model and prompt (recorded on this machine):
     # same keys, same bits.
     ours, meta = read_dump(absent_dump)
     assert_bit_identical(ours, golden_here)

@@ -106,11 +106,12 @@ impl SkipList {
     }
 }
 
-/// transformers' side of a run: a Python with torch + transformers, and scripts/bench_torch.py.
+/// transformers' side of a run: a Python with torch + transformers, and the script it runs
+/// (`--torch-script`; None: the one built in, [`super::torch_script`]).
 #[derive(Debug, Clone)]
 pub struct TorchSide {
     pub python: PathBuf,
-    pub script: PathBuf,
+    pub script: Option<PathBuf>,
 }
 
 /// The options of a run as given (`bench core` and `bench forward` share them).
@@ -125,7 +126,7 @@ pub struct PlanRequest {
     pub threads: Option<usize>,
     pub skip: Vec<String>,
     pub torch: Option<PathBuf>,
-    pub torch_script: PathBuf,
+    pub torch_script: Option<PathBuf>,
     pub seed: u64,
     pub work_dir: Option<PathBuf>,
     pub keep: bool,
@@ -178,21 +179,18 @@ impl Plan {
                 ));
             }
         }
-        let torch = match req.torch {
-            Some(python) if !req.torch_script.is_file() => {
+        let torch = match (req.torch, req.torch_script) {
+            (Some(python), Some(script)) if !script.is_file() => {
                 return Err(Error::file(
-                    &req.torch_script,
+                    &script,
                     format!(
                         "the PyTorch side of --torch {} is missing (see --torch-script)",
                         python.display()
                     ),
                 ));
             }
-            Some(python) => Some(TorchSide {
-                python,
-                script: req.torch_script,
-            }),
-            None => None,
+            (Some(python), script) => Some(TorchSide { python, script }),
+            (None, _) => None,
         };
         Ok(Plan {
             backends: req.backends,
@@ -298,7 +296,7 @@ mod tests {
             threads: Some(2),
             skip: vec!["fused@bf16".into()],
             torch: None,
-            torch_script: PathBuf::from("/nonexistent/bench_torch.py"),
+            torch_script: Some(PathBuf::from("/nonexistent/bench_torch.py")),
             seed: 7,
             work_dir: None,
             keep: false,
@@ -327,7 +325,11 @@ mod tests {
 
         let mut r = request();
         r.torch = Some(PathBuf::from("python3"));
-        let e = Plan::new(r).expect_err("script missing");
+        let e = Plan::new(r.clone()).expect_err("script missing");
         assert!(e.to_string().contains("--torch-script"), "{e}");
+        // Without --torch-script the built-in copy runs: nothing to find on disk.
+        r.torch_script = None;
+        let plan = Plan::new(r).expect("the built-in script");
+        assert!(plan.torch.expect("torch side").script.is_none());
     }
 }
