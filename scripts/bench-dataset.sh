@@ -11,7 +11,7 @@
 # instead of written anew (writing is CPU work that must not run in someone's quiet window).
 #
 # usage: scripts/bench-dataset.sh [--n N] [--tokens T] [--dir DIR] [--hsdiff BIN] [--warm] [--keep] [--reuse]
-#   defaults: N=100, T=2048, DIR=a fresh folder under /work (or $TMPDIR), BIN=target/release/hsdiff
+#   defaults: N=100, T=2048, DIR=a fresh folder under $TMPDIR (or /tmp), BIN=target/release/hsdiff
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -45,9 +45,7 @@ layers=5
 ids="1,16,31,46,61"
 
 if [[ -z "$dir" ]]; then
-    base="${TMPDIR:-/tmp}"
-    [[ -d /work ]] && base=/work
-    dir="$(mktemp -d "$base/hsdiff-bench-dataset.XXXXXX")"
+    dir="$(mktemp -d "${TMPDIR:-/tmp}/hsdiff-bench-dataset.XXXXXX")"
 else
     mkdir -p "$dir"
 fi

@@ -11,14 +11,14 @@
 # when a later step is stopped). Run it on an otherwise idle machine.
 #
 # Environment: BEFORE, AFTER (the two hsdiff binaries; required), MODEL (default
-# /tmp/hsdiff-bench-model), OUT (default bench-forward-ab), THREADS (default 2), DUMPS (a folder
+# ~/.cache/hsdiff/bench-model, scripts/make_bench_model.py's), OUT (default bench-forward-ab), THREADS (default 2), DUMPS (a folder
 # holding a.safetensors and b.safetensors of the model on TOKENS, for the compare step; skipped
 # when absent), TOKENS (a file of comma-separated ids, for the live run and the dumps; skipped
 # when absent), STEPS (default "ab compare live perf").
 set -uo pipefail
 
 : "${BEFORE:?BEFORE=path/to/hsdiff}" "${AFTER:?AFTER=path/to/hsdiff}"
-MODEL=${MODEL:-/tmp/hsdiff-bench-model}
+MODEL=${MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/hsdiff/bench-model}
 OUT=${OUT:-bench-forward-ab}
 THREADS=${THREADS:-2}
 DUMPS=${DUMPS:-}

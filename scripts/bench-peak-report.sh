@@ -20,16 +20,17 @@
 # report and stderr. Run it on an otherwise idle machine: wall-clock numbers under load mean
 # nothing.
 #
-# Environment: HSDIFF (default target/release/hsdiff), MODEL (default /tmp/hsdiff-bench-model),
-# PYTHON (torch + transformers, default /work/pyvenv/bin/python), THREADS (default 2),
+# Environment: HSDIFF (default target/release/hsdiff), MODEL (default
+# ~/.cache/hsdiff/bench-model, scripts/make_bench_model.py's), PYTHON (torch + transformers,
+# default target/venv-golden/bin/python, docs/golden.md), THREADS (default 2),
 # OUT (default bench-peak-report, outside the repository is better), REPEATS (timed calls of the
 # gemm step, default 2; the forwards take one timed call after one warm-up call), GEMM_COLUMNS (only
 # for a quick check of the script: `bench gemm --columns`).
 set -uo pipefail
 
 HSDIFF=${HSDIFF:-target/release/hsdiff}
-MODEL=${MODEL:-/tmp/hsdiff-bench-model}
-PYTHON=${PYTHON:-/work/pyvenv/bin/python}
+MODEL=${MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/hsdiff/bench-model}
+PYTHON=${PYTHON:-target/venv-golden/bin/python}
 THREADS=${THREADS:-2}
 OUT=${OUT:-bench-peak-report}
 REPEATS=${REPEATS:-2}
@@ -54,8 +55,7 @@ step() {
     timeout "$limit" "$@" >"$OUT/$name.md"
     echo "$name: exit code $? (limit ${limit} s)" | tee -a "$OUT/log.txt"
 }
-forward=("$HSDIFF" bench forward --model "$MODEL" --threads "$THREADS" --repeats 1
-    --torch-script "$HERE/bench_torch.py" --markdown)
+forward=("$HSDIFF" bench forward --model "$MODEL" --threads "$THREADS" --repeats 1 --markdown)
 
 stamp "start"
 grep -m1 'model name' /proc/cpuinfo | tee -a "$OUT/log.txt"

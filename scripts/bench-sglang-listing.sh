@@ -27,9 +27,7 @@ bin="${bin:-$root/target/release/hsdiff}"
 [[ -x "$bin" ]] || { echo "bench-sglang-listing: no hsdiff binary at $bin (cargo build --release --locked, or --hsdiff BIN)" >&2; exit 2; }
 src="$root/tests/fixtures/pipelines/qwen3_5_tiny/sglang/dumper/dump_20261201_120000_000000"
 [[ -d "$src" ]] || { echo "bench-sglang-listing: no fixture folder $src" >&2; exit 2; }
-base="${TMPDIR:-/tmp}"
-[[ -d /work ]] && base=/work
-dir="$(mktemp -d "$base/hsdiff-bench-sglang.XXXXXX")"
+dir="$(mktemp -d "${TMPDIR:-/tmp}/hsdiff-bench-sglang.XXXXXX")"
 trap 'rm -rf "$dir"' EXIT
 
 printf '%8s %10s %12s\n' passes seconds ms/pass

@@ -4,14 +4,15 @@
 # Needs scripts/setup-cuda-toolchain.sh first (same CUDA_PREFIX). docs/cuda.md explains.
 #
 #   OUT.xz             where the compressed binary goes (default .gpu/hsdiff.xz; carry .gpu)
-#   CUDA_PREFIX        toolchain prefix (default /work/cuda-toolchain)
-#   CARGO_TARGET_DIR   default /work/target-cuda (never the shared target/: a 15-minute
-#                      CUDA build would hold its lock)
+#   CUDA_PREFIX        toolchain prefix (default ~/.cache/hsdiff/cuda-toolchain, as
+#                      scripts/setup-cuda-toolchain.sh)
+#   CARGO_TARGET_DIR   default target-cuda in the checkout (never the shared target/: a
+#                      15-minute CUDA build would hold its lock)
 #   CUDA_BUILD_CMD     cargo subcommand, default `build` (e.g. `clippy` for the lint pass)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-.gpu/hsdiff.xz}
-CUDA_PREFIX=${CUDA_PREFIX:-/work/cuda-toolchain}
+CUDA_PREFIX=${CUDA_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/hsdiff/cuda-toolchain}
 export CUDA_HOME="$CUDA_PREFIX/cuda"
 [ -x "$CUDA_HOME/bin/nvcc" ] || { echo "no nvcc at $CUDA_HOME/bin: run scripts/setup-cuda-toolchain.sh" >&2; exit 2; }
 export PATH="$CUDA_HOME/bin:$PATH"
@@ -19,7 +20,7 @@ export NVCC="$CUDA_HOME/bin/nvcc"
 export CUDA_COMPUTE_CAP=90         # no nvidia-smi here; candle-kernels (cudaforge) makes it sm_90a
 export CUDARC_CUDA_VERSION=13000   # cudarc's CUDA 13.0 bindings (also pinned by our cudarc dep)
 export CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-2}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-cuda}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target-cuda}
 cmd=${CUDA_BUILD_CMD:-build}
 
 start=$(date +%s)

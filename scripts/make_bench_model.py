@@ -11,24 +11,36 @@ A text-only Qwen3.5 checkpoint (``Qwen3_5ForCausalLM``, ``model_type: qwen3_5_te
     embedding lookup costs nothing and the lm_head is one 5120 × vocab matmul, so a small vocab
     keeps the benchmark about the decoder layers).
 
-Weights are random, from make_golden.py's recipe (``recipe_for``: N(0, 1/fan_in) matrices,
+Weights are random, from golden/make.py's recipe (``recipe_for``: N(0, 1/fan_in) matrices,
 A_log ~ log U(0.05, 2), dt_bias ~ U(-3, 0.5), conv N(0, 0.25), norms U(±0.5) / U(0.5, 1.5)),
 seeded, stored in bfloat16 in one model.safetensors (about 3.1 GB). The model is built on the
 meta device and each tensor is sampled and written on its own, so memory stays near the size
 of the largest tensor.
 
-    /work/venv-golden/bin/python scripts/make_bench_model.py --out /tmp/hsdiff-bench-model
+    python scripts/make_bench_model.py --out "${XDG_CACHE_HOME:-$HOME/.cache}/hsdiff/bench-model"
+
+with the Python of golden/requirements.txt.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import make_golden  # noqa: E402  (same environment checks and weight recipe as the golden files)
+
+def load_golden_generator():
+    """golden/make.py as a module: the same environment checks and weight recipe as the golden files."""
+    path = Path(__file__).resolve().parent.parent / "golden" / "make.py"
+    spec = importlib.util.spec_from_file_location("make_golden", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+make_golden = load_golden_generator()
 
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
@@ -68,7 +80,7 @@ def bench_config(vocab: int, layers: int) -> Qwen3_5TextConfig:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, required=True, help="output folder (outside the repository, e.g. /tmp/...)")
+    ap.add_argument("--out", type=Path, required=True, help="output folder (outside the repository, e.g. ~/.cache/hsdiff/bench-model)")
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--seed", type=int, default=SEED)

@@ -2,7 +2,8 @@
 # setup-cuda-toolchain.sh — a CUDA 13.0 *build* toolchain for hsdiff's `cuda` feature on a
 # machine with no GPU and no CUDA install (docs/cuda.md). Idempotent; no root needed.
 #
-#   CUDA_PREFIX  where everything goes (default /work/cuda-toolchain — keep it OUT of the repo)
+#   CUDA_PREFIX  where everything goes (default ${XDG_CACHE_HOME:-~/.cache}/hsdiff/cuda-toolchain —
+#                keep it OUT of the repo)
 #                $CUDA_PREFIX/venv   python venv holding NVIDIA's 13.0.x wheels
 #                $CUDA_PREFIX/cuda   symlink to the toolkit-shaped root inside the venv
 #                                    (use it as CUDA_HOME; scripts/build-cuda.sh does)
@@ -15,7 +16,7 @@
 # build script only records stub directories that exist when it runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CUDA_PREFIX=${CUDA_PREFIX:-/work/cuda-toolchain}
+CUDA_PREFIX=${CUDA_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/hsdiff/cuda-toolchain}
 venv="$CUDA_PREFIX/venv"
 home="$CUDA_PREFIX/cuda"
 

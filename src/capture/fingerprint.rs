@@ -2,7 +2,7 @@
 //! from two machines can be told apart by more than their numbers.
 //!
 //! The field names are a stable contract (docs/capture-pytorch.md lists them, with what each
-//! holds); `scripts/capture_hf.py` writes the same names from the PyTorch side, and anything a
+//! holds); `hsdiff-capture` (python/) writes the same names from the PyTorch side, and anything a
 //! writer records beyond them lands in [`Fingerprint::extra`].
 
 use std::collections::BTreeMap;
@@ -21,8 +21,8 @@ use crate::weights::checkpoint::Checkpoint;
 pub struct Fingerprint {
     /// `hsdiff.dump/v1`
     pub format: String,
-    /// Who wrote the dump: `hsdiff`, `pytorch` (scripts/capture_hf.py) or `transformers`
-    /// (scripts/make_golden.py).
+    /// Who wrote the dump: `hsdiff`, `pytorch` (hsdiff-capture) or `transformers`
+    /// (golden/make.py).
     pub source: String,
     /// hsdiff's version (hsdiff dumps).
     #[serde(default, skip_serializing_if = "Option::is_none")]

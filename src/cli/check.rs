@@ -19,7 +19,7 @@ use crate::util::device::DeviceName;
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
-    /// A dump to recompute and compare against (hsdiff dump, scripts/capture_hf.py output or a
+    /// A dump to recompute and compare against (hsdiff dump, hsdiff-capture output or a
     /// golden file). Default: the built-in golden set.
     #[arg(long, value_name = "FILE")]
     pub golden: Option<PathBuf>,

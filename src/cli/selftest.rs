@@ -18,9 +18,9 @@ pub struct SelftestArgs {
     #[arg(long, default_value = "cpu", value_name = "DEVICE")]
     pub device: DeviceName,
 
-    /// Folder of the golden states (default: golden/states of the source tree this binary was
-    /// built from).
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/golden/states"), value_name = "DIR")]
+    /// Folder of the golden states (default: golden/states, the checkout's when run from its
+    /// root; a missing folder is refused with this flag named).
+    #[arg(long, default_value = "golden/states", value_name = "DIR")]
     pub golden: PathBuf,
 
     /// Skip the long (T = 1000) kernel cases.

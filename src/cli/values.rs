@@ -90,7 +90,7 @@ mod tests {
     use super::*;
 
     /// (name, label or None for a near miss) from the list hsdiff-capture's tests read too
-    /// (tests/python/test_pure.py), so the two sides cannot drift apart.
+    /// (python/tests/test_pure.py), so the two sides cannot drift apart.
     fn golden_dtype_names() -> Vec<(&'static str, Option<&'static str>)> {
         include_str!("../../tests/fixtures/dtype_names.txt")
             .lines()

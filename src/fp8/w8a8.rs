@@ -13,7 +13,7 @@
 //!    FMA: at most one f32 rounding of the accumulator per block, far below the bf16 output's);
 //! 3. the output rounded to bf16.
 //!
-//! `scripts/make_fp8_checkpoint.py` implements the same recipe in torch; tests/model/fp8.rs holds the
+//! `golden/make_fp8.py` implements the same recipe in torch; tests/model/fp8.rs holds the
 //! two to bit equality.
 
 use half::bf16;

@@ -222,7 +222,7 @@ pub fn find_model(
     Ok(None)
 }
 
-/// Model names (scripts/make_golden.py, hsdiff's own fingerprints) that are the built-in model.
+/// Model names (golden/make.py, hsdiff's own fingerprints) that are the built-in model.
 const BUILTIN_NAMES: &[&str] = &["qwen3_5_tiny", "built-in tiny Qwen3.5"];
 
 #[cfg(test)]

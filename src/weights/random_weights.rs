@@ -1,6 +1,6 @@
 //! `--random-weights SEED`: a checkpoint that exists only as a config.json. Every tensor a real
 //! checkpoint of that config would hold is generated, when the forward pass asks for it, from SEED
-//! and the tensor's name with the golden weight recipe (docs/golden.md, scripts/make_golden.py),
+//! and the tensor's name with the golden weight recipe (docs/golden.md, golden/make.py),
 //! rounded to bf16 like a stored checkpoint, and never kept.
 //!
 //! The generator is counter-based (element `i` of tensor `name` depends only on SEED, `name` and

@@ -1,5 +1,5 @@
 //! `hsdiff compare A B` on the committed fixtures of `tests/fixtures/compare/` (written by
-//! `scripts/make_compare_fixtures.py` from the golden tiny Qwen3.5 run with transformers): every
+//! `tests/fixtures/compare/make.py` from the golden tiny Qwen3.5 run with transformers): every
 //! accepted format and name convention, the hidden_states convention, layer-shift detection,
 //! the token-mismatch refusal, environment differences, exit codes, and malformed files.
 

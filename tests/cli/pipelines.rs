@@ -1,5 +1,5 @@
 //! Drafter pipelines' own dumps (`tests/fixtures/pipelines/`, written by
-//! `scripts/make_pipeline_fixtures.py` from transformers for both golden models): each format
+//! `tests/fixtures/pipelines/make.py` from transformers for both golden models): each format
 //! read with the right layers or refused, the index reading and the last state checked against
 //! the truth, datasets paired by id and by token ids, a planted bug named with its sample and
 //! layer, masks honoured, batches split, `--calibrate N`, and shards merged into the whole.

@@ -1,5 +1,5 @@
 //! SGLang's own dumps (`tests/fixtures/pipelines/{model}/sglang/`, emulated from SGLang's code by
-//! `scripts/make_pipeline_fixtures.py` from transformers forwards of both golden models): the
+//! `tests/fixtures/pipelines/make.py` from transformers forwards of both golden models): the
 //! dumper's `{value, meta}` files and the `Pass{n}.pt` tensor dump read with the right layers
 //! (each layer's output rebuilt from SGLang's hidden_states / residual pair), tensor-parallel
 //! shards joined by their `dims` or refused without, and a SpecForge DFlash training dump

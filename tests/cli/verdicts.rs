@@ -1,6 +1,6 @@
 //! A verdict is a promise (issue 19): never benign on a real bug, never a mismatch on honest
 //! rounding — on captures made the way the brief's team made them (tests/fixtures/team/, written
-//! by scripts/make_team_captures.py from transformers: hooks on layers 1, 3, 5, `torch.save` by
+//! by tests/fixtures/team/make.py from transformers: hooks on layers 1, 3, 5, `torch.save` by
 //! index, with and without `input_ids`, f32 / bf16 / stored wide, dense and MoE, bugs planted in
 //! transformers' torch fallback). One test per row of the issue's table, and the honest pairs
 //! that must stay benign.

@@ -1,5 +1,5 @@
 //! Every file of `tests/fixtures/torch_sweep/` (200 archives written by torch 2.15's
-//! `torch.save`, see scripts/make_torch_sweep.py) opens, and each tensor comes back with the
+//! `torch.save`, see tests/fixtures/torch_sweep/make.py) opens, and each tensor comes back with the
 //! name, shape, dtype and values the manifest records (a sum and a position-weighted sum, so a
 //! transposed read fails). The archives differ in file name (which
 //! shifts every offset inside them), tensor count (1–64), dtype (bf16/f16/f32) and container
@@ -67,7 +67,7 @@ fn every_torch_written_file_opens_and_reads_back() {
                 .and_then(|t| t.to_vec1::<f64>())
                 .expect("values");
             let sum: f64 = values.iter().sum();
-            // Row-major position i weighs (i mod 7) + 1, as in make_torch_sweep.py: a transposed
+            // Row-major position i weighs (i mod 7) + 1, as in tests/fixtures/torch_sweep/make.py: a transposed
             // or permuted read keeps the plain sum but not this one.
             let weighted: f64 = values
                 .iter()

@@ -1,4 +1,4 @@
-//! FP8 checkpoints (`golden/qwen3_5_tiny_fp8`, written by scripts/make_fp8_checkpoint.py from the
+//! FP8 checkpoints (`golden/qwen3_5_tiny_fp8`, written by golden/make_fp8.py from the
 //! golden tiny Qwen3.5 with weight_block_size [48, 40]: partial edge blocks on both sides of
 //! every weight):
 //!
@@ -139,7 +139,7 @@ fn every_fp8_code_decodes_as_torch_decodes_it() {
 }
 
 /// The served Linear against the torch implementation of the recipe in
-/// scripts/make_fp8_checkpoint.py, bit for bit: both compute each block's dot exactly and round
+/// golden/make_fp8.py, bit for bit: both compute each block's dot exactly and round
 /// it once to f32, then do the same f32 multiplies and adds in the same order and round the
 /// output once to bf16, so nothing is left to differ. Any difference is a different recipe.
 #[test]

@@ -1,5 +1,5 @@
 //! The decode path (cached prefill of tokens 0..=P, then one token at a time) of every backend
-//! against transformers' own cached decode (`golden/decode/`, `make_golden.py --decode`):
+//! against transformers' own cached decode (`golden/decode/`, `golden/make.py --decode`):
 //!
 //! - at f64, every decoded logit, every decoded layer output and every final conv / recurrent
 //!   state equals transformers' strict-float64 decode to ≤ 1e-10 relative L2;

@@ -366,7 +366,7 @@ fn tokenizer_ids_match_golden_input_ids() {
             let ids = tok.encode(text).unwrap_or_else(|e| panic!("{e}"));
             for mode in ["f64", "f32", "bf16", "hf64"] {
                 let path = state_path(model_name, prompt, mode);
-                // make_golden.py's MODES_FOR_PROMPT (hf64 is summarised, not stored): a file
+                // golden/make.py's MODES_FOR_PROMPT (hf64 is summarised, not stored): a file
                 // missing from that set fails here instead of dropping out of the check.
                 let stored = matches!(
                     (prompt.as_str(), mode),
@@ -375,7 +375,7 @@ fn tokenizer_ids_match_golden_input_ids() {
                 assert_eq!(
                     path.exists(),
                     stored,
-                    "{}: stored or not, against make_golden.py's MODES_FOR_PROMPT",
+                    "{}: stored or not, against golden/make.py's MODES_FOR_PROMPT",
                     path.display()
                 );
                 if !stored {

@@ -168,7 +168,7 @@ fn the_golden_list_round_trips_in_forward_order_and_has_every_kind() {
 
 #[test]
 fn the_golden_files_names_are_keys() {
-    // Written by scripts/make_golden.py (transformers' hooks), independently of this module.
+    // Written by golden/make.py (transformers' hooks), independently of this module.
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden");
     let mut seen = 0;
     for dir in ["states", "decode"] {

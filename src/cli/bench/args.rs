@@ -37,14 +37,14 @@ pub struct CommonArgs {
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<String>,
 
-    /// Also run transformers with this Python (which has torch + transformers, e.g.
-    /// /work/venv-golden/bin/python).
+    /// Also run transformers with this Python (which has torch + transformers and none of fla,
+    /// causal-conv1d, kernels).
     #[arg(long, value_name = "PYTHON")]
     pub torch: Option<PathBuf>,
 
-    /// The PyTorch side.
-    #[arg(long, value_name = "FILE", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/bench_torch.py"))]
-    pub torch_script: PathBuf,
+    /// The PyTorch side (default: the bench_torch.py built into this binary).
+    #[arg(long, value_name = "FILE")]
+    pub torch_script: Option<PathBuf>,
 
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 20240917)]

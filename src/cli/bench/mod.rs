@@ -106,7 +106,7 @@ fn reserved_plan(c: &CommonArgs, default_repeats: usize, inputs: &[&Path]) -> Re
     let plan = plan::checked_plan(c, default_repeats)?;
     if let Some(path) = &c.json {
         let mut read: Vec<&Path> = inputs.to_vec();
-        read.push(&c.torch_script);
+        read.extend(c.torch_script.as_deref());
         read.extend(c.torch.as_deref());
         read.extend(c.work_dir.as_deref());
         reserve_all(&[(path, "--json")], &read)?;

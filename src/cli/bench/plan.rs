@@ -68,21 +68,22 @@ fn refuse_served_fp8(d: DType) -> Result<()> {
     Ok(())
 }
 
-/// transformers' side with `--torch PYTHON`: its script must exist.
+/// transformers' side with `--torch PYTHON`: a `--torch-script` given must exist (none: the
+/// script built into the binary runs).
 fn torch_side(c: &CommonArgs) -> Result<Option<TorchSide>> {
-    match &c.torch {
-        Some(python) if !c.torch_script.is_file() => Err(Error::file(
-            &c.torch_script,
+    match (&c.torch, &c.torch_script) {
+        (Some(python), Some(script)) if !script.is_file() => Err(Error::file(
+            script,
             format!(
                 "the PyTorch side of --torch {} is missing (see --torch-script)",
                 python.display()
             ),
         )),
-        Some(python) => Ok(Some(TorchSide {
+        (Some(python), script) => Ok(Some(TorchSide {
             python: python.clone(),
-            script: c.torch_script.clone(),
+            script: script.clone(),
         })),
-        None => Ok(None),
+        (None, _) => Ok(None),
     }
 }
 
@@ -112,7 +113,7 @@ mod tests {
             threads: Some(2),
             skip: vec!["fused@bf16".into()],
             torch: None,
-            torch_script: PathBuf::from("/nonexistent/bench_torch.py"),
+            torch_script: Some(PathBuf::from("/nonexistent/bench_torch.py")),
             seed: 7,
             work_dir: None,
             keep: false,
@@ -145,5 +146,9 @@ mod tests {
         a.torch = Some(PathBuf::from("python3"));
         let e = checked_plan(&a, 3).expect_err("script missing");
         assert!(e.to_string().contains("--torch-script"), "{e}");
+        // Without --torch-script the built-in copy runs: nothing to find on disk.
+        a.torch_script = None;
+        let plan = checked_plan(&a, 3).expect("the built-in script");
+        assert!(plan.torch.expect("torch side").script.is_none());
     }
 }

@@ -7,7 +7,7 @@
 //!   GEMM-bound case (forward, gemm) is reported as GFLOP/s and as a fraction of it.
 //! - [`plan`]: the options, checked (including the `--skip` parser); [`runner`]: the parent,
 //!   which runs every measured case in a child process ([`case`], `hsdiff bench case`, hidden) so
-//!   that its peak RSS (`VmHWM`) is its own, and talks to it and to scripts/bench_torch.py through
+//!   that its peak RSS (`VmHWM`) is its own, and talks to it and to bench_torch.py ([`torch_script`]) through
 //!   [`protocol`]: inputs and outputs travel as safetensors files, results as one tagged stdout
 //!   line. Outputs are compared with transformers' (relative L2).
 //! - [`stats`]: timings are the median of `--repeats` calls after `--warmup` calls; min and max
@@ -25,3 +25,4 @@ pub mod render;
 pub mod results;
 pub mod runner;
 pub mod stats;
+pub mod torch_script;

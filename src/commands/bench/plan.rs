@@ -52,11 +52,12 @@ impl SkipList {
     }
 }
 
-/// transformers' side of a run: a Python with torch + transformers, and scripts/bench_torch.py.
+/// transformers' side of a run: a Python with torch + transformers, and the script it runs
+/// (`--torch-script`; None: the one built in, [`super::torch_script`]).
 #[derive(Debug, Clone)]
 pub struct TorchSide {
     pub python: PathBuf,
-    pub script: PathBuf,
+    pub script: Option<PathBuf>,
 }
 
 /// A checked run plan.

@@ -1,5 +1,5 @@
 //! The protocol between the bench parent and its case processes (`hsdiff bench case` and
-//! scripts/bench_torch.py): inputs and outputs travel as safetensors files named on the command
+//! bench_torch.py): inputs and outputs travel as safetensors files named on the command
 //! line; each result is one stdout line, [`RESULT_TAG`] then a [`Measurement`] as JSON. Other
 //! stdout lines are shown indented on stderr; stderr passes through.
 
@@ -31,7 +31,7 @@ pub struct Measurement {
     /// Threads the measurement ran with, as the process saw them.
     pub threads: Option<usize>,
     /// Floating-point operations of the linear layers' products per call (hsdiff's forward
-    /// cases; absent elsewhere, and from scripts/bench_torch.py).
+    /// cases; absent elsewhere, and from bench_torch.py).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub product_flops: Option<f64>,
 }

@@ -29,6 +29,8 @@ pub struct Bench {
     exe: PathBuf,
     work: PathBuf,
     remove_work: bool,
+    /// The script `--torch` runs: `--torch-script`, or the built-in one written into `work`.
+    torch_script: Option<PathBuf>,
 }
 
 /// Cases that share one inputs file: one sequence length and dtype.
@@ -98,6 +100,11 @@ impl Bench {
         if plan.keep {
             eprintln!("hsdiff bench: work files kept in {}", work.display());
         }
+        let torch_script = match plan.torch.as_ref().map(|t| &t.script) {
+            Some(Some(given)) => Some(given.clone()),
+            Some(None) => Some(super::torch_script::write_into(&work)?),
+            None => None,
+        };
         eprintln!("hsdiff bench: measuring the FMA peak …");
         Ok(Bench {
             peaks: Peaks::measure(plan.threads),
@@ -105,6 +112,7 @@ impl Bench {
             exe,
             work,
             remove_work,
+            torch_script,
         })
     }
 
@@ -126,11 +134,11 @@ impl Bench {
         cmd
     }
 
-    /// scripts/bench_torch.py `WHAT` when the run includes transformers.
+    /// bench_torch.py `WHAT` when the run includes transformers.
     pub fn torch_command(&self, what: &str) -> Option<Command> {
         let torch = self.plan.torch.as_ref()?;
         let mut cmd = Command::new(&torch.python);
-        cmd.arg(&torch.script).arg(what);
+        cmd.arg(self.torch_script.as_ref()?).arg(what);
         Some(cmd)
     }
 
@@ -171,7 +179,7 @@ impl Bench {
             out += "warning: this hsdiff is a debug build; build with --release to benchmark\n";
         }
         if p.torch.is_none() {
-            out += "transformers: not run (pass --torch PYTHON to run scripts/bench_torch.py)\n";
+            out += "transformers: not run (pass --torch PYTHON to run its PyTorch side, bench_torch.py)\n";
         }
         if !p.skips.given().is_empty() {
             out += &format!("skipped by --skip: {}\n", p.skips.given().join(", "));
@@ -289,9 +297,13 @@ impl Bench {
         }
     }
 
-    /// Removes the work folder when it was made for this run (and is empty by now).
+    /// Removes the work folder when it was made for this run (and is empty by now but for the
+    /// built-in script written there).
     pub fn close(self) {
         if self.remove_work {
+            if self.plan.torch.as_ref().is_some_and(|t| t.script.is_none()) {
+                let _ = std::fs::remove_file(self.work.join("bench_torch.py"));
+            }
             let _ = std::fs::remove_dir(&self.work);
         }
     }

@@ -29,7 +29,7 @@ pub use set::{line, worst, write_set};
 pub const SET_SCHEMA: &str = "hsdiff.check/v1";
 
 /// The built-in golden set: transformers 5.24's states of the built-in model on `fizzbuzz`
-/// (scripts/make_golden.py; docs/golden.md), as (name, file bytes).
+/// (golden/make.py; docs/golden.md), as (name, file bytes).
 pub const BUILTIN_SET: &[(&str, &[u8])] = &[
     (
         "fizzbuzz.f64",

@@ -130,3 +130,18 @@ fn run(
     }
     Ok((worst, which))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_golden_folder_is_refused_naming_the_flag() {
+        // The default (golden/states) is relative: run elsewhere than a checkout's root, it is
+        // absent, and the message must say which flag to pass.
+        let mut list = Checklist::default();
+        let e = check(&Device::Cpu, Path::new("no/such/golden/states"), &mut list)
+            .expect_err("refused");
+        assert!(e.to_string().contains("pass --golden DIR"), "{e}");
+    }
+}

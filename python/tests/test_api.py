@@ -8,10 +8,11 @@ import re
 import struct
 import sys
 
-import hsdiff_capture
 import pytest
 import torch
 import transformers
+
+import hsdiff_capture
 from conftest import GOLDEN_FIZZBUZZ_F32, GOLDEN_MODEL, assert_bit_identical, read_dump, rel_l2
 from hsdiff_capture import CaptureError
 
@@ -22,7 +23,7 @@ F32_BAND = 1e-5
 
 @pytest.fixture(scope="module")
 def golden(golden_here):
-    """make_golden.py's f32 capture made on this machine, and the committed file's fingerprint."""
+    """golden/make.py's f32 capture made on this machine, and the committed file's fingerprint."""
     return golden_here, read_dump(GOLDEN_FIZZBUZZ_F32)[1]
 
 
@@ -80,7 +81,7 @@ def test_finds_the_decoder_layers_wherever_they_live(cls, path, golden, tmp_path
 def test_fingerprint_fields(model, golden, tmp_path):
     res = hsdiff_capture.capture(model, golden[0]["input_ids"], out=tmp_path / "fp.safetensors")
     m, g = res.fingerprint, golden[1]
-    # The digests hsdiff computes for the folder (make_golden.py records the same method).
+    # The digests hsdiff computes for the folder (golden/make.py records the same method).
     for key in ("weights_digest", "config_sha256", "tokenizer_sha256", "tokens"):
         assert m[key] == g[key], key
     ids = golden[0]["input_ids"][0].tolist()

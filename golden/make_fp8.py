@@ -15,7 +15,7 @@ What it writes (docs/golden.md, "FP8"):
                                     partial edge blocks along both sides and several column
                                     blocks.
     golden/states/qwen3_5_tiny_fp8/fizzbuzz.f64.safetensors
-                                    transformers' strict-float64 run (make_golden.py's StrictF64)
+                                    transformers' strict-float64 run (golden/make.py's StrictF64)
                                     of the dequantised weights, W = fp8 · scale in float64
                                     (exact), on the first 40 tokens of the fizzbuzz prompt.
     tests/fixtures/fp8/served.safetensors
@@ -26,21 +26,30 @@ What it writes (docs/golden.md, "FP8"):
                                     activation scales; and torch's own decoding of all 256 codes
                                     of float8_e4m3fn and float8_e5m2.
 
-Deterministic (seeded, one thread). Run with the pinned venv: `python scripts/make_fp8_checkpoint.py`.
+Deterministic (seeded, one thread). Run with the pinned venv (golden/requirements.txt):
+`python golden/make_fp8.py`, after golden/make.py (which removes these files).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import shutil
-import sys
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import make_golden as mg  # noqa: E402  (its helpers: strict f64, the capture hooks, digests)
+
+def load_golden_generator():
+    """golden/make.py as a module: its helpers (strict f64, the capture hooks, digests)."""
+    spec = importlib.util.spec_from_file_location("make_golden", Path(__file__).resolve().parent / "make.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+mg = load_golden_generator()
 
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
@@ -251,7 +260,7 @@ def main() -> None:
     SERVED.parent.mkdir(parents=True, exist_ok=True)
     save_file(dict(served), str(SERVED), metadata={
         "block": json.dumps(list(BLOCK)),
-        "recipe": "served_linear in scripts/make_fp8_checkpoint.py",
+        "recipe": "served_linear in golden/make_fp8.py",
         "torch": torch.__version__,
     })
 

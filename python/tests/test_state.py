@@ -11,7 +11,8 @@ import sys
 import textwrap
 
 import pytest
-from conftest import REPO, assert_bit_identical, hsdiff_binary, read_dump, rel_l2, run_cli
+
+from conftest import GOLDEN_GENERATOR, REPO, assert_bit_identical, hsdiff_binary, read_dump, rel_l2, run_cli
 
 MODELS = ("qwen3_5_tiny", "qwen3_next_moe_tiny")
 # f64 rounding over 8 layers and 155 tokens (transformers and hsdiff sum in different orders):
@@ -19,16 +20,19 @@ MODELS = ("qwen3_5_tiny", "qwen3_next_moe_tiny")
 # ≥ 1e-7 (f32) or O(1).
 F64_BOUND = 1e-12
 
-# The package's `capture` under make_golden.py's strict-f64 mode (every float32 request rewritten
+# The package's `capture` under golden/make.py's strict-f64 mode (every float32 request rewritten
 # to float64 and audited; the model loaded as the golden files were, RoPE's inv_freq rebuilt in
 # float64 — transformers computes it in float32 at init, 1e-10 off from layer 3 on), on the golden
-# f64 dump's token ids. Runs in its own interpreter: the mode and make_golden's import-time checks
-# stay out of this process.
+# f64 dump's token ids. Runs in its own interpreter: the mode and golden/make.py's import-time
+# checks stay out of this process.
 STRICT_CAPTURE = textwrap.dedent("""
+    import importlib.util
     import sys
     from pathlib import Path
-    sys.path.insert(0, sys.argv[1])
-    from make_golden import MODEL_SPECS, StrictF64, load_for_mode
+    spec = importlib.util.spec_from_file_location("make_golden", sys.argv[1])
+    make_golden = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_golden)
+    MODEL_SPECS, StrictF64, load_for_mode = make_golden.MODEL_SPECS, make_golden.StrictF64, make_golden.load_for_mode
     import hsdiff_capture
     from safetensors import safe_open
 
@@ -59,7 +63,7 @@ def f64_pair(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"state-{model}")
     golden = REPO / "golden" / "states" / model / "fizzbuzz.f64.safetensors"
     pkg = tmp / "pkg.safetensors"
-    r = subprocess.run([sys.executable, "-c", STRICT_CAPTURE, str(REPO / "scripts"), str(REPO / "golden" / model),
+    r = subprocess.run([sys.executable, "-c", STRICT_CAPTURE, str(GOLDEN_GENERATOR), str(REPO / "golden" / model),
                         str(golden), str(pkg)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     ids, _ = read_dump(golden)
@@ -114,7 +118,7 @@ def test_compare_shows_the_state_rows(f64_pair, tmp_path):
 
 def test_state_capture_leaves_the_hidden_states_alone(fizzbuzz_args, absent_dump, tmp_path):
     out = tmp_path / "state.safetensors"
-    r = run_cli([*fizzbuzz_args, "--state", "--out", str(out)], script=True)
+    r = run_cli([*fizzbuzz_args, "--state", "--out", str(out)])
     assert r.returncode == 0, r.stderr
     with_state, _ = read_dump(out)
     without, _ = read_dump(absent_dump)

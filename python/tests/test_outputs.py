@@ -14,10 +14,11 @@ import threading
 import time
 from pathlib import Path
 
-import hsdiff_capture
 import pytest
 import torch
 import transformers
+
+import hsdiff_capture
 from conftest import GOLDEN_MODEL, cli_command, read_dump, run_cli
 from hsdiff_capture import CaptureError, engines, outputs
 

@@ -17,7 +17,7 @@ kept (not warm-up or graph-capture passes), and only on tensor-parallel rank 0.
 
 Neither engine installs on a CPU machine: the engine calls (`sglang.Engine`, `vllm.LLM`,
 `apply_model`) are written against their public APIs and have NOT been run here; the spool hook,
-the SGLang hook specification and the assembly are plain torch and tested (tests/python).
+the SGLang hook specification and the assembly are plain torch and tested (python/tests).
 """
 
 from __future__ import annotations

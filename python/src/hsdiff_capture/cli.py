@@ -26,8 +26,8 @@ DESCRIPTION = ("Load a transformers model, run one prompt with the linear-attent
                "and write an hsdiff dump (with --ab: two dumps from one load, then `hsdiff compare` on them).")
 
 
-def parser(prog: str) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog, description=DESCRIPTION,
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION,
                                  epilog="docs/capture-pytorch.md in the hsdiff repository has the details.")
     ap.add_argument("--model", required=True, help="checkpoint folder or hub id")
     ap.add_argument("--class", dest="cls", default="auto-causal",
@@ -226,18 +226,18 @@ def describe(res) -> str:
             f"hooked {m['module_path']}, {m['dtype']}, {m['implementation']}; calls: {calls or 'none'})")
 
 
-def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    args = parser(prog).parse_args(argv)
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
 
     def note(msg: str) -> None:
-        print(f"{prog}: {msg}", file=sys.stderr)
+        print(f"{PROG}: {msg}", file=sys.stderr)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _terminated)
     try:
         code = run(args, note)
     except CaptureError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr)
         code = 2
     except Terminated as t:
         # The temp files are gone (the `finally`s ran): die of the signal, as without the handler.

@@ -8,7 +8,7 @@ dtype on the same random token ids; the rel L2 of every captured hidden state ag
 dump is the honest floor at that depth. Transformers' own golden captures (bf16 / f32 against
 their strict-f64 capture) are measured too. Needs only an hsdiff binary (no torch):
 
-    python3 scripts/measure_honest_floors.py --hsdiff target/debug/hsdiff --work /tmp/floors
+    python3 data/measure_honest_floors.py --hsdiff target/debug/hsdiff --work "${TMPDIR:-/tmp}/floors"
 
 Dumps already in --work are reused. On a loaded 2-core box (debug build) the whole set takes
 about 15 minutes, most of it the 9B/27B/80B layers.
@@ -122,7 +122,7 @@ def main() -> None:
                              "tensor": [n for n, _, _ in r], "depth": [x for _, x, _ in r],
                              "rel_l2": [float(f"{v:.3e}") for _, _, v in r]})
     table = {
-        "about": "Rounding floors measured by scripts/measure_honest_floors.py: rel L2 of each captured "
+        "about": "Rounding floors measured by data/measure_honest_floors.py: rel L2 of each captured "
                  "hidden state at `dtype` against the f64 run of the same implementation on the same tokens. "
                  "src/compare/verdict.rs derives the uncalibrated rule's expected floor from it: per dtype, the largest "
                  "rel_l2 / (depth + 1) over every entry.",

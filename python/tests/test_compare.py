@@ -7,6 +7,7 @@ import json
 import subprocess
 
 import pytest
+
 from conftest import GOLDEN_MODEL, REPO, hsdiff_binary
 from hsdiff_capture import HsdiffError, compare
 from hsdiff_capture.compare import flags

@@ -51,7 +51,15 @@ def test_the_root_wheel_installed_the_binary_the_package_and_its_command():
     assert shebang.parent == Path(sys.executable).parent and shebang.name.startswith("python"), shebang
     r = subprocess.run([str(bindir / "hsdiff-capture"), "--help"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "--ab" in r.stdout, r.stderr
-    assert metadata.metadata("hsdiff").get_all("Provides-Extra") == ["ray"]
+    assert metadata.metadata("hsdiff").get_all("Provides-Extra") == ["ray", "sglang", "vllm"]
+
+
+def test_the_root_wheel_and_the_capture_package_declare_the_same_requirements():
+    root = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    package = tomllib.loads((REPO / "python" / "pyproject.toml").read_text())["project"]
+    for field in ("dependencies", "optional-dependencies", "requires-python"):
+        assert root[field] == package[field], field
+    assert any(d.startswith("transformers>=") for d in package["dependencies"])
 
 
 def test_the_capture_package_alone_still_builds_from_python(tmp_path):

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import GOLDEN_FIZZBUZZ_F32, REPO, assert_bit_identical, hsdiff_binary, read_dump, rel_l2
 
 # hsdiff's f32 band (rel L2 against the float64 truth, as in tests/golden_parity.rs): two
@@ -31,7 +32,7 @@ def capture(python: str, out: Path, flags: list[str], standin: Path | None) -> d
     env.pop("PYTHONPATH", None)
     if standin is not None:
         env["PYTHONPATH"] = str(standin)
-    cmd = [python, str(REPO / "scripts" / "capture_hf.py"), "--model", str(REPO / "golden" / "qwen3_5_tiny"),
+    cmd = [python, "-m", "hsdiff_capture", "--model", str(REPO / "golden" / "qwen3_5_tiny"),
            "--prompt", "fizzbuzz", "--out", str(out), *flags]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr

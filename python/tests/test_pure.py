@@ -9,6 +9,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+
 from conftest import REPO
 from hsdiff_capture import (
     CaptureError,
@@ -58,7 +59,7 @@ def test_the_package_imports_and_parses_arguments_without_torch():
         "import sys\n"
         "for m in ('torch', 'transformers', 'safetensors', 'numpy'): sys.modules[m] = None\n"
         "import hsdiff_capture, hsdiff_capture.cli as c\n"
-        "a = c.parser('hsdiff-capture').parse_args(['--model', 'm', '--out', 'o.safetensors'])\n"
+        "a = c.parser().parse_args(['--model', 'm', '--out', 'o.safetensors'])\n"
         "print(a.dtype, a.linear_attention, a.ab)\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
@@ -67,7 +68,7 @@ def test_the_package_imports_and_parses_arguments_without_torch():
 
 
 def test_argument_parsing():
-    ap = cli.parser("hsdiff-capture")
+    ap = cli.parser()
     a = ap.parse_args(["--model", "m", "--out", "p", "--ab", "--dtype", "bf16", "--tokens", "1,2"])
     assert (a.ab, a.dtype, a.tokens, a.prompt) == ("auto,torch", "bf16", "1,2", None)
     with pytest.raises(SystemExit) as e:  # --prompt and --tokens exclude each other

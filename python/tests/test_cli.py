@@ -1,11 +1,11 @@
-"""The installed `hsdiff-capture` command and the scripts/capture_hf.py wrapper: same dumps as
+"""The installed `hsdiff-capture` command and `python -m hsdiff_capture`: same dumps as
 before (bit for bit the golden transformers capture), in-process forcing against stand-in kernel
 packages, errors with exit 2."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
+from pathlib import Path
 
 from conftest import assert_bit_identical, read_dump, rel_l2, run_cli
 
@@ -13,9 +13,8 @@ from conftest import assert_bit_identical, read_dump, rel_l2, run_cli
 STANDIN_MIN_REL_L2 = 1e-2
 
 
-def test_help_of_the_console_script_the_module_and_the_wrapper():
-    runs = [run_cli(["--help"]), run_cli(["--help"], script=True),
-            subprocess.run([sys.executable, "-m", "hsdiff_capture", "--help"], capture_output=True, text=True)]
+def test_help_of_the_console_script_and_the_module():
+    runs = [run_cli(["--help"]), run_cli(["--help"], python=Path(sys.executable))]
     for r in runs:
         assert r.returncode == 0, r.stderr
         for opt in ("--linear-attention", "--conv", "--core", "--norm", "--ab", "--out"):
@@ -23,18 +22,18 @@ def test_help_of_the_console_script_the_module_and_the_wrapper():
 
 
 def test_default_capture_is_the_golden_transformers_capture(absent_dump, golden_here):
-    # make_golden.py's f32 hidden states of the same model and prompt (recorded on this machine):
+    # golden/make.py's f32 hidden states of the same model and prompt (recorded on this machine):
     # same keys, same bits.
     ours, meta = read_dump(absent_dump)
     assert_bit_identical(ours, golden_here)
     assert meta["implementation"] == "transformers/torch-fallback"
 
 
-def test_wrapper_script_writes_the_same_dump(tmp_path, fizzbuzz_args, absent_dump):
-    out = tmp_path / "script.safetensors"
-    r = run_cli([*fizzbuzz_args, "--out", str(out)], script=True)
+def test_the_module_writes_the_same_dump(tmp_path, fizzbuzz_args, absent_dump):
+    out = tmp_path / "module.safetensors"
+    r = run_cli([*fizzbuzz_args, "--out", str(out)], python=Path(sys.executable))
     assert r.returncode == 0, r.stderr
-    assert "capture_hf: wrote 12 tensors" in r.stderr
+    assert "hsdiff-capture: wrote 12 tensors" in r.stderr
     assert_bit_identical(read_dump(out)[0], read_dump(absent_dump)[0])
 
 

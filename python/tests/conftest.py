@@ -1,11 +1,12 @@
 """Shared fixtures: the golden tiny model, stand-in kernel packages, running the installed
 `hsdiff-capture` command, reading dumps.
 
-Runs with the packages of tests/python/requirements.txt and hsdiff-capture installed
+Runs with the packages of python/tests/requirements.txt and hsdiff-capture installed
 (scripts/test.sh does both)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+GOLDEN_GENERATOR = REPO / "golden" / "make.py"
 GOLDEN_MODEL = REPO / "golden" / "qwen3_5_tiny"
 GOLDEN_FIZZBUZZ_F32 = REPO / "golden" / "states" / "qwen3_5_tiny" / "fizzbuzz.f32.safetensors"
 
@@ -96,7 +98,7 @@ def cli_command() -> list[str]:
 
 
 def run_cli(args: list[str], standin: Path | None = None, path: str | None = None,
-            script: bool = False, python: Path | None = None,
+            python: Path | None = None,
             hsdiff_bin: Path | None = None) -> subprocess.CompletedProcess:
     """The installed `hsdiff-capture`, or `python -m hsdiff_capture` with another interpreter
     (`bare_python`: one whose environment has no hsdiff of its own)."""
@@ -109,9 +111,7 @@ def run_cli(args: list[str], standin: Path | None = None, path: str | None = Non
         env["PATH"] = path
     if hsdiff_bin is not None:
         env["HSDIFF_BIN"] = str(hsdiff_bin)
-    if script:
-        cmd = [sys.executable, str(REPO / "scripts" / "capture_hf.py")]
-    elif python is not None:
+    if python is not None:
         cmd = [str(python), "-m", "hsdiff_capture"]
     else:
         cmd = cli_command()
@@ -143,16 +143,15 @@ def assert_bit_identical(a: dict, b: dict) -> None:
 
 @pytest.fixture(scope="session")
 def golden_here() -> dict:
-    """make_golden.py's f32 record of the golden model on fizzbuzz (its own `load_for_mode` and
+    """golden/make.py's f32 record of the golden model on fizzbuzz (its own `load_for_mode` and
     `run_mode`), made now, on this machine. The committed golden file was made on another CPU,
     and torch's f32 kernels round differently per instruction set (AVX-512 vs AMX, MKL's
-    blocking), so checks of "the same bits as make_golden.py" compare against this record; the
+    blocking), so checks of "the same bits as golden/make.py" compare against this record; the
     committed file is checked against it within the f32 band (test_api.py)."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import make_golden
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+    spec = importlib.util.spec_from_file_location("make_golden", GOLDEN_GENERATOR)
+    assert spec is not None and spec.loader is not None
+    make_golden = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_golden)
     committed, _ = read_dump(GOLDEN_FIZZBUZZ_F32)
     ids = committed["input_ids"]
     model, dtype = make_golden.load_for_mode(GOLDEN_MODEL, make_golden.Qwen3_5ForConditionalGeneration, "f32")

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 
-import hsdiff_capture
 import pytest
+
+import hsdiff_capture
 from conftest import fake_hsdiff, hsdiff_binary, path_with, path_without_hsdiff
 from hsdiff_capture.binary import find_hsdiff, version_of
 

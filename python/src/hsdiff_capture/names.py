@@ -1,6 +1,6 @@
 """hsdiff's tensor names, as the package writes them: the contract with hsdiff's reader
 (`Key` in src/capture/key.rs), held to it by tests/fixtures/tensor_names.txt
-(tests/python/test_pure.py)."""
+(python/tests/test_pure.py)."""
 
 from __future__ import annotations
 

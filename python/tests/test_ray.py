@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from conftest import GOLDEN_MODEL, REPO, path_without_hsdiff
 from hsdiff_capture import compare
 

@@ -19,27 +19,49 @@ Common options: ``--threads N`` (``torch.set_num_threads``), ``--repeats R`` tim
 tensor(s) to OUT for hsdiff's agreement check.
 
 It refuses to run (exit 2) if a fast path could be used instead of transformers' torch
-fallbacks: the check is make_golden.py's (no fla / causal_conv1d / kernels importable, and every
-hub-kernel wrapper resolved to the torch function). Usually run by ``hsdiff bench … --torch
-/work/venv-golden/bin/python``; see docs/performance.md for standalone use.
+fallbacks: no fla / causal_conv1d / kernels importable, and every hub-kernel wrapper resolved to
+the torch function (the check golden/make.py makes too).
+
+The hsdiff binary carries this file (``include_str!``) and writes it into its run's work folder,
+so ``hsdiff bench … --torch PYTHON`` needs no checkout; it imports nothing but torch,
+transformers and safetensors for the same reason. See docs/performance.md for standalone use.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import make_golden  # noqa: E402  (exits 2 if fla / causal_conv1d / kernels is importable)
+FORBIDDEN_PACKAGES = ("fla", "causal_conv1d", "kernels")
+FAST_PATH_FUNCS = (
+    "torch_chunk_gated_delta_rule",
+    "torch_recurrent_gated_delta_rule",
+    "causal_conv1d_fn",
+    "causal_conv1d_update",
+)
+
+
+def die(msg: str) -> None:
+    print(f"bench_torch: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+# Before transformers is imported: its modeling modules pick a package at import time.
+for _name in FORBIDDEN_PACKAGES:
+    if importlib.util.find_spec(_name) is not None:
+        die(f"the package `{_name}` is importable; the bench measures transformers' pure PyTorch "
+            f"fallbacks, so run it with a Python without `{_name}` (docs/performance.md)")
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers.models.qwen3_5 import modeling_qwen3_5  # noqa: E402
+from transformers.models.qwen3_next import modeling_qwen3_next  # noqa: E402
 
 TAG = "HSDIFF_BENCH_RESULT "
 
@@ -136,12 +158,31 @@ def run_forward(args) -> None:
     linear_layers = sum(1 for t in model.config.layer_types if t == "linear_attention")
     runs = args.warmup + args.repeats
     if calls["chunk"] != linear_layers * runs:
-        make_golden.die(
+        die(
             f"expected {linear_layers * runs} torch_chunk_gated_delta_rule calls, counted {calls['chunk']}"
         )
     save_file({"logits": out.logits.contiguous()}, str(args.out))
     report("torch", f"transformers {transformers.__version__} forward (sdpa, torch fallbacks)", times,
            rss_before, "logits")
+
+
+def refuse_fast_paths() -> None:
+    """Exits 2 unless every hub-kernel wrapper (`use_kernel_func_from_hub_with_fallback`, which
+    keeps its choice in the closure of `wrapped`) resolved to transformers' own torch function."""
+    from transformers.utils.import_utils import is_kernels_available
+
+    if is_kernels_available():
+        die("transformers reports `kernels` (hub kernels) as available; refusing (fast paths could be used)")
+    for mod in (modeling_qwen3_5, modeling_qwen3_next):
+        for fname in FAST_PATH_FUNCS:
+            wrapped = getattr(mod, fname)
+            cells = dict(zip(wrapped.__code__.co_freevars, wrapped.__closure__ or (), strict=True))
+            if "implementation" not in cells or "torch_function" not in cells:
+                die(f"{mod.__name__}.{fname} is not the expected hub-kernel wrapper; cannot verify it")
+            impl = cells["implementation"].cell_contents
+            is_new = cells["is_new_implementation"].cell_contents if "is_new_implementation" in cells else None
+            if impl is not cells["torch_function"].cell_contents or is_new or impl.__module__ != mod.__name__:
+                die(f"{mod.__name__}.{fname} resolved to a fast path: {impl.__module__}.{impl.__qualname__}")
 
 
 def main() -> None:
@@ -161,7 +202,7 @@ def main() -> None:
             p.add_argument("--model", type=Path, required=True)
             p.add_argument("--dtype", default="f32", choices=("f32", "bf16", "f16", "f64"))
     args = ap.parse_args()
-    make_golden.resolve_fast_paths()  # exits 2 unless every wrapper resolved to transformers' torch code
+    refuse_fast_paths()
     torch.set_num_threads(args.threads)
     print(f"bench_torch: {versions()}, {torch.get_num_threads()} threads", file=sys.stderr)
     if args.mode == "core":

@@ -8,9 +8,10 @@ import importlib
 
 import pytest
 import torch
+from torch import nn
+
 from conftest import GOLDEN_MODEL, read_dump
 from hsdiff_capture import CaptureError, engines
-from torch import nn
 
 
 class Layer(nn.Module):
