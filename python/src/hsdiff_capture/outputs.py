@@ -7,7 +7,7 @@ without write access or a name the file system cannot take fails first. A regula
 to its temp sibling, flushed to disk and renamed over the target, keeping a replaced file's mode:
 an error, Ctrl-C or SIGTERM half-way leave the old file (or none) and no temp file behind. A
 character device or FIFO (`/dev/null`, a pipe) is written in place; a directory, block device or
-socket is refused. The same rules as hsdiff's src/util/output.rs."""
+socket is refused. The same rules as hsdiff's src/util/output/."""
 
 from __future__ import annotations
 
