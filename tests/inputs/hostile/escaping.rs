@@ -214,14 +214,15 @@ fn stdout_on_a_full_device_is_one_error_line() {
 /// stdout on a pipe nobody reads: one error line, exit 2.
 #[test]
 fn stdout_on_a_closed_pipe_is_one_error_line() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+    // The read end is closed before the spawn: closed after it, a child that another test's
+    // thread forks in between holds it until its exec, and the write may then succeed.
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let o = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
         .args(["prompts"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    drop(child.stdout.take());
-    let o = child.wait_with_output().expect("wait");
+        .stdout(writer)
+        .output()
+        .expect("runs");
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
