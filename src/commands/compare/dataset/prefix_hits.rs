@@ -182,7 +182,7 @@ mod tests {
         let mut m = match_samples(&a, &b);
         assert_eq!(m.unpaired_a, [0]);
         let mut read = Vec::new();
-        let mut ids_of = |is_a: bool, x: &Sample| {
+        let mut ids_of = |is_a: bool, x: &Sample| -> Result<Option<Vec<u32>>> {
             read.push((is_a, x.id.clone()));
             Ok(Some(if x.id == "w" {
                 whole.clone()
@@ -209,7 +209,7 @@ mod tests {
         let a = [s("hit", &whole[6..], 6)];
         let b = [s("w", &whole, 0), s("twin", &twin, 0)];
         let mut m = match_samples(&a, &b);
-        let mut ids_of = |_: bool, x: &Sample| {
+        let mut ids_of = |_: bool, x: &Sample| -> Result<Option<Vec<u32>>> {
             Ok(Some(if x.id == "w" {
                 whole.clone()
             } else {
