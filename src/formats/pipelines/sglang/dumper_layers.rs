@@ -157,17 +157,17 @@ pub(super) fn reconstruct(
     Ok((out, how.join(", ")))
 }
 
-/// The dumped op tensors in hsdiff's layout, checked against the hidden states' shape.
+/// The dumped op tensors in hsdiff's layout, checked against the hidden states' shape (none
+/// without a hidden state: the pass is then refused for holding no layer output).
 fn layer_ops(got: &Dumped, shapes: &HiddenShapes) -> Rebuilt<Vec<(usize, Op, Tensor)>> {
+    let Some(shape) = shapes.first() else {
+        return Ok(Vec::new());
+    };
     let mut ops = Vec::new();
     for (role, (name, t)) in got {
-        let Role::Op(n, op) = *role else { continue };
-        let Some(shape) = shapes.first() else {
-            return Err(format!(
-                "`{name}` is dumped without any hidden state of its pass"
-            ));
-        };
-        ops.push((n, op, dumper_ops::shaped(name, op, t, shape)?));
+        if let Role::Op(n, op) = *role {
+            ops.push((n, op, dumper_ops::shaped(name, op, t, shape)?));
+        }
     }
     Ok(ops)
 }
