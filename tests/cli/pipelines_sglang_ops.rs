@@ -76,7 +76,7 @@ fn all_modules_dump_gets_op_rows() {
     );
 }
 
-/// Planted: layer 2's gated norm output perturbed at a relative 1e-2. Layer 2's core_out (computed
+/// Planted: layer 2's gated norm gates with σ(z) instead of SiLU(z). Layer 2's core_out (computed
 /// before it) is ok; the first divergent row is `layers.2.gated_norm_out`, named in the headline
 /// with the op it is, exit 1.
 #[test]
