@@ -8,6 +8,7 @@
 //! are read again (discovery keeps a digest of each sample's ids, not the ids).
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 
 use super::discover::{Sample, digest};
 use super::match_samples::{Matching, Pair};
@@ -99,10 +100,11 @@ fn claims(
             if s.held_from != 0 || s.tokens.map(|(_, len)| len) != Some(p + n) {
                 continue;
             }
-            if !read.contains_key(&f) {
-                read.insert(f, ids_of(s)?);
-            }
-            if read[&f]
+            let ids = match read.entry(f) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => e.insert(ids_of(s)?),
+            };
+            if ids
                 .as_deref()
                 .is_some_and(|ids| ids.len() == p + n && digest(&ids[p..]) == want)
             {
