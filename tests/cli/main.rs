@@ -19,6 +19,7 @@ mod moe;
 mod opens;
 mod pipelines;
 mod pipelines_sglang;
+mod pipelines_sglang_ops;
 mod pipelines_sglang_served;
 mod report;
 mod shards;

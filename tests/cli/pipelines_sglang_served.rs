@@ -153,19 +153,83 @@ fn a_later_pass_of_a_request_refused() {
     assert!(err.contains("continues a request begun in step 0"), "{err}");
 }
 
-/// The folder as a dataset: one sample per request (the passes it begins in, steps 0 and 4),
-/// request 0 paired with its capture by token ids and ok; request 1, whose ids are a suffix of
-/// its capture's, listed unpaired — never compared against another request.
+/// The folder as a dataset: one sample per request (the passes it begins in, steps 0 and 4).
+/// Request 0 pairs with its capture by token ids; request 1, whose ids are the last 14 of its
+/// capture's (its first 32 positions served from the prefix cache), pairs with the one capture
+/// ending in them and is compared on the positions both hold; a third capture, of another
+/// request, is listed unpaired.
 #[test]
 fn a_served_folder_is_one_sample_per_request() {
-    let (code, r, err) = common::compare_json(&fx("dumper"), &fx("eval"), &["--model", &model()]);
+    let b = common::tempdir();
+    for f in ["request_0.safetensors", "request_1.safetensors"] {
+        std::fs::copy(fx("eval").join(f), b.path().join(f)).expect("copy");
+    }
+    std::fs::copy(
+        common::repo_root().join("tests/fixtures/sglang_ops/eval/request.safetensors"),
+        b.path().join("request_other.safetensors"),
+    )
+    .expect("copy");
+    let (code, r, err) = common::compare_json(&fx("dumper"), b.path(), &["--model", &model()]);
+    assert_ne!(code, 2, "{}\n{err}", r["summary"]);
     let samples = r["samples"].as_array().expect("samples");
-    assert_eq!(samples.len(), 1, "{}\n{err}", r["samples"]);
-    assert_eq!(samples[0]["id"], "step=0", "{}", samples[0]);
-    assert_eq!(samples[0]["id_b"], "request_0", "{}", samples[0]);
-    assert_eq!(samples[0]["verdict"], "ok", "{}", samples[0]);
-    assert_eq!(samples[0]["positions"], 43, "{}", samples[0]);
-    let unpaired = r.to_string();
-    assert!(unpaired.contains("step=4"), "{unpaired}");
+    assert_eq!(samples.len(), 2, "{}\n{err}", r["samples"]);
+    let pairs: Vec<(&str, &str, &str, u64)> = samples
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_str().unwrap_or_default(),
+                s["id_b"].as_str().unwrap_or_default(),
+                s["verdict"].as_str().unwrap_or_default(),
+                s["positions"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            ("step=0", "request_0", "ok", 43),
+            ("step=4", "request_1", "ok", 14)
+        ]
+    );
+    let unpaired = common::sample_ids(&r["unpaired_b"]);
+    assert_eq!(unpaired, ["request_other"], "{}", r["unpaired_b"]);
+    let n = common::notes(&r);
+    assert!(
+        n.contains(
+            "1 pair(s) of a request served after a prefix-cache hit, paired by the token ids the \
+             served side holds (the other side's from the same position on): step=4 ↔ request_1 \
+             (from position 32)"
+        ),
+        "{n}"
+    );
+}
+
+/// A prefix-hit request whose ids are the last ones of two captures (the capture of request 1
+/// twice, under two names) pairs with neither: named, left unpaired, never guessed.
+#[test]
+fn a_prefix_hit_matching_two_captures_is_named_not_guessed() {
+    let b = common::tempdir();
+    std::fs::copy(
+        fx("eval/request_0.safetensors"),
+        b.path().join("request_0.safetensors"),
+    )
+    .expect("copy");
+    for f in ["request_1.safetensors", "request_1_again.safetensors"] {
+        std::fs::copy(fx("eval/request_1.safetensors"), b.path().join(f)).expect("copy");
+    }
+    let (code, r, err) = common::compare_json(&fx("dumper"), b.path(), &["--model", &model()]);
     assert_ne!(code, 2, "{err}");
+    let samples = r["samples"].as_array().expect("samples");
+    assert_eq!(samples.len(), 1, "{}", r["samples"]);
+    assert_eq!(samples[0]["id_b"], "request_0", "{}", samples[0]);
+    assert_eq!(common::sample_ids(&r["unpaired_a"]), ["step=4"]);
+    let n = common::notes(&r);
+    assert!(
+        n.contains(
+            "A's step=4 (served after a prefix-cache hit: positions 0–31 in no pass) holds the \
+             last token ids of 2 samples of B (request_1, request_1_again): left unpaired, not \
+             guessed between"
+        ),
+        "{n}"
+    );
 }

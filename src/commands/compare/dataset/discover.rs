@@ -34,6 +34,9 @@ pub struct Sample {
     pub batch_index: Option<usize>,
     /// Digest and length of the token ids, when the file carries them.
     pub tokens: Option<([u8; 32], usize)>,
+    /// The sample's first position: > 0 for a request served after a prefix-cache hit, whose
+    /// positions 0..held_from are in no pass (its token ids are those from `held_from` on).
+    pub held_from: usize,
 }
 
 impl Sample {
@@ -261,13 +264,13 @@ pub fn side(
         for b in 0..batch {
             // Sample 0's source may hold every sample's ids (an SGLang pass's requests): no
             // reading of the file again for them.
-            let ids = if b == 0 {
-                first.input_ids()
+            let (ids, held_from) = if b == 0 {
+                (first.input_ids(), first.held_from)
             } else if let Some(held) = first.held_input_ids(b) {
-                held.map(Some)
+                (held.map(Some), 0)
             } else {
                 match open(path, Some(b), hint, read) {
-                    Ok(src) => src.input_ids(),
+                    Ok(src) => (src.input_ids(), src.held_from),
                     Err(e) => {
                         failed.push((path.clone(), e));
                         continue;
@@ -290,6 +293,7 @@ pub fn side(
                 path: path.clone(),
                 batch_index: (batch > 1).then_some(b),
                 tokens,
+                held_from,
             });
         }
     }

@@ -112,6 +112,7 @@ mod tests {
             path: PathBuf::from(id),
             batch_index: None,
             tokens: tokens.map(|t| ([t; 32], 4)),
+            held_from: 0,
         }
     }
 

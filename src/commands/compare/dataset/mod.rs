@@ -20,6 +20,7 @@ pub mod merge;
 mod part;
 mod plan;
 mod prefetch;
+mod prefix_hits;
 mod workers;
 
 pub use discover::is_dataset;
@@ -86,7 +87,16 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetRun> {
         (&opts.read_a, side_a.pipeline),
         (&opts.read_b, side_b.pipeline),
     )?;
-    let matching = match_samples::match_samples(&side_a.samples, &side_b.samples);
+    let mut matching = match_samples::match_samples(&side_a.samples, &side_b.samples);
+    let prefix_hits = prefix_hits::pair(
+        &mut matching,
+        &side_a.samples,
+        &side_b.samples,
+        &mut |is_a, s| {
+            let read = if is_a { &opts.read_a } else { &opts.read_b };
+            discover::open(&s.path, s.batch_index, opts.dtype_hint, read)?.input_ids()
+        },
+    )?;
     if matching.pairs.is_empty() && matching.token_mismatches.is_empty() {
         return Err(Error::Compare(format!(
             "no sample of {} ({} samples) pairs with one of {} ({}): no id is on both sides and \
@@ -267,7 +277,7 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetRun> {
             })
             .collect()
     };
-    let mut notes = Vec::new();
+    let mut notes = prefix_hits::notes(&prefix_hits, &side_a.samples, &side_b.samples);
     for (name, side) in [("A", &side_a), ("B", &side_b)] {
         if !side.skipped.is_empty() {
             notes.push(format!(

@@ -151,10 +151,12 @@ pub fn source(
     let mut entries = Vec::new();
     let mut index = BTreeMap::new();
     for (name, t) in &sample.tensors {
-        let t = if Key::of(name) == Some(Key::InputIds) {
-            t.to_dtype(DType::I64)?
-        } else {
-            t.clone()
+        let t = match Key::of(name) {
+            Some(Key::InputIds) => t.to_dtype(DType::I64)?,
+            // SGLang's tensors are token-major without a batch axis; hsdiff's captures of more
+            // than two axes (an op's `[1, T, heads, dim]`) carry it.
+            _ if t.rank() > 2 => t.unsqueeze(0)?,
+            _ => t.clone(),
         };
         let Some(b) = le_bytes(&t)? else {
             return Err(Error::tensor(

@@ -44,6 +44,7 @@ fn read_pass(
         |msg: String| Error::file(path, format!("sglang-dumper ({step_key} {step}): {msg}"));
     let listing = listing::of(folder_of(path))?;
     let (wanted, left_out) = by_role(listing.pass(step_key, step).iter().cloned());
+    let (wanted, ranked_ops) = without_ranked_ops(wanted);
     let (got, shards_joined) = read_wanted(wanted, &refuse)?;
     let (tensors, reading) = reconstruct(&got, opts).map_err(&refuse)?;
     if tensors
@@ -64,6 +65,13 @@ fn read_pass(
         description.push_str(&format!(
             "; tensor-parallel shards joined by their meta's `dims`: {}",
             shards_joined.join(", ")
+        ));
+    }
+    if !ranked_ops.is_empty() {
+        description.push_str(&format!(
+            "; ops dumped by several tensor-parallel ranks not read (their shards carry no \
+             `dims`): {}",
+            ranked_ops.join(", ")
         ));
     }
     if !left_out.is_empty() {
@@ -99,6 +107,16 @@ fn by_role(files: impl Iterator<Item = (Tags, PathBuf)>) -> (Wanted, Vec<String>
         }
     }
     (wanted, left_out)
+}
+
+/// The wanted tensors less the ops dumped by several ranks, and those ops' names: a module's
+/// output under tensor parallelism is a shard (a norm's rows, a row-parallel linear's partial
+/// sum) that the all-modules hooks dump without the `dims` saying how shards join.
+fn without_ranked_ops(wanted: Wanted) -> (Wanted, Vec<String>) {
+    let (ranked, kept): (Wanted, Wanted) = wanted
+        .into_iter()
+        .partition(|((r, _), files)| matches!(r, Role::Op(..)) && files.len() > 1);
+    (kept, ranked.into_keys().map(|(_, name)| name).collect())
 }
 
 /// Reads each wanted tensor, its ranks' copies joined; with the lines saying how shards joined.

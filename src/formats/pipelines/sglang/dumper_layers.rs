@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use candle_core::Tensor;
 
 use super::assemble::{HiddenShapes, layer_output};
-use crate::capture::Key;
+use super::dumper_ops;
+use crate::capture::{Key, Op};
 use crate::formats::pipelines::ReadOptions;
 use crate::util::limits;
 
@@ -26,15 +27,19 @@ pub(super) enum Role {
     /// `layers.N.inputs.hidden_states` / `.inputs.residual`.
     InHidden(usize),
     InResidual(usize),
+    /// A module output inside layer N read as an op ([`dumper_ops`]).
+    Op(usize, Op),
 }
 
 impl Role {
     /// The layer a role's module path names, if it is a layer's.
     pub(super) fn layer(self) -> Option<usize> {
         match self {
-            Role::OutHidden(n) | Role::OutResidual(n) | Role::InHidden(n) | Role::InResidual(n) => {
-                Some(n)
-            }
+            Role::OutHidden(n)
+            | Role::OutResidual(n)
+            | Role::InHidden(n)
+            | Role::InResidual(n)
+            | Role::Op(n, _) => Some(n),
             _ => None,
         }
     }
@@ -71,7 +76,11 @@ pub(super) fn role(name: &str) -> Option<Role> {
                 _ => None,
             }
         }
-        _ => None,
+        _ => {
+            let at = comps.iter().position(|c| *c == "layers")?;
+            let n: usize = comps.get(at + 1)?.parse().ok()?;
+            dumper_ops::op_of(&comps[at + 2..], what).map(|op| Role::Op(n, op))
+        }
     }
 }
 
@@ -131,9 +140,12 @@ pub(super) fn reconstruct(
     if !layers.is_empty() {
         how.push(layers_read(&layers, from_outputs, from_inputs));
     }
+    let (ops, ops_left) = dumper_ops::named(layer_ops(got, &shapes)?, |n| layers.contains_key(&n));
+    how.extend(dumper_ops::described(&ops, &ops_left));
     for (n, t) in layers {
         out.push((Key::Layer(n).to_string(), t));
     }
+    out.extend(ops);
     if let Some((name, t)) = got.get(&Role::FinalNorm) {
         check(&mut shapes, &format!("`{name}`"), t)?;
         out.push((Key::FinalNorm.to_string(), t.clone()));
@@ -143,6 +155,21 @@ pub(super) fn reconstruct(
         out.push((Key::InputIds.to_string(), ids));
     }
     Ok((out, how.join(", ")))
+}
+
+/// The dumped op tensors in hsdiff's layout, checked against the hidden states' shape (none
+/// without a hidden state: the pass is then refused for holding no layer output).
+fn layer_ops(got: &Dumped, shapes: &HiddenShapes) -> Rebuilt<Vec<(usize, Op, Tensor)>> {
+    let Some(shape) = shapes.first() else {
+        return Ok(Vec::new());
+    };
+    let mut ops = Vec::new();
+    for (role, (name, t)) in got {
+        if let Role::Op(n, op) = *role {
+            ops.push((n, op, dumper_ops::shaped(name, op, t, shape)?));
+        }
+    }
+    Ok(ops)
 }
 
 /// The highest layer any dumped tensor names, within the layer limit.
@@ -306,7 +333,7 @@ mod tests {
         // A norm inside a layer (the GDN's gated norm, the layer norms) is not the final norm.
         assert_eq!(
             r("non_intrusive__model.layers.0.linear_attn.norm.output"),
-            None
+            Some(Role::Op(0, Op::GatedNormOut))
         );
         assert_eq!(
             r("non_intrusive__model.layers.1.input_layernorm.output.1"),

@@ -17,6 +17,7 @@ mod assemble;
 mod dump_file;
 mod dumper;
 mod dumper_layers;
+mod dumper_ops;
 mod listing;
 mod pass;
 mod requests;
