@@ -154,9 +154,8 @@ fn open_pair(
 /// config), and the model's size. Returns `--model`'s folder too, its config.json read (once for
 /// the whole run).
 fn read_options(req: &CompareRequest) -> Result<(ReadOptions, ReadOptions, Option<ModelFolder>)> {
-    let given = |ids: &Option<Vec<usize>>, from: IdsFrom| {
-        ids.clone().map(|ids| LayerIds { ids, from })
-    };
+    let given =
+        |ids: &Option<Vec<usize>>, from: IdsFrom| ids.clone().map(|ids| LayerIds { ids, from });
     let draft = match &req.draft_config {
         Some(path) => {
             let (ids, key) = layer_ids::from_draft_config(path)?;

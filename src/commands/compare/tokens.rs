@@ -60,7 +60,9 @@ pub fn resolve(given: Option<&GivenIds>, model_dir: Option<&Path>) -> Result<Opt
             let bytes = read_regular(path, limits::get().prompt_bytes, "prompt-bytes")?;
             let text = String::from_utf8(bytes)
                 .map_err(|_| Error::file(path, "the token-id file is not UTF-8 text"))?;
-            parse_token_list(&text.replace(|c: char| c.is_whitespace() || c == '[' || c == ']', ","))?
+            parse_token_list(
+                &text.replace(|c: char| c.is_whitespace() || c == '[' || c == ']', ","),
+            )?
         }
         Some(GivenIds::Prompt(text)) => {
             return tokenised(text, || resolve_prompt_text(text), model_dir).map(Some);

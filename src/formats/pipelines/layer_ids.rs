@@ -124,5 +124,4 @@ mod tests {
         assert_eq!(Convention::HiddenStatesIndex.max_id(8), 8);
         assert_eq!(Convention::OutputOf.max_id(8), 7);
     }
-
 }

@@ -55,7 +55,10 @@ pub enum IdsFrom {
     SideA,
     SideB,
     /// A drafter's config.json and the key that held the ids.
-    DraftConfig { path: PathBuf, key: String },
+    DraftConfig {
+        path: PathBuf,
+        key: String,
+    },
 }
 
 impl IdsFrom {
@@ -300,12 +303,8 @@ pub fn check_ids_used(
         (Some(x), Some(y)) if x == y && !a_is_pipeline && !b_is_pipeline => {
             Err(refuse(x, "neither side is"))
         }
-        (Some(x), _) if x.from == IdsFrom::SideA && !a_is_pipeline => {
-            Err(refuse(x, "side A is"))
-        }
-        (_, Some(y)) if y.from == IdsFrom::SideB && !b_is_pipeline => {
-            Err(refuse(y, "side B is"))
-        }
+        (Some(x), _) if x.from == IdsFrom::SideA && !a_is_pipeline => Err(refuse(x, "side A is")),
+        (_, Some(y)) if y.from == IdsFrom::SideB && !b_is_pipeline => Err(refuse(y, "side B is")),
         _ => Ok(()),
     }
 }

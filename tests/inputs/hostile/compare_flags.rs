@@ -57,7 +57,10 @@ hostile!(compare_map_junk, |_d| {
 });
 
 hostile!(compare_tokens_at_without_a_file, |_d| {
-    refused(compare_ab(&["--tokens", "@"]), &["--tokens", "names no file"])
+    refused(
+        compare_ab(&["--tokens", "@"]),
+        &["--tokens", "names no file"],
+    )
 });
 
 hostile!(compare_map_missing, |_d| {
