@@ -88,7 +88,7 @@ pub fn compare(req: &CompareRequest) -> Result<Compared> {
                 "applies to two files, not to datasets (each sample carries its own token ids)",
             ));
         }
-        return Ok(match compare_datasets(req, read_a, read_b)? {
+        return Ok(match compare_datasets(req, (read_a, read_b), model)? {
             DatasetRun::Compared(r) => Compared::Dataset(Box::new(r)),
             DatasetRun::Resumed(r) => Compared::Resumed(Box::new(r)),
         });
@@ -186,10 +186,11 @@ fn read_options(req: &CompareRequest) -> Result<(ReadOptions, ReadOptions, Optio
     ))
 }
 
+/// `req` of two datasets, each side read with its options, `--model`'s folder read once.
 fn compare_datasets(
     req: &CompareRequest,
-    read_a: ReadOptions,
-    read_b: ReadOptions,
+    (read_a, read_b): (ReadOptions, ReadOptions),
+    model: Option<ModelFolder>,
 ) -> Result<DatasetRun> {
     if req.calibrate.is_some() && req.model.is_none() {
         return Err(Error::argument("--calibrate", "needs --model DIR"));
@@ -202,7 +203,7 @@ fn compare_datasets(
         read_a,
         read_b,
         dtype_hint: req.dtype_hint,
-        model: req.model.clone(),
+        model,
         calibrate: req
             .calibrate
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),

@@ -53,7 +53,7 @@ pub fn header(
         })
     };
     let model = match &opts.model {
-        Some(dir) => Some(super::listing::of_folder(dir)?),
+        Some(folder) => Some(super::listing::of_folder(&folder.dir)?),
         None => None,
     };
     Ok(PartHeader {
