@@ -54,7 +54,9 @@ pub fn run(args: &PathsArgs) -> Result<i32> {
             kinds.push(*k);
         }
     }
-    let renderer = render::renderer(args.format)?;
+    // Checked before the paths run.
+    let renderer = render::renderer(args.format)
+        .ok_or_else(|| Error::argument("--format", "hsdiff paths writes --format table or json"))?;
     // The output target is checked before the (long) runs.
     if let Some(out) = &args.out {
         crate::util::output::reserve_all(&[(out, "--out")], &args.run.input_paths())?;

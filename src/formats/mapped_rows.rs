@@ -108,7 +108,7 @@ mod tests {
     use candle_core::{Device, Tensor};
 
     use super::*;
-    use crate::formats::pipelines::{LayerIds, ReadOptions};
+    use crate::formats::pipelines::{IdsFrom, LayerIds, ReadOptions};
 
     fn fixture(rel: &str) -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -122,7 +122,7 @@ mod tests {
     fn mapped_rows_are_the_rows_get_reads() -> Result<()> {
         let ids = || LayerIds {
             ids: vec![1, 2, 4, 5, 6],
-            from: "--layer-ids".into(),
+            from: IdsFrom::BothSides,
         };
         let cases = [
             ("specforge_dflash_batch_nomask/batch.ckpt", Some(0)),

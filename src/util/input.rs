@@ -152,17 +152,31 @@ pub enum PromptSource {
 }
 
 pub fn resolve_prompt(arg: &str) -> Result<(String, PromptSource)> {
+    match arg.strip_prefix('@') {
+        Some(path) => resolve_prompt_file(Path::new(path)),
+        None => resolve_prompt_text(arg),
+    }
+}
+
+/// A prompt file's text.
+pub fn resolve_prompt_file(path: &Path) -> Result<(String, PromptSource)> {
+    let bytes = read_regular(path, limits::get().prompt_bytes, "prompt-bytes")?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Error::file(path, "the prompt file is not UTF-8 text"))?;
+    checked_prompt(text, PromptSource::File(path.to_path_buf()))
+}
+
+/// A built-in prompt by its name, or else the text itself.
+pub fn resolve_prompt_text(arg: &str) -> Result<(String, PromptSource)> {
+    match builtin_prompt(arg) {
+        Some(text) => checked_prompt(text.to_string(), PromptSource::Builtin(arg.to_string())),
+        None => checked_prompt(arg.to_string(), PromptSource::Text),
+    }
+}
+
+/// Refuses a prompt over the `prompt-bytes` limit, or an empty one.
+fn checked_prompt(text: String, source: PromptSource) -> Result<(String, PromptSource)> {
     let cap = limits::get().prompt_bytes;
-    let (text, source) = if let Some(path) = arg.strip_prefix('@') {
-        let bytes = read_regular(Path::new(path), cap, "prompt-bytes")?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| Error::file(path, "the prompt file is not UTF-8 text"))?;
-        (text, PromptSource::File(PathBuf::from(path)))
-    } else if let Some(text) = builtin_prompt(arg) {
-        (text.to_string(), PromptSource::Builtin(arg.to_string()))
-    } else {
-        (arg.to_string(), PromptSource::Text)
-    };
     if text.len() > cap {
         return Err(Error::prompt(limits::exceeded(
             "the prompt's length in bytes",

@@ -1,6 +1,6 @@
 //! Foundations every layer uses: text escaping, input limits and reading, devices and dtypes
 //! named on the command line, the dtypes' ranking by rounding error, progress, memory maps, the
-//! output policy, a scheduler's shard index, `/proc` facts and the JSON documents' encoding.
+//! output policy, `/proc` facts and the JSON documents' encoding.
 //! Nothing here knows about models, files' formats or reports.
 
 pub mod device;
@@ -12,5 +12,4 @@ pub mod mapped;
 pub mod output;
 pub mod precision;
 pub mod progress;
-pub mod scheduler;
 pub mod sysinfo;

@@ -1,6 +1,7 @@
 //! `hsdiff compare A B --model M` opens each file it compares once — the opening that tells a
-//! file holds one sample is the one compared — and reads the model's config.json once: the
-//! files' `openat` calls counted under strace, where strace is installed and may trace.
+//! file holds one sample is the one compared — and reads the model's config.json once, a
+//! dataset's too: the files' `openat` calls counted under strace, where strace is installed and
+//! may trace.
 
 use std::path::Path;
 use std::process::Command;
@@ -63,5 +64,33 @@ fn compare_of_two_files_opens_each_file_and_config_json_once() {
             1,
             "{path} opened other than once:\n{trace}"
         );
+    }
+}
+
+/// A dataset of three pairs (and a sample of B's left unpaired): config.json read once for the
+/// whole run. Each sample is opened by discovery (its id and token ids, which pair the samples
+/// before any pair is read) and once more by its pair, never more.
+#[test]
+fn compare_of_two_datasets_reads_config_json_once() {
+    let dir = "tests/fixtures/pipelines/qwen3_5_tiny";
+    let (a, b) = (format!("{dir}/speculators"), format!("{dir}/eval"));
+    let args = ["compare", &a, &b, "--model", "golden/qwen3_5_tiny"];
+    let Some(trace) = traced_opens(&args) else {
+        return;
+    };
+    let config = "golden/qwen3_5_tiny/config.json";
+    assert_eq!(
+        opens_of(&trace, Path::new(config)),
+        1,
+        "{config} opened other than once:\n{trace}"
+    );
+    for i in 0..3 {
+        for path in [
+            format!("{a}/hs_{i}.safetensors"),
+            format!("{b}/prompt_{i}.safetensors"),
+        ] {
+            let n = opens_of(&trace, Path::new(&path));
+            assert!((1..=2).contains(&n), "{path} opened {n} times:\n{trace}");
+        }
     }
 }

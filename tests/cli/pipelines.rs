@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use hsdiff::formats::FileSource;
-use hsdiff::formats::pipelines::{LayerIds, ReadOptions};
+use hsdiff::formats::pipelines::{IdsFrom, LayerIds, ReadOptions};
 use serde_json::Value;
 
 const MODELS: [&str; 2] = ["qwen3_5_tiny", "qwen3_next_moe_tiny"];
@@ -225,7 +225,7 @@ fn refused_when_it_cannot_be_read() {
     let opts = ReadOptions {
         layer_ids: Some(LayerIds {
             ids: vec![1, 2, 3],
-            from: "--layer-ids".to_string(),
+            from: IdsFrom::BothSides,
         }),
         ..Default::default()
     };
@@ -365,7 +365,7 @@ fn inconsistent_shapes_refused() {
     let opts = ReadOptions {
         layer_ids: Some(LayerIds {
             ids: vec![1, 2, 3, 4, 5],
-            from: "--layer-ids".to_string(),
+            from: IdsFrom::BothSides,
         }),
         ..Default::default()
     };
@@ -773,7 +773,7 @@ fn concatenated_layers_read_once() {
     let opts = ReadOptions {
         layer_ids: Some(LayerIds {
             ids: layer_ids.clone(),
-            from: "--layer-ids".to_string(),
+            from: IdsFrom::BothSides,
         }),
         ..Default::default()
     };

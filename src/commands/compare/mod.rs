@@ -21,9 +21,10 @@ use candle_core::DType;
 
 use crate::commands::compare::dataset::{DatasetOptions, DatasetRun, PartOptions};
 use crate::commands::compare::pair::{PairOptions, TruthModel, compare_pair};
+use crate::commands::compare::tokens::GivenIds;
 use crate::error::{Error, Result};
 use crate::formats::FileSource;
-use crate::formats::pipelines::{self, LayerIds, ReadOptions, layer_ids};
+use crate::formats::pipelines::{self, IdsFrom, LayerIds, ReadOptions, layer_ids};
 use crate::model::ModelFolder;
 use crate::report::Report;
 use crate::report::dataset::{DatasetReport, Shard};
@@ -37,16 +38,18 @@ pub struct CompareRequest {
     pub pair: PairOptions,
     pub model: Option<PathBuf>,
     pub dtype_hint: Option<DType>,
-    pub layer_ids: Option<String>,
-    pub layer_ids_a: Option<String>,
-    pub layer_ids_b: Option<String>,
+    /// The drafter pipelines' layer ids for both sides, for side A only, for side B only.
+    pub layer_ids: Option<Vec<usize>>,
+    pub layer_ids_a: Option<Vec<usize>>,
+    pub layer_ids_b: Option<Vec<usize>>,
+    /// A drafter's config.json naming the layer ids for both sides (never with `layer_ids`).
     pub draft_config: Option<PathBuf>,
     pub calibrate: Option<u64>,
     pub shard: Option<Shard>,
     /// With `shard`: the part's identity beyond these options and where to resume from.
     pub part: Option<PartOptions>,
-    pub tokens: Option<String>,
-    pub prompt: Option<String>,
+    /// The token ids of files that carry none (two files only).
+    pub given_ids: Option<GivenIds>,
     /// `--allow-token-mismatch` (datasets).
     pub allow_token_mismatch: bool,
 }
@@ -62,10 +65,16 @@ pub enum Compared {
 impl CompareRequest {
     /// The files and folders the comparison reads, for the output policy.
     pub fn inputs(&self) -> Vec<&Path> {
-        [Some(self.a.as_path()), Some(&self.b), self.model.as_deref()]
-            .into_iter()
-            .flatten()
-            .collect()
+        [
+            Some(self.a.as_path()),
+            Some(&self.b),
+            self.model.as_deref(),
+            self.draft_config.as_deref(),
+            self.given_ids.as_ref().and_then(GivenIds::file),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 }
 
@@ -73,17 +82,13 @@ impl CompareRequest {
 pub fn compare(req: &CompareRequest) -> Result<Compared> {
     let (read_a, read_b, model) = read_options(req)?;
     let Some((a, b)) = open_pair(req, &read_a, &read_b)? else {
-        if req.tokens.is_some() || req.prompt.is_some() {
+        if let Some(given) = &req.given_ids {
             return Err(Error::argument(
-                if req.tokens.is_some() {
-                    "--tokens"
-                } else {
-                    "--prompt"
-                },
+                given.option(),
                 "applies to two files, not to datasets (each sample carries its own token ids)",
             ));
         }
-        return Ok(match compare_datasets(req, read_a, read_b)? {
+        return Ok(match compare_datasets(req, (read_a, read_b), model)? {
             DatasetRun::Compared(r) => Compared::Dataset(Box::new(r)),
             DatasetRun::Resumed(r) => Compared::Resumed(Box::new(r)),
         });
@@ -106,11 +111,7 @@ pub fn compare(req: &CompareRequest) -> Result<Compared> {
     )?;
     let labels = pair_steps::labels(&req.a, &req.b);
     let pair = PairOptions {
-        given_ids: tokens::given_ids(
-            req.tokens.as_deref(),
-            req.prompt.as_deref(),
-            req.model.as_deref(),
-        )?,
+        given_ids: tokens::resolve(req.given_ids.as_ref(), req.model.as_deref())?,
         verbose: true,
         ..req.pair.clone()
     };
@@ -149,37 +150,24 @@ fn open_pair(
     Ok(open(&req.b, read_b)?.map(|b| (a, b)))
 }
 
-/// `--layer-ids`, `--layer-ids-a/-b`, `--draft-config`, and the model's size, for each side.
-/// Returns `--model`'s folder too, its config.json read (once for the whole run).
+/// Each side's layer ids (its own, else those for both sides: the list or the drafter's
+/// config), and the model's size. Returns `--model`'s folder too, its config.json read (once for
+/// the whole run).
 fn read_options(req: &CompareRequest) -> Result<(ReadOptions, ReadOptions, Option<ModelFolder>)> {
-    let given = |list: &Option<String>, option: &str| -> Result<Option<LayerIds>> {
-        list.as_deref()
-            .map(|l| {
-                Ok(LayerIds {
-                    ids: layer_ids::parse_list(l, option)?,
-                    from: option.to_string(),
-                })
-            })
-            .transpose()
-    };
-    let both = given(&req.layer_ids, "--layer-ids")?;
+    let given =
+        |ids: &Option<Vec<usize>>, from: IdsFrom| ids.clone().map(|ids| LayerIds { ids, from });
     let draft = match &req.draft_config {
         Some(path) => {
             let (ids, key) = layer_ids::from_draft_config(path)?;
+            let path = path.clone();
             Some(LayerIds {
                 ids,
-                from: format!("--draft-config {} ({key})", path.display()),
+                from: IdsFrom::DraftConfig { path, key },
             })
         }
         None => None,
     };
-    if both.is_some() && draft.is_some() {
-        return Err(Error::argument(
-            "--draft-config",
-            "give the layer ids once: --layer-ids or --draft-config",
-        ));
-    }
-    let common = both.or(draft);
+    let common = given(&req.layer_ids, IdsFrom::BothSides).or(draft);
     let model = req.model.as_deref().map(ModelFolder::read).transpose()?;
     let (num_layers, hidden_size) = model
         .as_ref()
@@ -192,16 +180,17 @@ fn read_options(req: &CompareRequest) -> Result<(ReadOptions, ReadOptions, Optio
         sample: None,
     };
     Ok((
-        side(given(&req.layer_ids_a, "--layer-ids-a")?),
-        side(given(&req.layer_ids_b, "--layer-ids-b")?),
+        side(given(&req.layer_ids_a, IdsFrom::SideA)),
+        side(given(&req.layer_ids_b, IdsFrom::SideB)),
         model,
     ))
 }
 
+/// `req` of two datasets, each side read with its options, `--model`'s folder read once.
 fn compare_datasets(
     req: &CompareRequest,
-    read_a: ReadOptions,
-    read_b: ReadOptions,
+    (read_a, read_b): (ReadOptions, ReadOptions),
+    model: Option<ModelFolder>,
 ) -> Result<DatasetRun> {
     if req.calibrate.is_some() && req.model.is_none() {
         return Err(Error::argument("--calibrate", "needs --model DIR"));
@@ -214,7 +203,7 @@ fn compare_datasets(
         read_a,
         read_b,
         dtype_hint: req.dtype_hint,
-        model: req.model.clone(),
+        model,
         calibrate: req
             .calibrate
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),

@@ -12,6 +12,7 @@ use serde_json::Value;
 use crate::capture::fingerprint::Fingerprint;
 use crate::capture::{Captures, Key};
 use crate::commands::compare::layer_id_slip::{self, LayerIdSlip};
+use crate::commands::compare::pair::TensorMap;
 use crate::compare::alignment::{self, Alignment};
 use crate::compare::{Kind, PlannedRow, TensorSource, plan_rows};
 use crate::error::{Error, Result};
@@ -21,14 +22,16 @@ use crate::model::{Model, ModelFolder};
 use crate::report::{Side, TokenIds};
 use crate::util::device::dtype_label;
 
-/// Applies `--map A_NAME=B_NAME` pairs: both tensors take hsdiff's name when either side's name
-/// is one, else A's name. Returns the names that are none of hsdiff's (compared as extra rows).
-pub fn apply_maps(a: &mut FileSource, b: &mut FileSource, maps: &[String]) -> Result<Vec<String>> {
+/// Applies the maps: both tensors take hsdiff's name when either side's name is one, else A's
+/// name. Returns the names that are none of hsdiff's (compared as extra rows).
+pub fn apply_maps(
+    a: &mut FileSource,
+    b: &mut FileSource,
+    maps: &[TensorMap],
+) -> Result<Vec<String>> {
     let mut extra_rows = Vec::new();
     for m in maps {
-        let (x, y) = m
-            .split_once('=')
-            .ok_or_else(|| Error::argument("--map", format!("expects A_NAME=B_NAME, got `{m}`")))?;
+        let (x, y) = (m.a.as_str(), m.b.as_str());
         let target = if naming::is_ours(x) {
             x
         } else if naming::is_ours(y) {

@@ -3,59 +3,99 @@
 //! cannot be computed, so such a pair stays uncalibrated; given ids make it calibratable, checked
 //! against what the files hold — their sequence length, and their own ids where they carry any.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::capture::Key;
 use crate::error::{Error, Result};
 use crate::formats::FileSource;
-use crate::util::input::{Tokenizer, parse_token_list, read_regular, resolve_prompt};
+use crate::util::input::{
+    PromptSource, Tokenizer, parse_token_list, read_regular, resolve_prompt_file,
+    resolve_prompt_text,
+};
 use crate::util::limits;
 
-/// Token ids given on the command line, and how, for the report ("--tokens (32 ids)").
+/// The token ids the command line gives for files that carry none: a list (`--tokens 1,2,3`),
+/// a file holding one (`--tokens @FILE`), or a prompt to tokenise — text or a built-in
+/// prompt's name (`--prompt TEXT|NAME`), or a file (`--prompt @FILE`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GivenIds {
+    Tokens(Vec<u32>),
+    TokensFile(PathBuf),
+    Prompt(String),
+    PromptFile(PathBuf),
+}
+
+impl GivenIds {
+    /// The file the ids are read from, if any (an input of the run).
+    pub fn file(&self) -> Option<&Path> {
+        match self {
+            GivenIds::TokensFile(p) | GivenIds::PromptFile(p) => Some(p),
+            GivenIds::Tokens(_) | GivenIds::Prompt(_) => None,
+        }
+    }
+
+    /// The option that gave them, as messages name it.
+    pub fn option(&self) -> &'static str {
+        match self {
+            GivenIds::Tokens(_) | GivenIds::TokensFile(_) => "--tokens",
+            GivenIds::Prompt(_) | GivenIds::PromptFile(_) => "--prompt",
+        }
+    }
+}
+
+/// Given token ids read, and how they were given, for the report ("--tokens (32 ids)").
 #[derive(Debug, Clone)]
-pub struct GivenIds {
+pub struct ResolvedIds {
     pub ids: Vec<u32>,
     pub how: String,
 }
 
-/// `--tokens` (a comma-separated list, or @FILE holding one: commas, spaces or newlines between
-/// the ids, optionally in brackets), or `--prompt`, tokenised with `model_dir`'s tokenizer.
-pub fn given_ids(
-    tokens: Option<&str>,
-    prompt: Option<&str>,
-    model_dir: Option<&Path>,
-) -> Result<Option<GivenIds>> {
-    if let Some(arg) = tokens {
-        let list = match arg.strip_prefix('@') {
-            Some(path) => {
-                let bytes =
-                    read_regular(Path::new(path), limits::get().prompt_bytes, "prompt-bytes")?;
-                let text = String::from_utf8(bytes)
-                    .map_err(|_| Error::file(path, "the token-id file is not UTF-8 text"))?;
-                text.replace(|c: char| c.is_whitespace() || c == '[' || c == ']', ",")
-            }
-            None => arg.to_string(),
-        };
-        let ids = parse_token_list(&list)?;
-        let how = format!("--tokens ({} ids)", ids.len());
-        return Ok(Some(GivenIds { ids, how }));
-    }
-    let Some(arg) = prompt else {
-        return Ok(None);
+/// The ids `given` names: a `--tokens` file holds a list with commas, spaces or newlines
+/// between the ids, optionally in brackets; a prompt is tokenised with `model_dir`'s tokenizer.
+pub fn resolve(given: Option<&GivenIds>, model_dir: Option<&Path>) -> Result<Option<ResolvedIds>> {
+    let ids = match given {
+        None => return Ok(None),
+        Some(GivenIds::Tokens(ids)) => ids.clone(),
+        Some(GivenIds::TokensFile(path)) => {
+            let bytes = read_regular(path, limits::get().prompt_bytes, "prompt-bytes")?;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| Error::file(path, "the token-id file is not UTF-8 text"))?;
+            parse_token_list(
+                &text.replace(|c: char| c.is_whitespace() || c == '[' || c == ']', ","),
+            )?
+        }
+        Some(GivenIds::Prompt(text)) => {
+            return tokenised(text, || resolve_prompt_text(text), model_dir).map(Some);
+        }
+        Some(GivenIds::PromptFile(path)) => {
+            let arg = format!("@{}", path.display());
+            return tokenised(&arg, || resolve_prompt_file(path), model_dir).map(Some);
+        }
     };
+    let how = format!("--tokens ({} ids)", ids.len());
+    Ok(Some(ResolvedIds { ids, how }))
+}
+
+/// The ids of the prompt `read` reads (`arg` as given), by `model_dir`'s tokenizer, which is
+/// asked for before the prompt is read.
+fn tokenised(
+    arg: &str,
+    read: impl FnOnce() -> Result<(String, PromptSource)>,
+    model_dir: Option<&Path>,
+) -> Result<ResolvedIds> {
     let Some(dir) = model_dir else {
         return Err(Error::argument(
             "--prompt",
             "needs the model's tokenizer: pass --model DIR too (or give the ids with --tokens)",
         ));
     };
-    let (text, _) = resolve_prompt(arg)?;
+    let (text, _) = read()?;
     let ids = Tokenizer::from_file(&dir.join("tokenizer.json"))?.encode(&text)?;
     if ids.is_empty() {
         return Err(Error::argument("--prompt", "tokenises to zero tokens"));
     }
     let how = format!("--prompt {arg} ({} tokens)", ids.len());
-    Ok(Some(GivenIds { ids, how }))
+    Ok(ResolvedIds { ids, how })
 }
 
 /// The number of tokens `src`'s hidden states hold (the `T` of `[1, T, D]`), if it has any.
@@ -76,7 +116,7 @@ pub fn sequence_length(src: &FileSource) -> Option<usize> {
 /// any. Returns the ids and, for given ids, a note saying where they came from.
 pub fn reconcile(
     from_files: Vec<u32>,
-    given: Option<GivenIds>,
+    given: Option<ResolvedIds>,
     a: &FileSource,
     b: &FileSource,
 ) -> Result<(Vec<u32>, Option<String>)> {

@@ -14,12 +14,13 @@ use std::collections::HashMap;
 use candle_core::{DType, Device};
 use serde::Serialize;
 
-use crate::backends::{LinearAttentionBackend, Reference};
+use crate::backends::LinearAttentionBackend;
 use crate::capture::{Captures, Key};
 use crate::compare::judge::{Evidence, judge};
 use crate::compare::metrics::{DiffStats, diff_stats};
 use crate::compare::verdict::{K_DRIFT, Verdict, thresholds};
 use crate::error::{Error, Result};
+use crate::job::{Calibration, Job, Routing, Run, SideSpec, Spec};
 use crate::model::Model;
 use crate::util::device::dtype_label;
 use crate::util::precision::coarser;
@@ -132,7 +133,6 @@ pub fn run_paths(
         ids,
         device: device.clone(),
     };
-    let reference = Reference;
     let mut alone = FullPrefills {
         runner: &runner,
         made: HashMap::new(),
@@ -149,8 +149,9 @@ pub fn run_paths(
         };
         let got = runner.path(plan, Pass { backend, dtype })?;
         let want = alone.of(plan, backend, dtype)?;
-        let truth = alone.of(plan, &reference, DType::F64)?;
-        let floor = alone.of(plan, &reference, floor_dtype)?;
+        let (truth_run, floor_run) = calibration_runs(floor_dtype)?;
+        let truth = alone.of(plan, &*truth_run.backend.open(device)?, truth_run.dtype)?;
+        let floor = alone.of(plan, &*floor_run.backend.open(device)?, floor_run.dtype)?;
         results.push(judge_path(plan, &got, &want, &truth, &floor, floor_dtype)?);
     }
     signature::attach(&mut results);
@@ -170,6 +171,26 @@ pub fn run_paths(
         paths: results,
         skipped,
     })
+}
+
+/// The truth and floor runs of a path judged at `dtype`, as the job plans them for a comparison
+/// of two sides of that dtype made outside it (a path and its full prefill): one way, for every
+/// command, of choosing the backend and dtype that make the truth and a floor.
+fn calibration_runs(dtype: DType) -> Result<(Run, Run)> {
+    let side = SideSpec::File { dtype };
+    let job = Job::plan(Spec {
+        a: side,
+        b: side,
+        calibration: Calibration::Measure,
+        ops: false,
+        through: None,
+        routing: Routing::Own,
+    });
+    let c = job
+        .plan
+        .calibration
+        .ok_or_else(|| Error::Internal("a measured calibration was not planned".to_string()))?;
+    Ok((job.plan.runs[c.truth], job.plan.runs[c.floor_a]))
 }
 
 /// The full-prefill runs, each made once: paths over the same tokens (decode and state-dtype)

@@ -4,7 +4,7 @@
 use comfy_table::Cell;
 
 use super::PathsReport;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::printer::cells::{ratio, sci};
 use crate::printer::table::grid;
 use crate::printer::{Format, Json, Render};
@@ -14,15 +14,12 @@ impl JsonDocument for PathsReport {
     const WHAT: &'static str = "the paths report";
 }
 
-/// The renderer of `format`: a table or JSON (checked before the paths run).
-pub fn renderer(format: Format) -> Result<Box<dyn Render<PathsReport>>> {
+/// The renderer of `format`: a table or JSON; None for markdown, which `paths` does not write.
+pub fn renderer(format: Format) -> Option<Box<dyn Render<PathsReport>>> {
     match format {
-        Format::Table => Ok(Box::new(PathsTable)),
-        Format::Json => Ok(Box::new(Json)),
-        Format::Markdown => Err(Error::argument(
-            "--format",
-            "hsdiff paths writes --format table or json",
-        )),
+        Format::Table => Some(Box::new(PathsTable)),
+        Format::Json => Some(Box::new(Json)),
+        Format::Markdown => None,
     }
 }
 

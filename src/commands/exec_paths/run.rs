@@ -36,7 +36,8 @@ pub fn hidden_keys(model: &Model) -> Vec<Key> {
     v
 }
 
-/// Which backend runs, at which dtype: the path's own, or the reference for the truth and floor.
+/// Which backend runs, at which dtype: the path's own, or those the job plans for the truth and
+/// the floor.
 #[derive(Clone, Copy)]
 pub struct Pass<'b> {
     pub backend: &'b dyn LinearAttentionBackend,

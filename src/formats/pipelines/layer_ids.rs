@@ -1,7 +1,7 @@
 //! Which layers a drafter pipeline concatenated, and what its ids mean.
 //!
-//! The ids come from `--layer-ids LIST` (or `--layer-ids-a/-b`), from a drafter's config.json
-//! (`--draft-config`), or from the pipeline's own default for a model of L layers. Each
+//! The ids come from a list the command line gives (for both sides or for one), from a
+//! drafter's config.json, or from the pipeline's own default for a model of L layers. Each
 //! pipeline counts in one of two ways ([`Convention`]); both are turned into hsdiff's names,
 //! where `layers.N` is the output of decoder layer N.
 
@@ -49,22 +49,6 @@ impl Convention {
             Convention::HiddenStatesIndex => layers,
         }
     }
-}
-
-/// `1,16,31` → ids.
-pub fn parse_list(arg: &str, option: &str) -> Result<Vec<usize>> {
-    let ids: Option<Vec<usize>> = arg
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>().ok())
-        .collect();
-    ids.filter(|v| !v.is_empty()).ok_or_else(|| {
-        Error::argument(
-            option,
-            format!("expects comma-separated layer ids, e.g. 1,16,31; got `{arg}`"),
-        )
-    })
 }
 
 /// Where a drafter's config.json keeps the target layers it was trained on, in order of
@@ -139,15 +123,5 @@ mod tests {
         assert_eq!(Convention::HiddenStatesIndex.name(16), "layers.15");
         assert_eq!(Convention::HiddenStatesIndex.max_id(8), 8);
         assert_eq!(Convention::OutputOf.max_id(8), 7);
-    }
-
-    #[test]
-    fn lists() {
-        assert_eq!(
-            parse_list("1, 16,31", "--layer-ids").ok(),
-            Some(vec![1, 16, 31])
-        );
-        assert!(parse_list("1,x", "--layer-ids").is_err());
-        assert!(parse_list("", "--layer-ids").is_err());
     }
 }

@@ -32,7 +32,7 @@ pub use held_positions::{HeldPositions, align_held_positions};
 pub use last_state::check_last_state;
 pub use zero_padding::{ZeroPadding, drop_zero_padding};
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Tensor};
 
@@ -45,8 +45,50 @@ use view::{Op, View};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LayerIds {
     pub ids: Vec<usize>,
-    /// `--layer-ids`, `--draft-config FILE (dflash_config.target_layer_ids)`, …
-    pub from: String,
+    pub from: IdsFrom,
+}
+
+/// Where given layer ids came from: a list for both sides or for one, or a drafter's config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdsFrom {
+    BothSides,
+    SideA,
+    SideB,
+    /// A drafter's config.json and the key that held the ids.
+    DraftConfig {
+        path: PathBuf,
+        key: String,
+    },
+}
+
+impl IdsFrom {
+    /// The option that gave the ids, as messages name it.
+    pub fn option(&self) -> &'static str {
+        match self {
+            IdsFrom::BothSides => "--layer-ids",
+            IdsFrom::SideA => "--layer-ids-a",
+            IdsFrom::SideB => "--layer-ids-b",
+            IdsFrom::DraftConfig { .. } => "--draft-config",
+        }
+    }
+
+    /// Ids given for one side only.
+    pub fn is_one_side(&self) -> bool {
+        matches!(self, IdsFrom::SideA | IdsFrom::SideB)
+    }
+}
+
+/// `--layer-ids`, `--draft-config FILE (dflash_config.target_layer_ids)`, …: the words messages
+/// and a shard's part use.
+impl std::fmt::Display for IdsFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IdsFrom::DraftConfig { path, key } => {
+                write!(f, "--draft-config {} ({key})", path.display())
+            }
+            other => f.write_str(other.option()),
+        }
+    }
 }
 
 /// What the reader of a pipeline file is told beyond the file itself.
@@ -235,19 +277,17 @@ pub fn check_ids_used(
 ) -> Result<()> {
     let refuse = |ids: &LayerIds, which: &str| {
         Error::argument(
-            ids.from.split(' ').next().unwrap_or("--layer-ids"),
+            ids.from.option(),
             format!(
                 "{which} no drafter pipeline's dump (SpecForge, vLLM speculators, Model-Optimizer, ge_data): the ids would name nothing"
             ),
         )
     };
-    let own = |ids: &LayerIds| {
-        ids.from.starts_with("--layer-ids-a") || ids.from.starts_with("--layer-ids-b")
-    };
+    let own = |ids: &LayerIds| ids.from.is_one_side();
     // Ids for both sides beside one side's own: they apply to the other side alone, which
     // must then be a pipeline's dump (else which side they were meant for is a guess).
     let ambiguous = |common: &LayerIds, other: &LayerIds, side: &str| {
-        let option = common.from.split(' ').next().unwrap_or("--layer-ids");
+        let option = common.from.option();
         Error::argument(
             option,
             format!(
@@ -263,12 +303,8 @@ pub fn check_ids_used(
         (Some(x), Some(y)) if x == y && !a_is_pipeline && !b_is_pipeline => {
             Err(refuse(x, "neither side is"))
         }
-        (Some(x), _) if x.from.starts_with("--layer-ids-a") && !a_is_pipeline => {
-            Err(refuse(x, "side A is"))
-        }
-        (_, Some(y)) if y.from.starts_with("--layer-ids-b") && !b_is_pipeline => {
-            Err(refuse(y, "side B is"))
-        }
+        (Some(x), _) if x.from == IdsFrom::SideA && !a_is_pipeline => Err(refuse(x, "side A is")),
+        (_, Some(y)) if y.from == IdsFrom::SideB && !b_is_pipeline => Err(refuse(y, "side B is")),
         _ => Ok(()),
     }
 }
@@ -283,7 +319,7 @@ fn resolve_ids(
     convention: Convention,
 ) -> std::result::Result<(Vec<usize>, String), String> {
     let (ids, from) = match (&opts.layer_ids, default) {
-        (Some(given), _) => (given.ids.clone(), given.from.clone()),
+        (Some(given), _) => (given.ids.clone(), given.from.to_string()),
         (None, Some((ids, rule))) => (ids, format!("the default {rule}")),
         (None, None) => {
             return Err(format!(

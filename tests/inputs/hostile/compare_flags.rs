@@ -56,6 +56,13 @@ hostile!(compare_map_junk, |_d| {
     refused(compare_ab(&["--map", "nothing"]), &["--map"])
 });
 
+hostile!(compare_tokens_at_without_a_file, |_d| {
+    refused(
+        compare_ab(&["--tokens", "@"]),
+        &["--tokens", "names no file"],
+    )
+});
+
 hostile!(compare_map_missing, |_d| {
     refused(compare_ab(&["--map", "no.such=layers.0"]), &["no.such"])
 });

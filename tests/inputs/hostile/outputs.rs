@@ -1,5 +1,5 @@
-//! Output targets: never an input (a model's files, the prompt, a file a model folder would
-//! hold), never the same file twice, `/dev/null` written in place; a replaced file keeps its
+//! Output targets: never an input (a model's files, the prompt, a drafter's config, a token-id
+//! file, a file a model folder would hold), never the same file twice, `/dev/null` written in place; a replaced file keeps its
 //! mode, a long legal name works, a signal leaves no temporary, and bench's work folder leaves
 //! the user's files alone.
 
@@ -177,6 +177,34 @@ hostile!(dump_out_the_prompt_file_it_reads, |d| {
         &["inputs"],
     )
     .writing(p)
+}, then model_left_alone);
+
+hostile!(compare_out_the_draft_config_it_reads, |d| {
+    let (sa, sb, _) = with_model(d);
+    let cfg = write(d, "draft.json", br#"{"target_layer_ids": [1, 2]}"#);
+    refused(
+        args(&["compare", &sa, &sb, "--draft-config", &s(&cfg), "--out", &s(&cfg)]),
+        &["inputs"],
+    )
+    .writing(cfg)
+}, then model_left_alone);
+
+hostile!(compare_out_the_token_id_file_it_reads, |d| {
+    let (sa, sb, _) = with_model(d);
+    let ids = write(d, "ids.txt", b"[1, 2, 3]\n");
+    refused(
+        args(&[
+            "compare",
+            &sa,
+            &sb,
+            "--tokens",
+            &format!("@{}", ids.display()),
+            "--out",
+            &s(&ids),
+        ]),
+        &["inputs"],
+    )
+    .writing(ids)
 }, then model_left_alone);
 
 hostile!(compare_out_dev_null_is_written_in_place, |d| {

@@ -35,7 +35,7 @@ use crate::commands::compare::token_difference::token_difference;
 use crate::compare::verdict::Verdict;
 use crate::error::{Error, Result};
 use crate::formats::pipelines::ReadOptions;
-use crate::model::Model;
+use crate::model::{Model, ModelFolder};
 use crate::printer::emit::FailOn;
 use crate::report::dataset::{DATASET_SCHEMA, DatasetReport, Failed, Shard, Unpaired};
 use discover::Sample;
@@ -49,8 +49,9 @@ pub struct DatasetOptions {
     pub read_a: ReadOptions,
     pub read_b: ReadOptions,
     pub dtype_hint: Option<DType>,
-    /// `--model DIR`: the truth and floor of every pair (two forward passes each).
-    pub model: Option<PathBuf>,
+    /// `--model DIR`, its config.json read: the truth and floor of every pair (two forward
+    /// passes each).
+    pub model: Option<ModelFolder>,
     /// `--calibrate N`: floors measured on the first N pairs of the whole dataset, applied to
     /// all.
     pub calibrate: Option<usize>,
@@ -137,7 +138,7 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetRun> {
     let plan = RunPlan::new(
         &matching.pairs,
         PlanInputs {
-            model: opts.model.as_deref(),
+            model: opts.model.as_ref().map(|m| m.dir.as_path()),
             no_floor: opts.pair.no_floor,
             calibrate: opts.calibrate,
             shard: opts.shard,
@@ -145,8 +146,9 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetRun> {
     );
 
     let mut model = match (&opts.model, opts.pair.no_floor) {
-        (Some(dir), false) => {
-            let m = Model::load(dir)?;
+        (Some(folder), false) => {
+            let dir = &folder.dir;
+            let m = Model::from_folder(folder.clone())?;
             eprintln!(
                 "hsdiff: calibrating with --model {}: {}, each with the f64 truth and a floor run per \
                  dtype (two or three forward passes per pair)",

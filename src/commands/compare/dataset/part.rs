@@ -49,11 +49,11 @@ pub fn header(
     let used = |l: &Option<LayerIds>| {
         l.as_ref().map(|l| LayerIdsUsed {
             ids: l.ids.clone(),
-            from: l.from.clone(),
+            from: l.from.to_string(),
         })
     };
     let model = match &opts.model {
-        Some(dir) => Some(super::listing::of_folder(dir)?),
+        Some(folder) => Some(super::listing::of_folder(&folder.dir)?),
         None => None,
     };
     Ok(PartHeader {
@@ -68,7 +68,7 @@ pub fn header(
                 layer_ids_a: used(&opts.read_a.layer_ids),
                 layer_ids_b: used(&opts.read_b.layer_ids),
                 layers: opts.pair.layers.clone(),
-                map: opts.pair.maps.clone(),
+                map: opts.pair.maps.iter().map(ToString::to_string).collect(),
                 shift: opts.pair.shift,
                 no_floor: opts.pair.no_floor,
                 calibrate: opts.calibrate,

@@ -16,7 +16,7 @@ mod truth;
 use candle_core::Device;
 
 use crate::commands::compare::pair_steps;
-use crate::commands::compare::tokens::GivenIds;
+use crate::commands::compare::tokens::ResolvedIds;
 use crate::compare::HeldByOneSide;
 use crate::compare::verdict::thresholds;
 use crate::error::Result;
@@ -34,7 +34,7 @@ pub use truth::TruthModel;
 #[derive(Debug, Clone, Default)]
 pub struct PairOptions {
     /// `--map A_NAME=B_NAME`.
-    pub maps: Vec<String>,
+    pub maps: Vec<TensorMap>,
     /// `--shift K`.
     pub shift: i64,
     /// `--layers`.
@@ -46,7 +46,21 @@ pub struct PairOptions {
     /// Say on stderr how the files were read and calibrated (off for a dataset's samples).
     pub verbose: bool,
     /// `--tokens` / `--prompt`: the ids files without any were captured on.
-    pub given_ids: Option<GivenIds>,
+    pub given_ids: Option<ResolvedIds>,
+}
+
+/// A's tensor `a` compared with B's tensor `b` (`--map A_NAME=B_NAME`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorMap {
+    pub a: String,
+    pub b: String,
+}
+
+/// `A_NAME=B_NAME`, as a shard's part records it.
+impl std::fmt::Display for TensorMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={}", self.a, self.b)
+    }
 }
 
 /// What one pair gave.

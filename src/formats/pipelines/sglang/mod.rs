@@ -46,10 +46,10 @@ pub fn open(path: &Path, hint: Option<DType>, opts: &ReadOptions) -> Result<Opti
     // An SGLang dump names its layers by module path: ids given for this side would name
     // nothing (ids for both sides are for the other side's pipeline dump).
     if let Some(ids) = &opts.layer_ids
-        && ids.from.starts_with("--layer-ids-")
+        && ids.from.is_one_side()
     {
         return Err(Error::argument(
-            ids.from.split(' ').next().unwrap_or("--layer-ids"),
+            ids.from.option(),
             format!(
                 "{} is an SGLang dump, whose layers are named by their module path: the ids would name nothing",
                 path.display()

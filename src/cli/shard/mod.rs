@@ -1,12 +1,14 @@
 //! `--shard I/N` and `--shard auto/N` read into a [`Shard`] once, here: the library takes the
 //! typed value. `auto` takes the index from the scheduler that started the process
-//! ([`crate::util::scheduler`]), and stderr says from which variable.
+//! ([`scheduler`]), and stderr says from which variable.
 
 use crate::commands::compare::dataset::PartOptions;
 use crate::error::{Error, Result};
 use crate::printer::Format;
 use crate::printer::emit::ReportOptions;
 use crate::report::dataset::{MAX_SHARDS, Shard};
+
+mod scheduler;
 
 const FLAG: &str = "--shard";
 
@@ -31,7 +33,7 @@ pub fn resolve(arg: Option<&str>) -> Result<Option<Shard>> {
     }
     let index = if i.trim() == "auto" {
         let env = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
-        let (index, said) = crate::util::scheduler::shard_index(count as usize, &env)?;
+        let (index, said) = scheduler::shard_index(count as usize, &env)?;
         eprintln!("hsdiff: {FLAG} {arg}: index {index} from {said}");
         index
     } else {
