@@ -226,7 +226,7 @@ impl FileSource {
         match Key::of(name) {
             Some(Key::Router(layer, RouterField::TopkIds)) => {
                 let recorded = router_ids::Recorded::of(self, layer);
-                router_ids::check(&self.path, &self.entries[idx].raw, &t, &recorded)?;
+                router_ids::check(&self.path, &self.entries[idx].raw, layer, &t, &recorded)?;
                 return Ok(t);
             }
             Some(Key::InputIds | Key::Router(..)) => return Ok(t),
