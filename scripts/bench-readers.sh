@@ -5,7 +5,7 @@
 #   sglang    an SGLang dumper folder of 1 250 and 5 000 passes (scripts/bench-sglang-listing.sh)
 #   ckpt_gz   a SpecForge DFlash `.ckpt.gz` batch of 250 and 1 000 rows (each row a sample)
 #   st, pt    a safetensors / torch.save file of 25 000 and 100 000 one-element tensors
-#             (the .pt run raises --limit pickle-objects, ~30 pickled objects per tensor)
+#             (the .pt run raises --limit pickle-objects, ~40 pickled objects per tensor)
 # Inputs are written by scripts/make_reader_bench.py with a Python that has torch.
 #
 # usage: scripts/bench-readers.sh [--hsdiff BIN] [--python PY] [KIND ...]
@@ -31,13 +31,14 @@ bin="${bin:-$root/target/release/hsdiff}"
 dir="$(mktemp -d "${TMPDIR:-/tmp}/hsdiff-bench-readers.XXXXXX")"
 trap 'rm -rf "$dir"' EXIT
 
-# time_compare KIND N A B [FLAG ...]: one timed compare, its line printed.
+# time_compare KIND N A B [FLAG ...]: one timed compare (the flags after its arguments), its
+# line printed.
 time_compare() {
     local kind="$1" n="$2" a="$3" b="$4"
     shift 4
     local start end rc=0
     start=$(date +%s.%N)
-    "$bin" "$@" compare "$a" "$b" --no-floor --format json >"$dir/report.json" 2>"$dir/stderr" || rc=$?
+    "$bin" compare "$a" "$b" --no-floor --format json "$@" >"$dir/report.json" 2>"$dir/stderr" || rc=$?
     end=$(date +%s.%N)
     if [[ $rc -gt 1 ]]; then
         echo "bench-readers: hsdiff exited $rc on $kind N=$n:" >&2
@@ -60,7 +61,8 @@ for kind in "${kinds[@]}"; do
             for n in 250 1000; do
                 rm -rf "$dir/gz"
                 "$py" "$root/scripts/make_reader_bench.py" ckpt_gz "$n" "$dir/gz"
-                time_compare ckpt_gz "$n" "$dir/gz/a/batch.ckpt.gz" "$dir/gz/b/batch.ckpt.gz"
+                time_compare ckpt_gz "$n" "$dir/gz/a/batch.ckpt.gz" "$dir/gz/b/batch.ckpt.gz" \
+                    --draft-config "$root/tests/fixtures/pipelines/qwen3_5_tiny/draft_config.json"
             done
             ;;
         st | pt)
@@ -68,7 +70,7 @@ for kind in "${kinds[@]}"; do
                 rm -rf "$dir/t"
                 "$py" "$root/scripts/make_reader_bench.py" "tensors_$kind" "$n" "$dir/t"
                 local_flags=()
-                [[ $kind == pt ]] && local_flags=(--limit "pickle-objects=$((40 * n))")
+                [[ $kind == pt ]] && local_flags=(--limit "pickle-objects=$((100 * n))")
                 time_compare "$kind" "$n" "$dir/t/a.$([[ $kind == st ]] && echo safetensors || echo pt)" \
                     "$dir/t/b.$([[ $kind == st ]] && echo safetensors || echo pt)" "${local_flags[@]}"
             done

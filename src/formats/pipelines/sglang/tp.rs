@@ -158,8 +158,8 @@ fn how_ranks_join(
     }
     if let Some((shard, (r, _))) = shards.iter().zip(&all).find(|(_, t)| t.0 >= size) {
         return Err(format!(
-            "`{name}`: the meta of rank {}'s file says tp_rank {r} of tp_size {size}: a rank is \
-             below tp_size",
+            "`{name}`: the meta of rank {}'s file says tp_rank {r} of tp_size {size}, and tp ranks run \
+             from 0 to tp_size − 1",
             shard.file_rank
         ));
     }
