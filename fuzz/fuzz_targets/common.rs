@@ -55,7 +55,11 @@ pub fn pipeline_options(flags: u8) -> (&'static str, ReadOptions) {
         num_layers: bit(3).then_some(8),
         hidden_size: bit(4).then_some(64),
         num_experts: bit(5).then_some(8),
-        sample: if bit(6) { Some(usize::from(bit(7))) } else { None },
+        sample: if bit(6) {
+            Some(usize::from(bit(7)))
+        } else {
+            None
+        },
     };
     (ext, opts)
 }
@@ -65,10 +69,7 @@ fn pieces(data: &[u8]) -> Vec<&[u8]> {
     let mut out = Vec::new();
     let mut rest = data;
     while out.len() + 1 < MAX_FILES {
-        match rest
-            .windows(SEPARATOR.len())
-            .position(|w| w == SEPARATOR)
-        {
+        match rest.windows(SEPARATOR.len()).position(|w| w == SEPARATOR) {
             Some(at) => {
                 out.push(&rest[..at]);
                 rest = &rest[at + SEPARATOR.len()..];

@@ -111,7 +111,9 @@ mod tests {
         let dir = tempfile::tempdir().map_err(|e| Error::io(Path::new("tempdir"), e))?;
         let path = dir.path().join("data_0.ckpt.gz");
         let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        let bytes: Vec<u8> = (0..50_000u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+        let bytes: Vec<u8> = (0..50_000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+            .collect();
         enc.write_all(&bytes).map_err(|e| Error::io(&path, e))?;
         std::fs::write(&path, enc.finish().map_err(|e| Error::io(&path, e))?)
             .map_err(|e| Error::io(&path, e))?;

@@ -51,7 +51,11 @@ hostile!(sglang_tp_size_2_pow_62_refused, |_d| {
 hostile!(sglang_rank_5_of_tp_size_2_refused, |_d| {
     refused(
         args(&["compare", &dump("sglang/rank_5_of_2"), &eval_prompt_0()]),
-        &["layers.1.output.1", "rank 1's file", "tp_rank 5 of tp_size 2"],
+        &[
+            "layers.1.output.1",
+            "rank 1's file",
+            "tp_rank 5 of tp_size 2",
+        ],
     )
 });
 
@@ -94,7 +98,11 @@ hostile!(sglang_seq_lens_of_the_pass_accepted, |_d| {
 
 hostile!(sglang_seq_lens_0_refused, |_d| {
     refused(
-        args(&["compare", &dump("sglang_seq_lens/seq_lens_0"), &eval_prompt_0()]),
+        args(&[
+            "compare",
+            &dump("sglang_seq_lens/seq_lens_0"),
+            &eval_prompt_0(),
+        ]),
         &["seq_lens", "holds the length 0"],
     )
 });
@@ -183,7 +191,11 @@ fn other_router_data_is_never_identical() {
             a.clone(),
             "`router.3.topk_ids` differs",
         ),
-        (lie("router/no_router.pt"), a.clone(), "`router.0.topk_ids` is on A only"),
+        (
+            lie("router/no_router.pt"),
+            a.clone(),
+            "`router.0.topk_ids` is on A only",
+        ),
         (
             lie("router/nan_logits.pt"),
             s(&lie("router/logits.pt")),
@@ -238,7 +250,12 @@ hostile!(layer_ids_for_ge_data_refused, |_d| {
     let ge = pipeline_fixture("ge_data/0/data_0.ckpt");
     refused(
         args(&["compare", &ge, &ge, "--layer-ids", "1,2"]),
-        &["data_0.ckpt", "eagle-ge-data", "--layer-ids names layers", "one state"],
+        &[
+            "data_0.ckpt",
+            "eagle-ge-data",
+            "--layer-ids names layers",
+            "one state",
+        ],
     )
 });
 
@@ -277,4 +294,3 @@ hostile!(a_gzip_bomb_refused_at_the_inflate_limit, |d| {
         ],
     )
 });
-

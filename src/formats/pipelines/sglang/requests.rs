@@ -128,7 +128,10 @@ mod tests {
         // decode pass or a prefix-cached extend, with no positions) are refused.
         assert_eq!(lengths(Some(("seq_lens", &lens_of(&[7]))), 7), Ok(vec![7]));
         let one = lengths(Some(("seq_lens", &lens_of(&[999]))), 10).unwrap_err();
-        assert!(one.contains("counts 999 tokens, the pass holds 10"), "{one}");
+        assert!(
+            one.contains("counts 999 tokens, the pass holds 10"),
+            "{one}"
+        );
         let none = lengths(Some(("seq_lens", &lens_of(&[0]))), 10).unwrap_err();
         assert!(none.contains("holds the length 0"), "{none}");
         let decode = lengths(Some(("seq_lens", &lens_of(&[11, 14]))), 2).unwrap_err();
