@@ -31,6 +31,7 @@ pub fn limits_from_args(args: &[String]) -> Result<Limits> {
             "pickle-bytes" => &mut l.pickle_bytes,
             "pickle-depth" => &mut l.pickle_depth,
             "pickle-objects" => &mut l.pickle_objects,
+            "inflated-bytes" => &mut l.inflated_bytes,
             other => {
                 let known: Vec<&str> = NAMES.iter().map(|(n, _)| *n).collect();
                 return Err(Error::argument(

@@ -36,8 +36,8 @@ pub struct Cli {
     command: Option<Command>,
 
     /// Raise (or lower) a cap on input sizes, NAME=VALUE; repeatable. Names: tokens,
-    /// prompt-bytes, layers, dim, json-bytes, pickle-bytes, pickle-depth, pickle-objects
-    /// (docs/file-formats.md lists the defaults).
+    /// prompt-bytes, layers, dim, json-bytes, pickle-bytes, pickle-depth, pickle-objects,
+    /// inflated-bytes (docs/file-formats.md lists the defaults).
     #[arg(long = "limit", value_name = "NAME=VALUE", global = true)]
     limit: Vec<String>,
 

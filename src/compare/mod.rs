@@ -136,7 +136,13 @@ fn is_recurrent_state(name: &str) -> bool {
 /// The tensors that would be rows (see [`plan_rows`]; final states included) which `x` holds
 /// and `y` does not, in forward order; only those decoder layers with `layers`.
 pub fn only_in(x: &[String], y: &[String], layers: Option<&[usize]>) -> Vec<String> {
-    let missing: Vec<String> = x.iter().filter(|n| !y.contains(n)).cloned().collect();
+    // A set: a file of N tensors is not N² string comparisons.
+    let y: std::collections::HashSet<&str> = y.iter().map(String::as_str).collect();
+    let missing: Vec<String> = x
+        .iter()
+        .filter(|n| !y.contains(n.as_str()))
+        .cloned()
+        .collect();
     plan_rows(&missing, None, layers)
         .into_iter()
         .map(|r| r.name)

@@ -153,6 +153,8 @@ pub struct FileSource {
     /// The map is anonymous memory (an inflated `.gz`): its pages are never released, as
     /// releasing them would zero them.
     inflated: bool,
+    /// The expert count of the model at hand (`--model`), which router expert ids are below.
+    model_experts: Option<usize>,
 }
 
 fn bad(path: &Path, msg: impl Into<String>) -> Error {
@@ -200,7 +202,7 @@ impl FileSource {
         let mut map = FileMap::map(&file, path)?;
         let inflated = pipelines::gzip::is_gzip(&map);
         if inflated {
-            map = FileMap::anonymous(pipelines::gzip::inflate(path, &map)?);
+            map = FileMap::anonymous(pipelines::gzip::inflate(path, &file, &map)?);
         }
         let ext = path
             .extension()
@@ -241,6 +243,7 @@ impl FileSource {
         };
         src.dtype_hint = dtype_hint;
         src.inflated = inflated;
+        src.model_experts = opts.num_experts;
         if !src.read_as_pipeline(opts)? {
             src.pair_residuals()?;
             src.split_stacked()?;
@@ -275,6 +278,7 @@ impl FileSource {
             pass_ids: Vec::new(),
             held_from: 0,
             inflated: false,
+            model_experts: None,
         }
     }
 

@@ -31,9 +31,12 @@ impl FileSource {
     /// A view that is a box of its stored tensor (a layer cut from a concatenation), read
     /// straight from the map: only its bytes (its first `head` token rows, when given) are
     /// copied, so the k layers of a sample read the stored tensor's bytes once between them.
-    /// The pages stay mapped until the file is closed (its other layers lie in them). None
-    /// when the view or the entry does not allow it (positions selected, compressed, 16-bit
-    /// integers, column-major).
+    /// A view that selects positions out of a box smaller than the stored tensor (the real
+    /// positions of one row of a batch) reads that box and selects from it, so a batch's rows
+    /// do not each read the whole batch. The pages stay mapped until the file is closed (its
+    /// other layers lie in them). None when the view or the entry does not allow it (positions
+    /// selected from the whole stored tensor, which the stored cache reads once for its views;
+    /// compressed, 16-bit integers, column-major).
     fn load_box(&self, idx: usize, head: Option<usize>) -> Result<Option<Tensor>> {
         let e = &self.entries[idx];
         let (Some(view), Loc::Range(a, b), false, Some(dtype)) =
@@ -41,11 +44,18 @@ impl FileSource {
         else {
             return Ok(None);
         };
-        let Some((mut bx, axes)) = view.as_box(&e.shape) else {
+        let Some((boxed, rest)) = view.split_at_select(&e.shape) else {
             return Ok(None);
         };
-        let mut shape = view.shape.clone();
-        if let Some(n) = head {
+        let Some((mut bx, axes)) = boxed.as_box(&e.shape) else {
+            return Ok(None);
+        };
+        let whole = bx.iter().zip(&e.shape).all(|(&(_, len), &n)| len == n);
+        if !rest.ops.is_empty() && whole {
+            return Ok(None);
+        }
+        let mut shape = boxed.shape.clone();
+        if let Some(n) = head.filter(|_| rest.ops.is_empty()) {
             let axis = usize::from(shape.len() >= 3);
             if let (Some(rows), Some(&s)) = (shape.get_mut(axis), axes.get(axis)) {
                 *rows = (*rows).min(n);
@@ -76,7 +86,13 @@ impl FileSource {
             .note_read(t.elem_count() * dtype.size_in_bytes());
         // Pages past a truncated end read as zeros: never hand those on.
         crate::util::mapped::check()?;
-        Ok(Some(t))
+        if rest.ops.is_empty() {
+            return Ok(Some(t));
+        }
+        match head {
+            Some(n) => rest.apply_head(t, n).map(Some),
+            None => rest.apply(t).map(Some),
+        }
     }
 
     /// Bytes of tensor data read from the file so far (a stored tensor that several views cut
@@ -226,7 +242,7 @@ impl FileSource {
         match Key::of(name) {
             Some(Key::Router(layer, RouterField::TopkIds)) => {
                 let recorded = router_ids::Recorded::of(self, layer);
-                router_ids::check(&self.path, &self.entries[idx].raw, &t, &recorded)?;
+                router_ids::check(&self.path, &self.entries[idx].raw, layer, &t, &recorded)?;
                 return Ok(t);
             }
             Some(Key::InputIds | Key::Router(..)) => return Ok(t),

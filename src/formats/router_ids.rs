@@ -1,8 +1,8 @@
 //! A router's chosen experts (`router.{i}.topk_ids`), checked as they are read, with no model at
 //! hand: integers, `[T, k]` or `[1, T, k]` with k ≥ 1, no expert twice in a row, every id a
-//! possible expert index — below the expert count when the file records one (its fingerprint's
-//! `num_experts`, or the width of the same layer's `router.{i}.logits`), else below the `dim`
-//! limit — k equal to the fingerprint's `num_experts_per_tok` when recorded, and as many rows
+//! possible expert index — below the expert count of `--model`'s config.json when a model is at
+//! hand and the file's when it records one (its fingerprint's `num_experts`, or the width of the
+//! same layer's `router.{i}.logits`; all of them equal), else below the `dim` limit — k equal to the fingerprint's `num_experts_per_tok` when recorded, and as many rows
 //! as the layer's router logits and margins have. Anything else would be read as agreement or as
 //! flips that never happened. (Both sides' k and rows against each other and the token count:
 //! report/build.rs, where both are at hand.)
@@ -37,6 +37,10 @@ impl Recorded {
                 .and_then(|v| v.as_u64())
                 .and_then(|n| usize::try_from(n).ok())
         };
+        if let Some(n) = src.model_experts {
+            r.experts
+                .push((n, "the num_experts of --model's config.json".into()));
+        }
         if let Some(n) = recorded("num_experts") {
             r.experts.push((n, "the fingerprint's num_experts".into()));
         }
@@ -59,7 +63,13 @@ impl Recorded {
     }
 }
 
-pub(super) fn check(path: &Path, raw: &str, t: &Tensor, recorded: &Recorded) -> Result<()> {
+pub(super) fn check(
+    path: &Path,
+    raw: &str,
+    layer: usize,
+    t: &Tensor,
+    recorded: &Recorded,
+) -> Result<()> {
     let err = |msg: String| Error::tensor(path, raw, msg);
     if !matches!(
         t.dtype(),
@@ -112,14 +122,14 @@ pub(super) fn check(path: &Path, raw: &str, t: &Tensor, recorded: &Recorded) -> 
     for (row, chunk) in ids.chunks(k).enumerate() {
         if let Some(bad) = chunk.iter().find(|&&id| id < 0 || id >= max) {
             return Err(err(format!(
-                "token {row}: expert id {bad} is not an expert index ({bound})"
+                "layer {layer}, token {row}: expert id {bad} is not an expert index ({bound})"
             )));
         }
         let mut sorted = chunk.to_vec();
         sorted.sort_unstable();
         if sorted.windows(2).any(|w| w[0] == w[1]) {
             return Err(err(format!(
-                "token {row}: the same expert chosen twice ({chunk:?})"
+                "layer {layer}, token {row}: the same expert chosen twice ({chunk:?})"
             )));
         }
     }

@@ -6,6 +6,7 @@ use sha2::{Digest, Sha256};
 
 use super::first_values::{self, FirstNonFinite, FirstOverflow};
 use super::judged_rows::judged_rows;
+use super::router_data::router_difference;
 use super::router_rows::router_rows;
 use super::routing::{Routing, routing};
 use super::routing_words;
@@ -110,6 +111,7 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
     let logits = logits_line(c, tie_margin)?;
     let routers = router_rows(c)?;
     let routing_finding = routing_words::routing_finding(&routing);
+    let router_difference = router_difference(c.a, c.b)?;
     let overall = overall(&tensors, routing_finding.is_some());
     let env_diff = envdiff::env_diff(&c.a_side.fingerprint, &c.b_side.fingerprint);
     let (first_non_finite, first_overflow) =
@@ -122,6 +124,7 @@ pub fn build_report(c: &Comparison) -> Result<Report> {
             routing: &routing,
             routing_finding: routing_finding.as_deref(),
             routers: &routers,
+            router_difference: router_difference.as_deref(),
             overall,
             env_diff: &env_diff,
             first_non_finite: &first_non_finite,
@@ -229,6 +232,7 @@ struct Findings<'a> {
     routing: &'a Routing,
     routing_finding: Option<&'a str>,
     routers: &'a [RouterRow],
+    router_difference: Option<&'a str>,
     overall: Verdict,
     env_diff: &'a [EnvDiff],
     first_non_finite: &'a FirstNonFinite,
@@ -259,6 +263,7 @@ fn headline(c: &Comparison, f: &Findings) -> Summary {
             uncalibrated_why: c.uncalibrated_why.as_deref(),
             routing: routing_words.as_deref(),
             routing_finding: f.routing_finding,
+            router_difference: f.router_difference,
             one_sided: disjoint_words
                 .as_ref()
                 .map(|(x, y)| (x.as_str(), y.as_str())),

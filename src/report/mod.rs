@@ -8,6 +8,7 @@ mod environment;
 pub mod first_values;
 mod fp8_notes;
 mod judged_rows;
+mod router_data;
 mod router_rows;
 mod routing;
 mod routing_words;

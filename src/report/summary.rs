@@ -25,6 +25,9 @@ pub struct Subject<'a> {
     pub routing: Option<&'a str>,
     /// A routing flip rounding cannot explain ([`routing_finding`]): the report is flagged.
     pub routing_finding: Option<&'a str>,
+    /// How the sides' router data differ (`router_data::router_difference`), when they do:
+    /// equal rows are then not "identical".
+    pub router_difference: Option<&'a str>,
     /// The layers of each side, when the two hold none in common and each row was judged
     /// against the truth ("1, 3, 5", "0, 2, 4").
     pub one_sided: Option<(&'a str, &'a str)>,
@@ -163,13 +166,17 @@ fn within_rounding(
     {
         let n = rows.len();
         let tensors = if n == 1 { "tensor" } else { "tensors" };
-        return Summary::new(
-            Some(Lead::Benign),
-            format!(
+        let words = match s.router_difference {
+            None => format!(
                 "{a} and {b} are identical (bit for bit): every element of the {n} compared \
                  {tensors} is equal"
             ),
-        );
+            Some(why) => format!(
+                "every element of the {n} compared {tensors} of {a} and {b} is equal (bit for \
+                 bit), but not their router data: {why}"
+            ),
+        };
+        return Summary::new(Some(Lead::Benign), words);
     }
     if !s.calibrated {
         let mut out = Summary::new(Some(Lead::Uncalibrated), uncalibrated(s));

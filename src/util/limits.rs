@@ -22,6 +22,8 @@ pub struct Limits {
     pub pickle_depth: usize,
     /// Pickled objects, counting every copy a memo lookup makes.
     pub pickle_objects: usize,
+    /// Bytes a gzip-compressed file (`.ckpt.gz`) inflates to, held in memory.
+    pub inflated_bytes: usize,
 }
 
 impl Default for Limits {
@@ -36,6 +38,7 @@ impl Default for Limits {
             pickle_depth: 64,
             // ~30 objects per tensor: room for ~30 000 tensors in ~150 MB.
             pickle_objects: 1_000_000,
+            inflated_bytes: 4 << 30,
         }
     }
 }
@@ -53,6 +56,10 @@ pub const NAMES: &[(&str, &str)] = &[
     ("pickle-bytes", "bytes of a torch.save data.pkl"),
     ("pickle-depth", "nesting depth of pickled containers"),
     ("pickle-objects", "pickled objects, memo copies included"),
+    (
+        "inflated-bytes",
+        "bytes a .ckpt.gz inflates to (held in memory)",
+    ),
 ];
 
 /// The deepest `--limit pickle-depth` accepted: the readers of unpickled values recurse (and so

@@ -10,7 +10,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, Once};
+use std::sync::{Arc, Mutex, Once};
 
 use memmap2::Mmap;
 
@@ -39,7 +39,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// A read-only map of a whole file, guarded as the module describes.
 pub struct FileMap {
-    map: Mmap,
+    /// Shared when it is anonymous memory several sources read (an inflated `.gz`).
+    map: Arc<Mmap>,
     slot: Option<usize>,
 }
 
@@ -51,12 +52,15 @@ impl FileMap {
         // (pages past the end read as zeros, the map marked, the run stopped by `check`).
         let map = unsafe { Mmap::map(file) }.map_err(|e| Error::io(path, e))?;
         let slot = register(&map, path);
-        Ok(FileMap { map, slot })
+        Ok(FileMap {
+            map: Arc::new(map),
+            slot,
+        })
     }
 
     /// Anonymous memory holding a file's bytes (an inflated `.gz`): nothing can truncate it, so
-    /// it is not guarded.
-    pub fn anonymous(map: Mmap) -> Self {
+    /// it is not guarded. It may be shared with other sources of the same file.
+    pub fn anonymous(map: Arc<Mmap>) -> Self {
         FileMap { map, slot: None }
     }
 

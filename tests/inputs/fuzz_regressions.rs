@@ -9,6 +9,11 @@ use hsdiff::formats::FileSource;
 use hsdiff::util::input::Tokenizer;
 use hsdiff::weights::config::ModelConfig;
 
+/// The fuzz targets' own decoding of an input (options, folders, parts), shared so the replay
+/// drives the readers exactly as the targets do.
+#[path = "../../fuzz/fuzz_targets/common.rs"]
+mod fuzz_common;
+
 fn fuzz_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz")
 }
@@ -23,6 +28,9 @@ const COMMITTED: &[(&str, usize, usize)] = &[
     ("pickle", 4, 363),
     ("config", 2, 1029),
     ("tokenizer", 4, 300),
+    ("pipelines", 8, 291),
+    ("sglang", 7, 54),
+    ("merge_part", 3, 153),
 ];
 
 /// Every file under `fuzz/{seeds,corpus,regressions}/<target>/` (regressions/ exists only once
@@ -126,5 +134,28 @@ fn pickle_config_and_tokenizer_survive_the_corpus() {
         if let Ok(text) = String::from_utf8(std::fs::read(&p).expect("read")) {
             let _ = tok.encode(&text);
         }
+    }
+}
+
+#[test]
+fn pipeline_sglang_and_merge_readers_survive_the_corpus() {
+    for p in inputs("pipelines") {
+        let data = std::fs::read(&p).expect("read");
+        if let Some((&flags, file)) = data.split_first() {
+            let (ext, opts) = fuzz_common::pipeline_options(flags);
+            fuzz_common::open_with_and_read_all(file, ext, &opts);
+        }
+    }
+    for p in inputs("sglang") {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let paths = fuzz_common::write_folder(dir.path(), &std::fs::read(&p).expect("read"));
+        if let Some(first) = paths.first() {
+            fuzz_common::open_path_and_read_all(first, &Default::default());
+        }
+    }
+    for p in inputs("merge_part") {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let paths = fuzz_common::write_parts(dir.path(), &std::fs::read(&p).expect("read"));
+        let _ = hsdiff::commands::compare::dataset::merge::merge(&paths);
     }
 }

@@ -173,10 +173,15 @@ fn read_options(req: &CompareRequest) -> Result<(ReadOptions, ReadOptions, Optio
         .as_ref()
         .map(|m| (m.config.num_hidden_layers, m.config.hidden_size))
         .unzip();
+    let num_experts = model
+        .as_ref()
+        .and_then(|m| m.config.moe.as_ref())
+        .map(|moe| moe.num_experts);
     let side = |own: Option<LayerIds>| ReadOptions {
         layer_ids: own.or_else(|| common.clone()),
         num_layers,
         hidden_size,
+        num_experts,
         sample: None,
     };
     Ok((

@@ -316,10 +316,11 @@ pub fn paired_rows(
     without_final: bool,
 ) -> Result<Vec<PlannedRow>> {
     let b_names = b.names();
+    let b_names: std::collections::HashSet<&str> = b_names.iter().map(String::as_str).collect();
     let common: Vec<String> = a
         .names()
         .into_iter()
-        .filter(|n| Key::of(n) != Some(Key::InputIds) && b_names.contains(n))
+        .filter(|n| Key::of(n) != Some(Key::InputIds) && b_names.contains(n.as_str()))
         .collect();
     if let Some(layers) = layers {
         let count = common

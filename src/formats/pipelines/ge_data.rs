@@ -14,6 +14,14 @@ pub(super) fn detect(index: &Index) -> bool {
 }
 
 pub(super) fn plan(index: &Index, opts: &ReadOptions) -> Result<Plan, String> {
+    if let Some(given) = &opts.layer_ids {
+        return Err(format!(
+            "{} names layers, but ge_data stores one state, `hidden_state` (after the final \
+             norm), whatever the drafter's layers: give the ids only for the other side \
+             (--layer-ids-a / --layer-ids-b)",
+            given.from
+        ));
+    }
     let shape = index.shape("hidden_state").unwrap_or_default();
     let (batch, t, h, batched) = seq_shape(shape, true)
         .ok_or_else(|| format!("`hidden_state` has shape {shape:?}; ge_data writes [T, H]"))?;

@@ -99,6 +99,9 @@ pub struct ReadOptions {
     /// default ids and the shape checks.
     pub num_layers: Option<usize>,
     pub hidden_size: Option<usize>,
+    /// The model's routed experts, when a model of experts is at hand: router expert ids are
+    /// checked below it.
+    pub num_experts: Option<usize>,
     /// Which sample of a batched file (`[B, T, …]`) to read; None: the file must hold one.
     pub sample: Option<usize>,
 }
@@ -279,7 +282,7 @@ pub fn check_ids_used(
         Error::argument(
             ids.from.option(),
             format!(
-                "{which} no drafter pipeline's dump (SpecForge, vLLM speculators, Model-Optimizer, ge_data): the ids would name nothing"
+                "{which} drafter pipeline's dump (SpecForge, vLLM speculators, Model-Optimizer, ge_data): the ids would name nothing"
             ),
         )
     };
@@ -301,10 +304,14 @@ pub fn check_ids_used(
         (Some(x), Some(y)) if !own(x) && own(y) && !a_is_pipeline => Err(ambiguous(x, y, "A")),
         (Some(x), Some(y)) if own(x) && !own(y) && !b_is_pipeline => Err(ambiguous(y, x, "B")),
         (Some(x), Some(y)) if x == y && !a_is_pipeline && !b_is_pipeline => {
-            Err(refuse(x, "neither side is"))
+            Err(refuse(x, "neither side is a"))
         }
-        (Some(x), _) if x.from == IdsFrom::SideA && !a_is_pipeline => Err(refuse(x, "side A is")),
-        (_, Some(y)) if y.from == IdsFrom::SideB && !b_is_pipeline => Err(refuse(y, "side B is")),
+        (Some(x), _) if x.from == IdsFrom::SideA && !a_is_pipeline => {
+            Err(refuse(x, "side A is no"))
+        }
+        (_, Some(y)) if y.from == IdsFrom::SideB && !b_is_pipeline => {
+            Err(refuse(y, "side B is no"))
+        }
         _ => Ok(()),
     }
 }

@@ -15,7 +15,8 @@ use crate::capture::Key;
 pub(super) fn detect_dflash(index: &Index) -> bool {
     index.has("input_ids")
         && index.has("loss_mask")
-        && index.shape("hidden_states").is_some_and(|s| s.len() == 3)
+        // [1, T, k·H]; more axes are still this layout, refused with the shape in the plan.
+        && index.shape("hidden_states").is_some_and(|s| s.len() >= 3)
         && !index.has("aux_hidden_states")
         && !index.has("aux_hidden_state")
 }

@@ -93,6 +93,22 @@ impl View {
         Some((bx, axes))
     }
 
+    /// The view as its ops up to the first selection of positions (a box, such as a batch row)
+    /// and the ops from there on, which apply to what the first part cuts.
+    pub fn split_at_select(&self, stored: &[usize]) -> Option<(View, View)> {
+        let at = self
+            .ops
+            .iter()
+            .position(|op| matches!(op, Op::Select { .. }))
+            .unwrap_or(self.ops.len());
+        let boxed = View::new(stored, self.ops[..at].to_vec()).ok()?;
+        let rest = View {
+            ops: self.ops[at..].to_vec(),
+            shape: self.shape.clone(),
+        };
+        Some((boxed, rest))
+    }
+
     /// The view's first `n` token rows (all of them when it has fewer): the token axis is 0
     /// of a `[T, H]` view, 1 of a `[1, T, …]` one. Only those rows are copied.
     pub fn apply_head(&self, t: Tensor, n: usize) -> Result<Tensor> {

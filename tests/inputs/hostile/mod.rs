@@ -45,6 +45,7 @@ mod numpy;
 mod outputs;
 mod pickle;
 mod readable;
+mod readers_lie;
 mod resolved;
 mod router;
 mod safetensors_files;

@@ -186,7 +186,11 @@ pub fn source(
     let mut anon = MmapMut::map_anon(bytes.len()).map_err(|e| Error::io(path, e))?;
     anon.copy_from_slice(&bytes);
     let map = anon.make_read_only().map_err(|e| Error::io(path, e))?;
-    let mut src = FileSource::empty(path, FileFormat::Torch, FileMap::anonymous(map));
+    let mut src = FileSource::empty(
+        path,
+        FileFormat::Torch,
+        FileMap::anonymous(std::sync::Arc::new(map)),
+    );
     src.entries = entries;
     src.names = index;
     src.conventions.push(sample.description);

@@ -16,7 +16,7 @@ pub fn lengths(
     seq_lens: Option<(&str, &Tensor)>,
     tokens: usize,
 ) -> std::result::Result<Vec<usize>, String> {
-    let Some((name, t)) = seq_lens.filter(|(_, t)| t.elem_count() > 1) else {
+    let Some((name, t)) = seq_lens else {
         return Ok(vec![tokens]);
     };
     if t.elem_count() > limits::get().tokens {
@@ -124,9 +124,16 @@ mod tests {
         let t = lens_of(&[10, 13]);
         assert_eq!(lengths(Some(("seq_lens", &t)), 23), Ok(vec![10, 13]));
         assert_eq!(lengths(None, 7), Ok(vec![7]));
-        // One request: the pass's tokens, whatever seq_lens says (a prefix-cached extend of
-        // one prompt is refused by its token ids, which are not the prompt's).
-        assert_eq!(lengths(Some(("seq_lens", &lens_of(&[9]))), 7), Ok(vec![7]));
+        // One request is checked as several are: [0] and a length past the pass's tokens (a
+        // decode pass or a prefix-cached extend, with no positions) are refused.
+        assert_eq!(lengths(Some(("seq_lens", &lens_of(&[7]))), 7), Ok(vec![7]));
+        let one = lengths(Some(("seq_lens", &lens_of(&[999]))), 10).unwrap_err();
+        assert!(
+            one.contains("counts 999 tokens, the pass holds 10"),
+            "{one}"
+        );
+        let none = lengths(Some(("seq_lens", &lens_of(&[0]))), 10).unwrap_err();
+        assert!(none.contains("holds the length 0"), "{none}");
         let decode = lengths(Some(("seq_lens", &lens_of(&[11, 14]))), 2).unwrap_err();
         assert!(
             decode.contains("counts 25 tokens, the pass holds 2: a decode pass"),

@@ -116,6 +116,7 @@ pub fn join(name: &str, mut shards: Vec<Shard>) -> Result<(Tensor, Option<Join>)
             )
         })?,
         Join::Sum => {
+            whole_copies(name, &tensors)?;
             sum(&tensors).map_err(|e| format!("`{name}`: shards {}: {e}", seen(&shards)))?
         }
         Join::Replicated => {
@@ -149,14 +150,21 @@ fn how_ranks_join(
             seen(shards)
         ));
     }
-    let mut got: Vec<usize> = all.iter().map(|t| t.0).collect();
-    got.sort_unstable();
     if all.iter().any(|t| t.1 != size) {
         return Err(format!(
             "`{name}`: the ranks' meta disagree on tp_size ({:?})",
             all.iter().map(|t| t.1).collect::<Vec<_>>()
         ));
     }
+    if let Some((shard, (r, _))) = shards.iter().zip(&all).find(|(_, t)| t.0 >= size) {
+        return Err(format!(
+            "`{name}`: the meta of rank {}'s file says tp_rank {r} of tp_size {size}, and tp ranks run \
+             from 0 to tp_size − 1",
+            shard.file_rank
+        ));
+    }
+    let mut got: Vec<usize> = all.iter().map(|t| t.0).collect();
+    got.sort_unstable();
     let dims: Vec<Option<&str>> = shards
         .iter()
         .map(|s| s.meta.get("dims").and_then(Json::as_str))
@@ -178,8 +186,10 @@ fn how_ranks_join(
         ));
     };
     let how = parse_dims(d, shards[0].tensor.rank()).map_err(|e| format!("`{name}`: {e}"))?;
-    let want: Vec<usize> = (0..size).collect();
-    if how != Join::Replicated && got != want {
+    // Every rank of 0..size once, checked without a list of tp_size entries (tp_size comes
+    // from the file).
+    let every_rank = got.len() == size && got.iter().enumerate().all(|(i, &r)| i == r);
+    if how != Join::Replicated && !every_rank {
         return Err(format!(
             "`{name}`: `dims` \"{d}\" splits it over tp_size {size} ranks, but the dump holds tp ranks {got:?}"
         ));
@@ -209,6 +219,22 @@ pub fn identical(name: &str, mut shards: Vec<Shard>) -> Result<Tensor, String> {
         .pop()
         .map(|s| s.tensor)
         .ok_or_else(|| format!("`{name}`: no file"))
+}
+
+/// Partial sums that are equal bit for bit on every rank are whole copies (the all-reduce had
+/// run): summing them would make the layer n× its value, as SGLang #28925's test did.
+fn whole_copies(name: &str, ts: &[&Tensor]) -> Result<(), String> {
+    if ts.len() > 1 && same(ts).is_ok() {
+        return Err(format!(
+            "`{name}` is declared `tp:partial`, but its {} ranks' copies are equal bit for bit: \
+             whole copies (the all-reduce already done), not partial sums, and summing them would \
+             make the layer {}× its value (SGLang #28925); refused: dump it with \
+             `# tp:replicated` if every rank holds the whole tensor",
+            ts.len(),
+            ts.len()
+        ));
+    }
+    Ok(())
 }
 
 /// The sum of partial sums, in f32, rounded back to their dtype.
@@ -322,6 +348,36 @@ mod tests {
             ],
         );
         assert!(refused.is_err());
+        // Bit-identical "partial sums" are whole copies: refused, not summed into 2×.
+        let copies = join(
+            "x",
+            vec![
+                shard(full.clone(), 0, Some("t h[tp:partial]")),
+                shard(full.clone(), 1, Some("t h[tp:partial]")),
+            ],
+        )
+        .err()
+        .unwrap_or_default();
+        assert!(copies.contains("equal bit for bit"), "{copies}");
+        // A rank at or past tp_size, and a tp_size no list of ranks is made for.
+        let mut past = shard(full.clone(), 0, Some("t h # tp:replicated"));
+        past.meta.insert(
+            "sglang_parallel_info".into(),
+            json!({"tp_rank": 5, "tp_size": 2}),
+        );
+        let msg = join(
+            "x",
+            vec![shard(full.clone(), 0, Some("t h # tp:replicated")), past],
+        )
+        .err()
+        .unwrap_or_default();
+        assert!(msg.contains("tp_rank 5 of tp_size 2"), "{msg}");
+        let mut huge = shard(full.clone(), 0, Some("t h[tp]"));
+        huge.meta.insert(
+            "sglang_parallel_info".into(),
+            json!({"tp_rank": 0, "tp_size": 1u64 << 62}),
+        );
+        assert!(join("x", vec![huge]).is_err());
         // No dims: refused, with the shapes seen.
         let (a, b) = halves()?;
         let msg = join("x", vec![shard(a, 0, None), shard(b, 1, None)])
