@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use hsdiff::formats::FileSource;
-use hsdiff::formats::pipelines::{LayerIds, ReadOptions};
+use hsdiff::formats::pipelines::{IdsFrom, LayerIds, ReadOptions};
 
 /// Between the files of a folder (`sglang`) or the parts of a merge (`merge_part`).
 pub const SEPARATOR: &[u8] = b"\n--hsdiff-fuzz-file--\n";
@@ -50,7 +50,7 @@ pub fn pipeline_options(flags: u8) -> (&'static str, ReadOptions) {
     let opts = ReadOptions {
         layer_ids: bit(2).then(|| LayerIds {
             ids: vec![1, 3, 4],
-            from: "--layer-ids".to_string(),
+            from: IdsFrom::BothSides,
         }),
         num_layers: bit(3).then_some(8),
         hidden_size: bit(4).then_some(64),
