@@ -362,7 +362,12 @@ mod tests {
             .iter()
             .filter(|c| c.contains("read as layer indices"))
             .collect();
-        assert_eq!(read, ["`layer_N` read as layer indices (2)"], "{:?}", a.conventions);
+        assert_eq!(
+            read,
+            ["`layer_N` read as layer indices (2)"],
+            "{:?}",
+            a.conventions
+        );
     }
 
     #[test]

@@ -59,13 +59,7 @@ impl Protected {
     }
 
     /// `dir`'s folders and files, `depth` levels; with a glob, only the files it matches.
-    fn walk(
-        &mut self,
-        dir: &Path,
-        depth: usize,
-        budget: &mut usize,
-        glob: Option<&Glob>,
-    ) {
+    fn walk(&mut self, dir: &Path, depth: usize, budget: &mut usize, glob: Option<&Glob>) {
         let Ok(meta) = std::fs::metadata(dir) else {
             return;
         };

@@ -47,17 +47,21 @@ hostile!(dataset_out_on_a_sample_five_folders_down, |d| {
     )
 });
 
-hostile!(dataset_out_adds_a_sample_to_an_input_folder, |d| {
-    let (a, b) = sides(d, &["rows_0/data_0.safetensors"]);
-    out_refused(
-        &s(&a),
-        &s(&b),
-        &a.join("rows_0/data_9.pt"),
-        &["would add a capture file", "read it as a sample"],
-    )
-}, then |d| {
-    assert!(!d.join("A/rows_0/data_9.pt").exists());
-});
+hostile!(
+    dataset_out_adds_a_sample_to_an_input_folder,
+    |d| {
+        let (a, b) = sides(d, &["rows_0/data_0.safetensors"]);
+        out_refused(
+            &s(&a),
+            &s(&b),
+            &a.join("rows_0/data_9.pt"),
+            &["would add a capture file", "read it as a sample"],
+        )
+    },
+    then | d | {
+        assert!(!d.join("A/rows_0/data_9.pt").exists());
+    }
+);
 
 hostile!(out_and_plot_on_one_fifo, |d| {
     let (a, b) = sides(d, &["data_0.safetensors"]);

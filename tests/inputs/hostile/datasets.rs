@@ -69,104 +69,158 @@ fn note_with(r: &serde_json::Value, needles: &[&str]) {
         .filter_map(|n| n.as_str())
         .collect();
     assert!(
-        notes
-            .iter()
-            .any(|n| needles.iter().all(|x| n.contains(x))),
+        notes.iter().any(|n| needles.iter().all(|x| n.contains(x))),
         "no note with {needles:?}: {notes:#?}"
     );
 }
 
-hostile!(dataset_rows_folder_that_is_a_link_is_followed, |d| {
-    let (a, b) = twin_sides(d, &["rows_0/data_0.safetensors", "rows_1/data_1.safetensors"]);
-    // A's rows_1 is a link to a folder outside the side.
-    let elsewhere = d.join("elsewhere");
-    std::fs::rename(a.join("rows_1"), &elsewhere).expect("move");
-    std::os::unix::fs::symlink(&elsewhere, a.join("rows_1")).expect("link");
-    compare_json(d, &a, &b)
-}, then |d| {
-    assert_eq!(sample_ids(&report(d)), ["0", "1"]);
-});
-
-hostile!(dataset_link_to_nothing_is_named, |d| {
-    let (a, b) = twin_sides(d, &["data_0.safetensors"]);
-    std::os::unix::fs::symlink(d.join("gone.safetensors"), a.join("data_1.safetensors"))
-        .expect("link");
-    compare_json(d, &a, &b)
-}, then |d| {
-    note_with(&report(d), &["A: 1 entry not read", "symbolic links to nothing", "data_1.safetensors"]);
-});
-
-hostile!(dataset_link_loops_are_named_and_read_once, |d| {
-    let (a, b) = twin_sides(d, &["rows_0/data_0.safetensors"]);
-    // A link back to the side's own folder, and two links naming each other.
-    std::os::unix::fs::symlink(&a, a.join("rows_0/back")).expect("link");
-    std::os::unix::fs::symlink(a.join("l2"), a.join("l1")).expect("link");
-    std::os::unix::fs::symlink(a.join("l1"), a.join("l2")).expect("link");
-    compare_json(d, &a, &b)
-}, then |d| {
-    let r = report(d);
-    assert_eq!(sample_ids(&r), ["0"]);
-    note_with(&r, &["links to a folder searched already", "rows_0/back"]);
-    note_with(&r, &["2 entries not read, symbolic link loops", "l1", "l2"]);
-});
-
-hostile!(dataset_fifo_is_named_never_opened, |d| {
-    let (a, b) = twin_sides(d, &["data_0.safetensors"]);
-    super::harness::fifo(&a, "data_1.safetensors");
-    compare_json(d, &a, &b)
-}, then |d| {
-    note_with(&report(d), &["FIFOs (never opened", "data_1.safetensors"]);
-});
-
-hostile!(dataset_sample_deeper_than_searched_is_named, |d| {
-    let deep = "1/2/3/4/5/6/7/8/9/data_9.safetensors";
-    let (a, b) = twin_sides(d, &["data_0.safetensors", deep]);
-    compare_json(d, &a, &b)
-}, then |d| {
-    let r = report(d);
-    assert_eq!(sample_ids(&r), ["0"]);
-    note_with(&r, &["folders deeper than the 8 levels searched", "1/2/3/4/5/6/7/8/9"]);
-});
-
-hostile!(dataset_ids_shared_by_two_folders_are_told_apart, |d| {
-    let (a, b) = twin_sides(d, &["0/data_0.safetensors", "1/data_0.safetensors"]);
-    compare_json(d, &a, &b)
-}, then |d| {
-    assert_eq!(sample_ids(&report(d)), ["0/0", "1/0"]);
-});
-
-hostile!(dataset_names_that_are_not_utf8_stay_two_ids, |d| {
-    let (a, b) = (d.join("A"), d.join("B"));
-    for side in [&a, &b] {
-        std::fs::create_dir_all(side).expect("mkdir");
-        for (k, byte) in [0xfeu8, 0xff].into_iter().enumerate() {
-            let mut name = b"data_".to_vec();
-            name.push(byte);
-            name.extend_from_slice(b".safetensors");
-            let p = side.join(std::ffi::OsStr::from_bytes(&name));
-            std::fs::write(p, capture(20 + k as u64, Vec::new())).expect("write");
-        }
+hostile!(
+    dataset_rows_folder_that_is_a_link_is_followed,
+    |d| {
+        let (a, b) = twin_sides(
+            d,
+            &["rows_0/data_0.safetensors", "rows_1/data_1.safetensors"],
+        );
+        // A's rows_1 is a link to a folder outside the side.
+        let elsewhere = d.join("elsewhere");
+        std::fs::rename(a.join("rows_1"), &elsewhere).expect("move");
+        std::os::unix::fs::symlink(&elsewhere, a.join("rows_1")).expect("link");
+        compare_json(d, &a, &b)
+    },
+    then | d | {
+        assert_eq!(sample_ids(&report(d)), ["0", "1"]);
     }
-    compare_json(d, &a, &b)
-}, then |d| {
-    let mut ids = sample_ids(&report(d));
-    ids.sort();
-    assert_eq!(ids, ["\\xfe", "\\xff"]);
-});
+);
 
-hostile!(literal_file_named_like_a_glob_is_that_file, |d| {
-    // `q?.safetensors` exists: it is one file, not a pattern matching `q1.safetensors` too.
-    let literal = sample(d, "q?.safetensors", 30);
-    sample(d, "q1.safetensors", 31);
-    let other = sample(d, "other.safetensors", 30);
-    let out = d.join("r.json");
-    expect(
-        args(&["compare", &s(&literal), &s(&other), "--format", "json", "--out", &s(&out)]),
-        Expect::Clean,
-    )
-}, then |d| {
-    assert_eq!(report(d)["schema"], "hsdiff.report/v1");
-});
+hostile!(
+    dataset_link_to_nothing_is_named,
+    |d| {
+        let (a, b) = twin_sides(d, &["data_0.safetensors"]);
+        std::os::unix::fs::symlink(d.join("gone.safetensors"), a.join("data_1.safetensors"))
+            .expect("link");
+        compare_json(d, &a, &b)
+    },
+    then | d | {
+        note_with(
+            &report(d),
+            &[
+                "A: 1 entry not read",
+                "symbolic links to nothing",
+                "data_1.safetensors",
+            ],
+        );
+    }
+);
+
+hostile!(
+    dataset_link_loops_are_named_and_read_once,
+    |d| {
+        let (a, b) = twin_sides(d, &["rows_0/data_0.safetensors"]);
+        // A link back to the side's own folder, and two links naming each other.
+        std::os::unix::fs::symlink(&a, a.join("rows_0/back")).expect("link");
+        std::os::unix::fs::symlink(a.join("l2"), a.join("l1")).expect("link");
+        std::os::unix::fs::symlink(a.join("l1"), a.join("l2")).expect("link");
+        compare_json(d, &a, &b)
+    },
+    then | d | {
+        let r = report(d);
+        assert_eq!(sample_ids(&r), ["0"]);
+        note_with(&r, &["links to a folder searched already", "rows_0/back"]);
+        note_with(&r, &["2 entries not read, symbolic link loops", "l1", "l2"]);
+    }
+);
+
+hostile!(
+    dataset_fifo_is_named_never_opened,
+    |d| {
+        let (a, b) = twin_sides(d, &["data_0.safetensors"]);
+        super::harness::fifo(&a, "data_1.safetensors");
+        compare_json(d, &a, &b)
+    },
+    then | d | {
+        note_with(&report(d), &["FIFOs (never opened", "data_1.safetensors"]);
+    }
+);
+
+hostile!(
+    dataset_sample_deeper_than_searched_is_named,
+    |d| {
+        let deep = "1/2/3/4/5/6/7/8/9/data_9.safetensors";
+        let (a, b) = twin_sides(d, &["data_0.safetensors", deep]);
+        compare_json(d, &a, &b)
+    },
+    then | d | {
+        let r = report(d);
+        assert_eq!(sample_ids(&r), ["0"]);
+        note_with(
+            &r,
+            &[
+                "folders deeper than the 8 levels searched",
+                "1/2/3/4/5/6/7/8/9",
+            ],
+        );
+    }
+);
+
+hostile!(
+    dataset_ids_shared_by_two_folders_are_told_apart,
+    |d| {
+        let (a, b) = twin_sides(d, &["0/data_0.safetensors", "1/data_0.safetensors"]);
+        compare_json(d, &a, &b)
+    },
+    then | d | {
+        assert_eq!(sample_ids(&report(d)), ["0/0", "1/0"]);
+    }
+);
+
+hostile!(
+    dataset_names_that_are_not_utf8_stay_two_ids,
+    |d| {
+        let (a, b) = (d.join("A"), d.join("B"));
+        for side in [&a, &b] {
+            std::fs::create_dir_all(side).expect("mkdir");
+            for (k, byte) in [0xfeu8, 0xff].into_iter().enumerate() {
+                let mut name = b"data_".to_vec();
+                name.push(byte);
+                name.extend_from_slice(b".safetensors");
+                let p = side.join(std::ffi::OsStr::from_bytes(&name));
+                std::fs::write(p, capture(20 + k as u64, Vec::new())).expect("write");
+            }
+        }
+        compare_json(d, &a, &b)
+    },
+    then | d | {
+        let mut ids = sample_ids(&report(d));
+        ids.sort();
+        assert_eq!(ids, ["\\xfe", "\\xff"]);
+    }
+);
+
+hostile!(
+    literal_file_named_like_a_glob_is_that_file,
+    |d| {
+        // `q?.safetensors` exists: it is one file, not a pattern matching `q1.safetensors` too.
+        let literal = sample(d, "q?.safetensors", 30);
+        sample(d, "q1.safetensors", 31);
+        let other = sample(d, "other.safetensors", 30);
+        let out = d.join("r.json");
+        expect(
+            args(&[
+                "compare",
+                &s(&literal),
+                &s(&other),
+                "--format",
+                "json",
+                "--out",
+                &s(&out),
+            ]),
+            Expect::Clean,
+        )
+    },
+    then | d | {
+        assert_eq!(report(d)["schema"], "hsdiff.report/v1");
+    }
+);
 
 hostile!(glob_of_many_stars_against_a_long_name_finishes, |d| {
     // 14 `*` that cannot match a 205-byte name: exponential for a backtracking matcher.
@@ -176,5 +230,25 @@ hostile!(glob_of_many_stars_against_a_long_name_finishes, |d| {
     refused(
         args(&["compare", &pattern, &other]),
         &["no capture files found"],
+    )
+});
+
+hostile!(dataset_calibrate_with_no_floor_is_refused, |_d| {
+    let pipes = super::harness::fixture("../pipelines/qwen3_5_tiny");
+    let model = crate::common::golden_model_dir("qwen3_5_tiny");
+    refused(
+        args(&[
+            "compare",
+            &s(&pipes.join("specforge_dflash")),
+            &s(&pipes.join("eval")),
+            "--draft-config",
+            &s(&pipes.join("draft_config.json")),
+            "--model",
+            &s(&model),
+            "--calibrate",
+            "2",
+            "--no-floor",
+        ]),
+        &["--calibrate", "--no-floor"],
     )
 });

@@ -219,7 +219,10 @@ fn run_with_stdout(list: &[&str], to: std::process::Stdio) -> (Option<i32>, Stri
         .stdout(to)
         .output()
         .expect("runs");
-    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 /// stdout on a pipe whose reader left (`hsdiff … | head -1`), for every command that prints:
@@ -236,7 +239,14 @@ fn stdout_on_a_closed_pipe_is_a_quiet_exit() {
         "tests/fixtures/moe_dataset/eval",
     );
     let live = [
-        "--a", "fused", "--b", "reference", "--prompt", "fizzbuzz", "--dtype", "f32",
+        "--a",
+        "fused",
+        "--b",
+        "reference",
+        "--prompt",
+        "fizzbuzz",
+        "--dtype",
+        "f32",
     ];
     let commands: Vec<Vec<&str>> = vec![
         vec!["prompts"],
@@ -277,7 +287,10 @@ fn safe_output(list: &[String], format: &str) -> String {
         .expect("runs");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(matches!(o.status.code(), Some(0 | 1)), "{list:?}: {err}");
-    assert!(control_bytes(&o.stdout).is_empty(), "{format}: raw control bytes");
+    assert!(
+        control_bytes(&o.stdout).is_empty(),
+        "{format}: raw control bytes"
+    );
     assert!(!err.contains('\x1b'), "stderr: {err}");
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     if format == "markdown" {
@@ -313,7 +326,9 @@ fn hostile_names_in_a_dataset_are_escaped_at_every_sink() {
 #[test]
 fn hostile_names_in_check_and_a_model_folder_are_escaped() {
     let dir = common::tempdir();
-    let golden = dir.path().join(format!("fib{HOSTILE_NAME}.f64.safetensors"));
+    let golden = dir
+        .path()
+        .join(format!("fib{HOSTILE_NAME}.f64.safetensors"));
     std::fs::copy(
         common::repo_root().join("golden/states/qwen3_5_tiny/fibonacci.f64.safetensors"),
         &golden,

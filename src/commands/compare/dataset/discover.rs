@@ -165,7 +165,9 @@ fn unique_ids(paths: &[PathBuf], root: &Path) -> Vec<String> {
         for id in &ids {
             *count.entry(id.as_str()).or_default() += 1;
         }
-        let shared: Vec<usize> = (0..ids.len()).filter(|&k| count[ids[k].as_str()] > 1).collect();
+        let shared: Vec<usize> = (0..ids.len())
+            .filter(|&k| count[ids[k].as_str()] > 1)
+            .collect();
         for k in shared {
             ids[k] = qualify(k);
         }
