@@ -324,7 +324,7 @@ fn how(r: &TensorRow, dtype: &str) -> String {
             r.judgement.rel_l2_judged.unwrap_or(r.stats.rel_l2)
         ),
         // A floor no multiple of which is a bound: said as what it is, never as "(NaN)".
-        (None, Some(floor)) if floor == 0.0 => format!(
+        (None, Some(0.0)) => format!(
             "rel L2 {:.2e} where the {dtype} floor is 0 (the reference run meets the f64 truth \
              exactly here)",
             r.judgement.rel_l2_judged.unwrap_or(r.stats.rel_l2)
