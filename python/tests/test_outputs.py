@@ -127,6 +127,18 @@ def test_a_replaced_dump_is_replaced_whole_and_keeps_its_mode(loaded, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["run.safetensors"]
 
 
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_a_new_dump_gets_the_mode_the_umask_gives(loaded, tmp_path, mask):
+    model, _ = loaded
+    target = tmp_path / f"new-{mask:03o}.safetensors"
+    old = os.umask(mask)
+    try:
+        hsdiff_capture.capture(model, IDS, out=target)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~mask
+
+
 def test_a_writer_that_fails_half_way_leaves_the_old_file_and_no_temp_file(loaded, tmp_path, monkeypatch):
     import safetensors.torch
 

@@ -26,6 +26,8 @@ pub fn clap_line(e: &clap::Error) -> String {
 
 /// Marks a caught panic that was a failed write to stdout.
 const STDOUT_MARK: &str = "\u{0}stdout: ";
+/// How `println!`'s panic words EPIPE (std's `io::Error` text of the OS error).
+const BROKEN_PIPE: &str = "Broken pipe";
 
 /// Runs the command with any panic (ours or a dependency's) turned into one error line: the
 /// panic's message is kept for that line, the default multi-line report stays off stderr.
@@ -62,6 +64,9 @@ pub fn catch_panics(run: impl FnOnce() -> Result<i32>) -> Result<i32> {
             .and_then(|m| m.clone())
             .unwrap_or_default();
         match msg.strip_prefix(STDOUT_MARK) {
+            // The reader of a pipe left (`hsdiff … | head -1`): a quiet end, as command-line
+            // tools end; the rest was not wanted.
+            Some(why) if why.eq_ignore_ascii_case(BROKEN_PIPE) => Ok(0),
             Some(why) => Err(crate::error::Error::output("stdout", why.to_lowercase())),
             None => Err(crate::error::Error::Internal(msg)),
         }

@@ -190,7 +190,8 @@ impl FlatSequences {
 struct Naming {
     index_keyed: bool,
     sequence_len: Option<usize>,
-    indices: BTreeMap<String, Vec<usize>>,
+    /// Index-keyed names by pattern: (layer index, entry).
+    indices: BTreeMap<String, Vec<(usize, usize)>>,
     best: BTreeMap<String, (Rank, usize)>,
     all: BTreeMap<String, Vec<(Rank, usize)>>,
     conventions: Vec<String>,
@@ -200,12 +201,27 @@ pub fn assign(entries: &[Named]) -> Assignment {
     let flat = FlatSequences::of(entries);
     let mut naming = Naming::default();
     for (idx, e) in entries.iter().enumerate() {
-        if let Some((name, rank)) = naming.read(e, &flat) {
+        if let Some((name, rank)) = naming.read(e, idx, &flat) {
             naming.offer(name, rank, idx);
         }
     }
     let clashes = naming.clashes(entries);
-    for (pattern, mut idx) in std::mem::take(&mut naming.indices) {
+    for (pattern, read) in std::mem::take(&mut naming.indices) {
+        // Only the indices this reading gave the compared name: one shadowed by a closer match
+        // is said as such, not also as read.
+        let mut idx: Vec<usize> = read
+            .into_iter()
+            .filter(|&(i, entry)| {
+                naming
+                    .best
+                    .get(&Key::Layer(i).to_string())
+                    .is_some_and(|&(_, chosen)| chosen == entry)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if idx.is_empty() {
+            continue;
+        }
         idx.sort_unstable();
         let list: Vec<String> = idx.iter().map(usize::to_string).collect();
         naming.conventions.push(format!(
@@ -230,7 +246,7 @@ impl Naming {
     }
 
     /// The hsdiff name entry `e` reads as, and how sure that reading is.
-    fn read(&mut self, e: &Named, flat: &FlatSequences) -> Option<(String, Rank)> {
+    fn read(&mut self, e: &Named, idx: usize, flat: &FlatSequences) -> Option<(String, Rank)> {
         if let Some((seq, i, len)) = e.seq {
             self.sequence_len = Some(len);
             let n = sequence_name(i, len)?;
@@ -253,7 +269,7 @@ impl Naming {
             .filter(|_| flat_sequence(e.raw).is_none_or(|(prefix, _)| flat.sparse(&prefix)))
         {
             self.index_keyed = true;
-            self.indices.entry(pattern).or_default().push(i);
+            self.indices.entry(pattern).or_default().push((i, idx));
             Some((Key::Layer(i).to_string(), Rank::Alias))
         } else if let Some((prefix, i)) = flat_sequence(e.raw) {
             let len = flat.len.get(&prefix).copied().unwrap_or(0);
@@ -326,6 +342,32 @@ mod tests {
             .into_iter()
             .map(|(n, i)| (n, raws[i].to_string()))
             .collect()
+    }
+
+    #[test]
+    fn an_index_shadowed_by_a_closer_name_is_not_also_said_as_read() {
+        let raws = ["layers.1", "layer_1", "layer_2"];
+        let named: Vec<Named> = raws.iter().map(|r| Named { raw: r, seq: None }).collect();
+        let a = assign(&named);
+        assert_eq!(a.names["layers.1"], 0);
+        assert!(
+            a.conventions
+                .iter()
+                .any(|c| c.starts_with("`layer_1` would also read as layers.1")),
+            "{:?}",
+            a.conventions
+        );
+        let read: Vec<&String> = a
+            .conventions
+            .iter()
+            .filter(|c| c.contains("read as layer indices"))
+            .collect();
+        assert_eq!(
+            read,
+            ["`layer_N` read as layer indices (2)"],
+            "{:?}",
+            a.conventions
+        );
     }
 
     #[test]

@@ -8,6 +8,62 @@ use super::table::grid;
 use super::{Format, Json, Render};
 use crate::error::Result;
 use crate::report::dataset::{DatasetReport, LayerRow, SampleRow, Unpaired};
+use crate::util::escape::{LONG, SHORT, markdown_code, markdown_text, plain};
+
+/// The report with every string from outside (file and folder names, sample ids, tensor names,
+/// formats, sentences that quote them) made safe for one sink: `short` for names, `long` for
+/// sentences.
+fn escaped(
+    r: &DatasetReport,
+    short: impl Fn(&str) -> String,
+    long: impl Fn(&str) -> String,
+) -> DatasetReport {
+    let mut r = r.clone();
+    let opt = |v: &mut Option<String>| {
+        if let Some(s) = v.as_mut() {
+            *s = short(s);
+        }
+    };
+    for s in [&mut r.summary, &mut r.a, &mut r.b, &mut r.calibration] {
+        *s = long(s);
+    }
+    for s in r.notes.iter_mut().chain(&mut r.sample_notes) {
+        *s = long(s);
+    }
+    for s in r.formats_a.iter_mut().chain(&mut r.formats_b) {
+        *s = long(s);
+    }
+    for row in &mut r.samples {
+        row.id = short(&row.id);
+        opt(&mut row.id_b);
+        opt(&mut row.first_divergent);
+        opt(&mut row.worst_tensor);
+    }
+    for l in &mut r.layers {
+        l.name = short(&l.name);
+        l.worst_sample = short(&l.worst_sample);
+    }
+    for u in r
+        .token_mismatches
+        .iter_mut()
+        .chain(&mut r.unpaired_a)
+        .chain(&mut r.unpaired_b)
+    {
+        u.id = short(&u.id);
+        u.file = short(&u.file);
+        opt(&mut u.other);
+        if let Some(w) = u.why.as_mut() {
+            *w = long(w);
+        }
+    }
+    for f in &mut r.failed {
+        f.id = short(&f.id);
+        f.file_a = short(&f.file_a);
+        f.file_b = short(&f.file_b);
+        f.error = long(&f.error);
+    }
+    r
+}
 
 fn x_floor(x: Option<f64>) -> String {
     match x {
@@ -157,7 +213,8 @@ fn header(r: &DatasetReport) -> String {
     out
 }
 
-fn table(r: &DatasetReport) -> String {
+fn table(raw: &DatasetReport) -> String {
+    let r = &escaped(raw, |s| plain(s, SHORT), |s| plain(s, LONG));
     let mut out = header(r);
     let mut g = grid(SAMPLE_COLUMNS.to_vec());
     for s in &r.samples {
@@ -176,13 +233,15 @@ fn table(r: &DatasetReport) -> String {
     out
 }
 
+/// A table row of cells already escaped for markdown (no `|` left unescaped).
 fn md_row(cells: &[String]) -> String {
-    let cells: Vec<String> = cells.iter().map(|c| c.replace('|', "\\|")).collect();
     format!("| {} |\n", cells.join(" | "))
 }
 
-fn markdown(r: &DatasetReport) -> String {
-    let mut out = format!("**{}**\n\n", r.summary.replace('|', "\\|"));
+fn markdown(raw: &DatasetReport) -> String {
+    // Text from files is escaped once here: nothing in it can open a tag or leave a table cell.
+    let r = &escaped(raw, |s| markdown_text(s, SHORT), |s| markdown_text(s, LONG));
+    let mut out = format!("**{}**\n\n", r.summary);
     let head = header(r);
     let body: Vec<&str> = head.lines().skip(2).collect();
     for line in body {
@@ -199,14 +258,15 @@ fn markdown(r: &DatasetReport) -> String {
     let cols = layer_columns(&r.metric);
     out.push_str(&md_row(&cols));
     out.push_str(&md_row(&vec!["---".to_string(); cols.len()]));
-    for l in &r.layers {
-        out.push_str(&md_row(&layer_cells(&r.metric, l, format!("`{}`", l.name))));
+    for (l, name) in r.layers.iter().zip(&raw.layers) {
+        let name = markdown_code(&name.name, SHORT, true);
+        out.push_str(&md_row(&layer_cells(&r.metric, l, name)));
     }
     let rest = lists(r);
     if !rest.is_empty() {
         out.push('\n');
         for l in rest {
-            out.push_str(&format!("- {}\n", l.replace('|', "\\|")));
+            out.push_str(&format!("- {l}\n"));
         }
     }
     out

@@ -95,7 +95,7 @@ impl ReportOptions {
             Some(path) => {
                 crate::util::output::write_bytes(path, bytes)?;
                 for line in lines {
-                    eprintln!("{line}");
+                    eprintln!("{}", crate::util::escape::one_line(line));
                 }
             }
             None => write_stdout(bytes)?,
@@ -104,15 +104,18 @@ impl ReportOptions {
     }
 }
 
-/// Writes `bytes` to stdout; a closed pipe or a full device is an error line, not a panic.
+/// Writes `bytes` to stdout; a full device is an error line, not a panic. A closed pipe (the
+/// reader left: `hsdiff … | head -1`) is no error: the rest was not wanted, and the run ends
+/// quietly with the exit code its verdict makes.
 pub fn write_stdout(bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     // Nothing made from an input that changed while it was read is printed.
     crate::util::mapped::check()?;
     let mut out = std::io::stdout().lock();
-    out.write_all(bytes)
-        .and_then(|()| out.flush())
-        .map_err(|e| crate::error::Error::write("stdout", "cannot write", e))
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        done => done.map_err(|e| crate::error::Error::write("stdout", "cannot write", e)),
+    }
 }
 
 /// Renders `report` as `options` ask, draws the plot if asked, and returns the exit code its
@@ -122,7 +125,10 @@ pub fn emit(report: &Report, options: &ReportOptions) -> Result<i32> {
     options.write(&bytes, &[&report.summary.to_string()])?;
     if let Some(path) = &options.plot {
         plot::write_plot(report, path)?;
-        eprintln!("hsdiff: plot written to {}", path.display());
+        eprintln!(
+            "hsdiff: plot written to {}",
+            crate::util::escape::one_line(&path.display().to_string())
+        );
     }
     Ok(i32::from(options.fail_on.flags(report.verdict)))
 }

@@ -86,9 +86,9 @@ fn from_truth(c: &Comparison, name: &str) -> Result<FromTruth> {
         return Ok(FromTruth::default());
     };
     let truth_b = cal.truth_b.unwrap_or(cal.truth);
-    let floor_a = stats_vs(cal.floor_a.src, cal.truth, name)?;
+    let floor_a = stats_vs((cal.floor_a.src, "A's floor run"), cal.truth, name)?;
     let floor_b = match &cal.floor_b {
-        Some(f) => stats_vs(f.src, truth_b, name)?,
+        Some(f) => stats_vs((f.src, "B's floor run"), truth_b, name)?,
         None => floor_a.clone(),
     };
     // A side standing in with the truth's value has no distance of its own.
@@ -100,12 +100,12 @@ fn from_truth(c: &Comparison, name: &str) -> Result<FromTruth> {
     let a = if stand_in(|o| &o.truth_for_a) {
         None
     } else {
-        stats_vs(c.a, cal.truth, name)?.map(|s| s.rel_l2)
+        stats_vs((c.a, "side A"), cal.truth, name)?.map(|s| s.rel_l2)
     };
     let b = if stand_in(|o| &o.truth_for_b) {
         None
     } else {
-        stats_vs(c.b, truth_b, name)?.map(|s| s.rel_l2)
+        stats_vs((c.b, "side B"), truth_b, name)?.map(|s| s.rel_l2)
     };
     Ok(FromTruth {
         floor_a,
@@ -143,12 +143,18 @@ fn pair_stats(c: &Comparison, name: &str) -> Result<DiffStats> {
     Ok(stats)
 }
 
+/// The statistics of `src` (named `what` in an error) against the truth at `name`.
 fn stats_vs(
-    src: &dyn TensorSource,
+    (src, what): (&dyn TensorSource, &str),
     truth: &dyn TensorSource,
     name: &str,
 ) -> Result<Option<DiffStats>> {
     match (src.tensor(name)?, truth.tensor(name)?) {
+        (Some(x), Some(y)) if x.dims() != y.dims() => Err(Error::Compare(format!(
+            "`{name}` has shape {:?} in {what} but {:?} in the model's f64 truth",
+            x.dims(),
+            y.dims()
+        ))),
         (Some(x), Some(y)) => Ok(Some(diff_stats(name, &x, &y)?)),
         _ => Ok(None),
     }

@@ -330,6 +330,17 @@ fn how(r: &TensorRow, dtype: &str) -> String {
             "rel L2 {:.2e} = {ratio:.1}× the {dtype} floor",
             r.judgement.rel_l2_judged.unwrap_or(r.stats.rel_l2)
         ),
+        // A floor no multiple of which is a bound: said as what it is, never as "(NaN)".
+        (None, Some(0.0)) => format!(
+            "rel L2 {:.2e} where the {dtype} floor is 0 (the reference run meets the f64 truth \
+             exactly here)",
+            r.judgement.rel_l2_judged.unwrap_or(r.stats.rel_l2)
+        ),
+        (None, Some(floor)) => format!(
+            "rel L2 {:.2e}, and the {dtype} floor is {floor:.2e}: the floor run is not finite, so \
+             nothing bounds the difference",
+            r.judgement.rel_l2_judged.unwrap_or(r.stats.rel_l2)
+        ),
         _ => match r.judgement.expected_floor.filter(|e| *e > 0.0) {
             Some(e) => format!(
                 "rel L2 {:.2e} = {:.0}× the {dtype} floor expected at depth {} without a model \

@@ -42,6 +42,32 @@ pub fn visible(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A file or folder name as text that tells every two names apart: unchanged when it is UTF-8
+/// without a backslash; else each byte that is not UTF-8 written `\xNN` and each backslash
+/// doubled (two names that `to_string_lossy` would both show as `�` stay two).
+pub fn lossless(name: &std::ffi::OsStr) -> Cow<'_, str> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = name.as_bytes();
+    if let Ok(text) = std::str::from_utf8(bytes)
+        && !text.contains('\\')
+    {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(&chunk.valid().replace('\\', "\\\\"));
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A path as text, each of its bytes kept distinguishable ([`lossless`]).
+pub fn path_text(path: &std::path::Path) -> String {
+    lossless(path.as_os_str()).into_owned()
+}
+
 /// `s` cut to about `max` bytes (on a character boundary) with `…` and its full length.
 pub fn shorten(s: &str, max: usize) -> Cow<'_, str> {
     if s.len() <= max {
@@ -140,6 +166,17 @@ pub mod tests {
         for s in HOSTILE {
             assert!(!one_line(s).chars().any(hidden), "{s:?}");
         }
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_stay_distinguishable() {
+        use std::os::unix::ffi::OsStrExt;
+        let os = |b: &[u8]| std::ffi::OsStr::from_bytes(b).to_os_string();
+        assert_eq!(lossless(&os(b"data_\xff.pt")), "data_\\xff.pt");
+        assert_ne!(lossless(&os(b"\xfe")), lossless(&os(b"\xff")));
+        // A backslash is doubled, so a name spelling an escape is not the byte it spells.
+        assert_eq!(lossless(&os(b"a\\xff")), "a\\\\xff");
+        assert_eq!(lossless(&os("plain é".as_bytes())), "plain é");
     }
 
     #[test]

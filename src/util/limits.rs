@@ -69,6 +69,10 @@ pub const PICKLE_DEPTH_MAX: usize = 2048;
 /// The most threads `--threads` or `RAYON_NUM_THREADS` may ask for.
 pub const THREADS_MAX: usize = 1024;
 
+/// How many folders deep a dataset side is searched (SpecForge and ge_data nest one level), and
+/// so how deep the output policy guards an input folder: a sample there is never overwritten.
+pub const DATASET_DEPTH: usize = 8;
+
 static ACTIVE: OnceLock<Limits> = OnceLock::new();
 
 /// The limits in force: the defaults unless [`set`] was called.

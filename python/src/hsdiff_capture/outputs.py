@@ -21,8 +21,9 @@ from pathlib import Path
 
 from .errors import CaptureError
 
-# Deepest folder level and most entries walked under one input folder (as hsdiff).
-WALK_DEPTH = 4
+# Folder levels and most entries walked under one input folder (as hsdiff: a dataset side is
+# searched 8 folders deep, and the folder itself is one more level).
+WALK_DEPTH = 9
 WALK_ENTRIES = 200_000
 
 _counter = itertools.count()
@@ -109,6 +110,7 @@ class Output:
         self.what = what
         self.protected = inputs if inputs is not None else Protected()
         self.tmp: Path | None = None
+        self.new_mode: int | None = None  # set by reserve()
         # What identifies the target: its resolved path (not yet there) or its (device, inode).
         self.key: tuple[str, str | tuple[int, int]]
         self._inspect()
@@ -183,6 +185,9 @@ class Output:
             self.real.parent.mkdir(parents=True, exist_ok=True)
             tmp = self._temp_name()
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            # The mode the umask gives a new file: writers that make their own file (safetensors'
+            # save_file makes it 0600) are given it back before the rename.
+            self.new_mode = stat.S_IMODE(os.stat(tmp).st_mode)
         except OSError as e:
             raise self._refuse(f"cannot create a file in {self.real.parent}: {e.strerror or e}") from None
         self.tmp = tmp
@@ -217,9 +222,10 @@ class Output:
             if self.stream:
                 raise self._refuse("became a device or FIFO while hsdiff-capture ran")
             try:
-                os.chmod(tmp, stat.S_IMODE(os.stat(self.real).st_mode))
+                mode = stat.S_IMODE(os.stat(self.real).st_mode)
             except FileNotFoundError:
-                pass  # a new file keeps the mode the umask gives
+                mode = self.new_mode  # a new file gets the mode the umask gives
+            os.chmod(tmp, mode)
             os.replace(tmp, self.real)
             self.tmp = None
         except CaptureError:

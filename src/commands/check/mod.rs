@@ -20,6 +20,7 @@ use crate::job::{Calibration, Given, Job, Live, Parts, Role, SideSpec, Spec};
 use crate::model::Model;
 use crate::model::builtin;
 use crate::report::{Report, Side};
+use crate::util::escape::{one_line, path_text};
 
 mod set;
 
@@ -74,7 +75,7 @@ pub fn check_file(path: &Path, run: &CheckRun) -> Result<Vec<CheckOutcome>> {
     let name = path.display().to_string();
     let mut outcomes = Vec::new();
     check_golden(&golden, &model, run, |report| {
-        eprintln!("{}", line(&name, &report));
+        eprintln!("{}", one_line(&line(&name, &report)));
         outcomes.push(CheckOutcome {
             name: name.clone(),
             report,
@@ -278,23 +279,25 @@ pub fn note_model_differences(path: &Path, fp: &Fingerprint, model: &Model) {
     if let Some(want) = &fp.config_sha256
         && want != &model.config.sha256
     {
-        eprintln!(
+        let note = format!(
             "hsdiff: note: {} was made from a config.json with sha256 {}, this model's is {}",
-            path.display(),
+            path_text(path),
             short(want),
             short(&model.config.sha256)
         );
+        eprintln!("{}", one_line(&note));
     }
     if let Some(want) = &fp.weights_digest
         && let Ok(here) = model.weights.digest()
         && want != &here
     {
-        eprintln!(
+        let note = format!(
             "hsdiff: note: {} was made from other weights (digest {}, this model's {})",
-            path.display(),
+            path_text(path),
             short(want),
             short(&here)
         );
+        eprintln!("{}", one_line(&note));
     }
 }
 

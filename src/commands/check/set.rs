@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::printer::emit::ReportOptions;
 use crate::printer::{Format, Json, Render};
 use crate::report::Report;
+use crate::util::escape::{LONG, markdown_text, plain};
 use crate::util::json_doc::JsonDocument;
 
 /// The checks of one `hsdiff check` run, in order.
@@ -68,21 +69,33 @@ impl JsonDocument for CheckSet<'_> {
 }
 
 /// A set of checks as text: each report rendered by `report` under a `== check NAME ==`
-/// heading, then one [`line`] per check.
+/// heading, then one [`line`] per check, with the names from files escaped for the sink.
 pub struct CheckSetText<'a> {
     pub report: &'a dyn Render<Report>,
+    /// Markdown (else the terminal).
+    pub markdown: bool,
+}
+
+impl CheckSetText<'_> {
+    fn safe(&self, s: &str) -> String {
+        if self.markdown {
+            markdown_text(s, LONG)
+        } else {
+            plain(s, LONG)
+        }
+    }
 }
 
 impl Render<CheckSet<'_>> for CheckSetText<'_> {
     fn render(&self, set: &CheckSet) -> Result<Vec<u8>> {
         let mut out = Vec::new();
         for o in set.0 {
-            out.extend_from_slice(format!("== check {} ==\n", o.name).as_bytes());
+            out.extend_from_slice(format!("== check {} ==\n", self.safe(&o.name)).as_bytes());
             out.extend_from_slice(&self.report.render(&o.report)?);
             out.push(b'\n');
         }
         for o in set.0 {
-            out.extend_from_slice(line(&o.name, &o.report).as_bytes());
+            out.extend_from_slice(self.safe(&line(&o.name, &o.report)).as_bytes());
             out.push(b'\n');
         }
         Ok(out)
@@ -97,6 +110,7 @@ pub fn write_set(outcomes: &[CheckOutcome], options: &ReportOptions) -> Result<(
         Format::Json => Json.render(&set)?,
         Format::Markdown | Format::Table => CheckSetText {
             report: options.renderer().as_ref(),
+            markdown: options.format == Format::Markdown,
         }
         .render(&set)?,
     };

@@ -200,6 +200,12 @@ fn compare_datasets(
     if req.calibrate.is_some() && req.model.is_none() {
         return Err(Error::argument("--calibrate", "needs --model DIR"));
     }
+    if req.calibrate.is_some() && req.pair.no_floor {
+        return Err(Error::argument(
+            "--calibrate",
+            "measures floors, which --no-floor turns off: give one or the other",
+        ));
+    }
     let opts = DatasetOptions {
         pair: PairOptions {
             verbose: false,

@@ -379,11 +379,29 @@ fn summary(backend: &str, dtype: DType, results: &[PathResult]) -> String {
         .map(|s| format!(" — looks like: {}", s.name))
         .unwrap_or_default();
     format!(
-        "{}: {} of {} paths of {backend} at {} depart from the full prefill; first `{}`{at}{sig}",
+        "{}: {} of {} paths of {backend} at {} depart from the full prefill; first `{}`{at}{sig}{}",
         first.verdict.as_str(),
         flagged.len(),
         results.len(),
         dtype_label(dtype),
-        first.name
+        first.name,
+        non_finite(first)
     )
+}
+
+/// "; NaN/Inf from `layers.0` (…)" when a flagged path's rows hold NaN or Inf: then the numbers
+/// are broken (weights or a kernel), not a path departing by more than rounding.
+fn non_finite(path: &PathResult) -> String {
+    let bad = |r: &&PathRow| r.stats.nan_a + r.stats.inf_a + r.stats.nan_b + r.stats.inf_b > 0;
+    match path.rows.iter().find(bad) {
+        Some(r) => format!(
+            "; NaN/Inf from `{}` ({} element(s) on the path, {} in the full prefill): the run \
+             computes non-finite values (the checkpoint's weights or a kernel), not a path that \
+             departs by more than rounding",
+            r.name,
+            r.stats.nan_a + r.stats.inf_a,
+            r.stats.nan_b + r.stats.inf_b
+        ),
+        None => String::new(),
+    }
 }

@@ -446,7 +446,7 @@ pub fn sample_id(path: &Path) -> String {
     }
     let name = path
         .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
+        .map(|n| crate::util::escape::lossless(n).into_owned())
         .unwrap_or_default();
     let mut stem = name.as_str();
     for ext in [

@@ -129,11 +129,20 @@ fn inspect(path: &Path, what: &str, inputs: &Protected) -> Result<Found> {
                 .ok()
                 .filter(|m| m.is_dir())
                 .ok_or_else(|| refuse(format!("the folder {} does not exist", dir.display())))?;
-            if inputs.folders.contains(&id_of(&dir_meta)) && is_model_file(name.as_bytes()) {
-                return Err(refuse(format!(
-                    "would add a model file to {}, one of this command's inputs: choose another folder",
-                    dir.display()
-                )));
+            if inputs.folders.contains(&id_of(&dir_meta)) {
+                if is_model_file(name.as_bytes()) {
+                    return Err(refuse(format!(
+                        "would add a model file to {}, one of this command's inputs: choose another folder",
+                        dir.display()
+                    )));
+                }
+                if crate::util::glob::is_capture_name(name.as_bytes()) {
+                    return Err(refuse(format!(
+                        "would add a capture file to {}, one of this command's inputs, where a \
+                         later run would read it as a sample: choose another folder",
+                        dir.display()
+                    )));
+                }
             }
             let real = std::fs::canonicalize(dir)
                 .map_err(|e| refuse(io_words(&e)))?
@@ -243,12 +252,18 @@ pub fn reserve(path: &Path, what: &str, inputs: &Protected) -> Result<()> {
         .iter()
         .find(|r| r.key == key || (id.is_some() && r.id == id))
     {
-        // A stream (`/dev/null`) can take several outputs; a file takes one.
-        if !matches!(found, Found::Stream(..)) {
+        // A character device (`/dev/null`) can take several outputs; a file or a FIFO takes
+        // one (two writers on one pipe would interleave their bytes).
+        let is = match &found {
+            Found::Stream(_, meta) if meta.file_type().is_char_device() => None,
+            Found::Stream(..) => Some("FIFO"),
+            _ => Some("file"),
+        };
+        if let Some(is) = is {
             return Err(Error::output(
                 path,
                 format!(
-                    "{what} and {} name the same file ({}): give each its own",
+                    "{what} and {} name the same {is} ({}): give each its own",
                     other.what,
                     other.given.display()
                 ),

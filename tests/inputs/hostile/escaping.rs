@@ -211,22 +211,146 @@ fn stdout_on_a_full_device_is_one_error_line() {
     );
 }
 
-/// stdout on a pipe nobody reads: one error line, exit 2.
-#[test]
-fn stdout_on_a_closed_pipe_is_one_error_line() {
-    // The read end is closed before the spawn: closed after it, a child that another test's
-    // thread forks in between holds it until its exec, and the write may then succeed.
-    let (reader, writer) = std::io::pipe().expect("pipe");
-    drop(reader);
+/// Runs `hsdiff ARGS` from the checkout's root with stdout `to`; (exit code, stderr).
+fn run_with_stdout(list: &[&str], to: std::process::Stdio) -> (Option<i32>, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
-        .args(["prompts"])
-        .stdout(writer)
+        .args(list)
+        .current_dir(common::repo_root())
+        .stdout(to)
+        .output()
+        .expect("runs");
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// stdout on a pipe whose reader left (`hsdiff … | head -1`), for every command that prints:
+/// a quiet end — no error line, the exit code the same run has with its output read.
+#[test]
+fn stdout_on_a_closed_pipe_is_a_quiet_exit() {
+    let golden = "golden/states/qwen3_5_tiny/fibonacci.f64.safetensors";
+    let (a, b) = (
+        "tests/fixtures/compare/dump_f32.safetensors",
+        "tests/fixtures/compare/dump_perturbed.safetensors",
+    );
+    let (da, db) = (
+        "tests/fixtures/moe_dataset/train",
+        "tests/fixtures/moe_dataset/eval",
+    );
+    let live = [
+        "--a",
+        "fused",
+        "--b",
+        "reference",
+        "--prompt",
+        "fizzbuzz",
+        "--dtype",
+        "f32",
+    ];
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["prompts"],
+        live.to_vec(),
+        vec!["compare", a, b],
+        vec!["compare", da, db],
+        vec!["paths", "--prompt", "fizzbuzz", "--dtype", "f32"],
+        vec!["check", "--golden", golden],
+        vec!["env"],
+        vec!["bench", "--help"],
+    ];
+    for list in commands {
+        let (read, _) = run_with_stdout(&list, std::process::Stdio::null());
+        // The read end is closed before the spawn: closed after it, a child that another
+        // test's thread forks in between holds it until its exec, and the write may succeed.
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let (code, err) = run_with_stdout(&list, writer.into());
+        assert_eq!(code, read, "{list:?}: {err}");
+        assert!(
+            !err.contains("error") && !err.contains("Broken pipe"),
+            "{list:?}: {err}"
+        );
+    }
+}
+
+/// A name with ESC, a newline, HTML and a table cell's end.
+const HOSTILE_NAME: &str = "x\x1b[31m\n<b>|";
+
+/// `hsdiff ARGS --format FORMAT` run from `cwd`: no raw control bytes on stdout, no ESC on
+/// stderr, and in markdown no `<b>` outside code spans. Returns stdout.
+fn safe_output(list: &[String], format: &str) -> String {
+    let mut list = list.to_vec();
+    list.extend(["--format".to_string(), format.to_string()]);
+    let o = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+        .args(&list)
         .output()
         .expect("runs");
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{list:?}: {err}");
     assert!(
-        err.starts_with("hsdiff: error: stdout") && err.lines().count() == 1,
-        "{err}"
+        control_bytes(&o.stdout).is_empty(),
+        "{format}: raw control bytes"
     );
+    assert!(!err.contains('\x1b'), "stderr: {err}");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    if format == "markdown" {
+        assert!(!outside_code_spans(&out).contains("<b>"), "{out}");
+    }
+    out
+}
+
+/// Datasets given as folders and as globs whose folder and file names are hostile.
+#[test]
+fn hostile_names_in_a_dataset_are_escaped_at_every_sink() {
+    let dir = common::tempdir();
+    let (a, b) = (
+        dir.path().join(format!("A{HOSTILE_NAME}")),
+        dir.path().join(format!("B{HOSTILE_NAME}")),
+    );
+    for (side, seed) in [(&a, 7), (&b, 8)] {
+        std::fs::create_dir_all(side).expect("mkdir");
+        let file = side.join(format!("data_0{HOSTILE_NAME}.safetensors"));
+        std::fs::write(file, super::craft::capture(seed, Vec::new())).expect("write");
+    }
+    let glob = |p: &Path| format!("{}/data_*.safetensors", s(p));
+    for (sa, sb) in [(s(&a), s(&b)), (glob(&a), glob(&b))] {
+        let list = vec!["compare".to_string(), sa, sb];
+        let text = safe_output(&list, "table");
+        assert!(text.contains("\\x1b[31m\\n"), "{text}");
+        safe_output(&list, "markdown");
+    }
+}
+
+/// `check --golden` of a file, and a dataset calibrated by a model folder, whose names are
+/// hostile.
+#[test]
+fn hostile_names_in_check_and_a_model_folder_are_escaped() {
+    let dir = common::tempdir();
+    let golden = dir
+        .path()
+        .join(format!("fib{HOSTILE_NAME}.f64.safetensors"));
+    std::fs::copy(
+        common::repo_root().join("golden/states/qwen3_5_tiny/fibonacci.f64.safetensors"),
+        &golden,
+    )
+    .expect("copy");
+    let list = vec!["check".to_string(), "--golden".to_string(), s(&golden)];
+    for format in ["table", "markdown"] {
+        safe_output(&list, format);
+    }
+    let model = dir.path().join(format!("m{HOSTILE_NAME}"));
+    common::copy_dir(&common::golden_model_dir("qwen3_5_tiny"), &model);
+    let pipes = common::repo_root().join("tests/fixtures/pipelines/qwen3_5_tiny");
+    let list = vec![
+        "compare".to_string(),
+        s(&pipes.join("specforge_dflash")),
+        s(&pipes.join("eval")),
+        "--model".to_string(),
+        s(&model),
+        "--draft-config".to_string(),
+        s(&pipes.join("draft_config.json")),
+    ];
+    for format in ["table", "markdown"] {
+        safe_output(&list, format);
+    }
 }

@@ -38,6 +38,8 @@ mod harness;
 
 mod compare_flags;
 mod configs;
+mod dataset_outputs;
+mod datasets;
 mod dump_flags;
 mod escaping;
 mod limits;

@@ -1,29 +1,21 @@
-//! The samples one side of a dataset holds: a folder (searched recursively), a glob (`*`, `?`
-//! within a name, `**` for any folders), or one file; a batched file is one sample per row.
-//! Each sample's token ids are read (hashed) for pairing; the tensors are not.
+//! The samples one side of a dataset holds: a folder (searched recursively, `entries`), a glob
+//! (`*`, `?` within a name, `**` for any folders: `util::glob`), or one file; a batched file is
+//! one sample per row. Each sample's id is unique on its side; its token ids are read (hashed)
+//! for pairing; the tensors are not.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use super::entries::{self, NotRead};
 use super::listing;
 use crate::error::{Error, Result};
 use crate::formats::FileSource;
 use crate::formats::pipelines::{ReadOptions, sample_id};
 use crate::report::dataset_part::InputListing;
-
-/// File names a capture can have.
-const CAPTURE_SUFFIXES: &[&str] = &[
-    ".ckpt",
-    ".ckpt.gz",
-    ".pt",
-    ".pth",
-    ".bin",
-    ".safetensors",
-    ".st",
-    ".npz",
-    ".npy",
-];
+use crate::util::escape::path_text;
+use crate::util::glob::{self, CAPTURE_SUFFIXES};
 
 /// One sample of one side.
 #[derive(Debug, Clone)]
@@ -42,8 +34,8 @@ pub struct Sample {
 impl Sample {
     pub fn file_label(&self) -> String {
         match self.batch_index {
-            Some(b) => format!("{}[{b}]", self.path.display()),
-            None => self.path.display().to_string(),
+            Some(b) => format!("{}[{b}]", path_text(&self.path)),
+            None => path_text(&self.path),
         }
     }
 }
@@ -54,6 +46,8 @@ pub struct Side {
     pub formats: Vec<String>,
     /// Files that are no capture (by name): counted in the report's notes.
     pub skipped: Vec<PathBuf>,
+    /// Other entries not read (links to nothing, loops, FIFOs, …): each named in the notes.
+    pub not_read: Vec<NotRead>,
     /// Whether some file was read as a drafter pipeline's dump.
     pub pipeline: bool,
     /// Whether some file carries an hsdiff fingerprint (which may name a model to calibrate).
@@ -62,61 +56,76 @@ pub struct Side {
     pub listing: InputListing,
 }
 
-/// Whether `spec` names more than one file: a folder or a glob.
+/// Whether `spec` names more than one file: a folder or a glob (a path that exists is itself).
 pub fn is_dataset(spec: &Path) -> bool {
-    spec.is_dir() || has_wildcard(&spec.to_string_lossy())
+    spec.is_dir() || glob::pattern(spec).is_some()
 }
 
-fn has_wildcard(s: &str) -> bool {
-    s.contains(['*', '?'])
+/// What a side's spec lists.
+pub struct Listed {
+    /// The files to read, in natural order (`data_2` before `data_10`), an SGLang pass one file.
+    pub files: Vec<PathBuf>,
+    /// Files no capture's by name.
+    pub skipped: Vec<PathBuf>,
+    /// Other entries, with why they are not read.
+    pub not_read: Vec<NotRead>,
+    /// The listing of all three (every file of an SGLang pass, before one stands for it).
+    pub listing: InputListing,
+    /// The folder the files are found under: sample ids are told apart by their path below it.
+    pub root: PathBuf,
 }
 
-/// The files `spec` names, in natural order (`data_2` before `data_10`); the files no capture's
-/// by name; and the listing of both (every file of an SGLang pass, before one stands for it).
-pub fn files(spec: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>, InputListing)> {
-    let text = spec.to_string_lossy().into_owned();
-    let (root, pattern): (PathBuf, Option<Vec<String>>) = if has_wildcard(&text) {
-        let parts: Vec<&str> = text.split('/').collect();
-        let first = parts.iter().position(|p| has_wildcard(p)).unwrap_or(0);
-        let root = parts[..first].join("/");
-        let root = if root.is_empty() && text.starts_with('/') {
-            "/".to_string()
-        } else if root.is_empty() {
-            ".".to_string()
-        } else {
-            root
-        };
-        (
-            PathBuf::from(root),
-            Some(parts[first..].iter().map(|s| s.to_string()).collect()),
-        )
-    } else if spec.is_dir() {
-        (spec.to_path_buf(), None)
-    } else {
-        let listing = listing::of(spec, [spec]);
-        return Ok((vec![spec.to_path_buf()], Vec::new(), listing));
+/// The entries `spec` names (see [`Listed`]).
+pub fn files(spec: &Path) -> Result<Listed> {
+    let pattern = glob::pattern(spec);
+    let root = match &pattern {
+        Some(g) => g.root.clone(),
+        None if spec.is_dir() => spec.to_path_buf(),
+        None => {
+            return Ok(Listed {
+                files: vec![spec.to_path_buf()],
+                skipped: Vec::new(),
+                not_read: Vec::new(),
+                listing: listing::of(spec, [spec]),
+                root: spec.parent().unwrap_or(Path::new("")).to_path_buf(),
+            });
+        }
     };
     if !root.is_dir() {
         return Err(Error::file(&root, "no such folder (from the glob)"));
     }
-    let mut found = Vec::new();
-    walk(&root, &mut found, 0)?;
+    let found = entries::walk(&root)?;
+    let rel = |p: &Path| p.strip_prefix(&root).unwrap_or(p).to_path_buf();
+    let in_pattern = |p: &Path, folder_too: bool| {
+        pattern
+            .as_ref()
+            .is_none_or(|g| g.matches(&rel(p)) || folder_too && g.may_hold(&rel(p)))
+    };
     let mut keep = Vec::new();
     let mut skipped = Vec::new();
-    for f in found {
-        let rel = f.strip_prefix(&root).unwrap_or(&f);
-        let parts: Vec<String> = rel
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned())
-            .collect();
-        match &pattern {
-            Some(p) if !glob_match(p, &parts) => {}
-            _ if !is_capture_name(&f) => skipped.push(f),
-            _ => keep.push(f),
+    for f in found.files {
+        if !in_pattern(&f, false) {
+            continue;
+        }
+        if is_capture_name(&f) {
+            keep.push(f);
+        } else {
+            skipped.push(f);
         }
     }
+    let not_read: Vec<NotRead> = found
+        .not_read
+        .into_iter()
+        .filter(|n| in_pattern(&n.path, true))
+        .collect();
     keep.sort_by_key(|p| natural_key(&p.to_string_lossy()));
-    let listing = listing::of(spec, keep.iter().chain(&skipped).map(PathBuf::as_path));
+    let listing = listing::of(
+        spec,
+        keep.iter()
+            .chain(&skipped)
+            .chain(not_read.iter().map(|n| &n.path))
+            .map(PathBuf::as_path),
+    );
     // An SGLang dumper folder holds one file per tensor: one file stands for each forward pass.
     let keep = crate::formats::pipelines::sglang::collapse(keep)?;
     if keep.is_empty() {
@@ -128,63 +137,45 @@ pub fn files(spec: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>, InputListing)> 
             ),
         ));
     }
-    Ok((keep, skipped, listing))
-}
-
-/// Folders are searched this deep at most (SpecForge nests one level, ge_data one).
-const MAX_DEPTH: usize = 8;
-
-fn walk(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result<()> {
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(dir, e))?;
-        let path = entry.path();
-        let name = entry.file_name();
-        if name.to_string_lossy().starts_with('.') {
-            continue;
-        }
-        let kind = entry.file_type().map_err(|e| Error::io(&path, e))?;
-        if kind.is_dir() && depth < MAX_DEPTH {
-            walk(&path, out, depth + 1)?;
-        } else if kind.is_file() || kind.is_symlink() && path.is_file() {
-            out.push(path);
-        }
-    }
-    Ok(())
+    Ok(Listed {
+        files: keep,
+        skipped,
+        not_read,
+        listing,
+        root,
+    })
 }
 
 fn is_capture_name(path: &Path) -> bool {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().to_ascii_lowercase())
-        .unwrap_or_default();
-    CAPTURE_SUFFIXES.iter().any(|s| name.ends_with(s))
+    path.file_name()
+        .is_some_and(|n| glob::is_capture_name(n.as_encoded_bytes()))
 }
 
-/// `pattern` components (`**` = any folders) against a relative path's components.
-fn glob_match(pattern: &[String], parts: &[String]) -> bool {
-    match (pattern.first(), parts.first()) {
-        (None, None) => true,
-        (Some(p), _) if p == "**" => {
-            glob_match(&pattern[1..], parts)
-                || (!parts.is_empty() && glob_match(pattern, &parts[1..]))
+/// Each file's sample id: its name's (`data_12.ckpt` → `12`); where two files of the side give
+/// one id, its folder below `root` and that id (`0/12`, `1/12`); where that is still shared
+/// (`data_0.pt` beside `data_0.safetensors`), its whole path below `root`.
+fn unique_ids(paths: &[PathBuf], root: &Path) -> Vec<String> {
+    let rel = |p: &Path| p.strip_prefix(root).unwrap_or(p).to_path_buf();
+    let plain: Vec<String> = paths.iter().map(|p| sample_id(p)).collect();
+    let in_folder = |k: usize| match rel(&paths[k]).parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => format!("{}/{}", path_text(dir), plain[k]),
+        _ => plain[k].clone(),
+    };
+    let whole = |k: usize| path_text(&rel(&paths[k]));
+    let mut ids = plain.clone();
+    for qualify in [&in_folder as &dyn Fn(usize) -> String, &whole] {
+        let mut count: HashMap<&str, usize> = HashMap::new();
+        for id in &ids {
+            *count.entry(id.as_str()).or_default() += 1;
         }
-        (Some(p), Some(s)) => {
-            name_match(p.as_bytes(), s.as_bytes()) && glob_match(&pattern[1..], &parts[1..])
+        let shared: Vec<usize> = (0..ids.len())
+            .filter(|&k| count[ids[k].as_str()] > 1)
+            .collect();
+        for k in shared {
+            ids[k] = qualify(k);
         }
-        _ => false,
     }
-}
-
-/// `*` and `?` within one name.
-fn name_match(p: &[u8], s: &[u8]) -> bool {
-    match (p.first(), s.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => name_match(&p[1..], s) || (!s.is_empty() && name_match(p, &s[1..])),
-        (Some(b'?'), Some(_)) => name_match(&p[1..], &s[1..]),
-        (Some(a), Some(b)) if a == b => name_match(&p[1..], &s[1..]),
-        _ => false,
-    }
+    ids
 }
 
 /// Digits compared as numbers: `data_2` < `data_10`.
@@ -229,7 +220,14 @@ pub fn side(
     hint: Option<candle_core::DType>,
     read: &ReadOptions,
 ) -> Result<(Side, Vec<(PathBuf, Error)>)> {
-    let (paths, skipped, listing) = files(spec)?;
+    let Listed {
+        files: paths,
+        skipped,
+        not_read,
+        listing,
+        root,
+    } = files(spec)?;
+    let ids = unique_ids(&paths, &root);
     let mut samples = Vec::new();
     let mut formats: Vec<String> = Vec::new();
     let mut failed = Vec::new();
@@ -260,7 +258,7 @@ pub fn side(
         if !formats.contains(&format) {
             formats.push(format);
         }
-        let id = sample_id(path);
+        let id = &ids[n];
         for b in 0..batch {
             // Sample 0's source may hold every sample's ids (an SGLang pass's requests): no
             // reading of the file again for them.
@@ -302,6 +300,7 @@ pub fn side(
             samples,
             formats,
             skipped,
+            not_read,
             pipeline,
             fingerprinted,
             listing,
@@ -365,28 +364,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn globs() {
-        let p = |s: &str| s.split('/').map(String::from).collect::<Vec<_>>();
-        assert!(glob_match(
-            &p("rows_*/data_*.ckpt"),
-            &p("rows_0-5000/data_12.ckpt")
-        ));
-        assert!(!glob_match(
-            &p("rows_*/data_*.ckpt"),
-            &p("rows_0-5000/x/data_12.ckpt")
-        ));
-        assert!(glob_match(
-            &p("**/hs_?.safetensors"),
-            &p("a/b/hs_3.safetensors")
-        ));
-        assert!(glob_match(
-            &p("**/hs_?.safetensors"),
-            &p("hs_3.safetensors")
-        ));
-        assert!(!glob_match(
-            &p("**/hs_?.safetensors"),
-            &p("hs_31.safetensors")
-        ));
+    fn ids_shared_by_two_files_are_told_apart_by_their_folders() {
+        let root = Path::new("/d");
+        let paths: Vec<PathBuf> = ["/d/0/data_0.ckpt", "/d/1/data_0.ckpt", "/d/1/data_1.ckpt"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(unique_ids(&paths, root), ["0/0", "1/0", "1"]);
+        let same_folder: Vec<PathBuf> = ["/d/data_0.pt", "/d/data_0.safetensors"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(
+            unique_ids(&same_folder, root),
+            ["data_0.pt", "data_0.safetensors"]
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@
 
 mod aggregate;
 mod discover;
+mod entries;
 mod floors;
 mod keep_memory;
 mod listing;
@@ -38,6 +39,7 @@ use crate::formats::pipelines::ReadOptions;
 use crate::model::{Model, ModelFolder};
 use crate::printer::emit::FailOn;
 use crate::report::dataset::{DATASET_SCHEMA, DatasetReport, Failed, Shard, Unpaired};
+use crate::util::escape::{one_line, path_text};
 use discover::Sample;
 use plan::{PairJob, PlanInputs, RunPlan};
 use workers::Workers;
@@ -102,9 +104,9 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetRun> {
         return Err(Error::Compare(format!(
             "no sample of {} ({} samples) pairs with one of {} ({}): no id is on both sides and \
              no two samples carry the same token ids",
-            a.display(),
+            path_text(a),
             side_a.samples.len(),
-            b.display(),
+            path_text(b),
             side_b.samples.len()
         )));
     }
@@ -112,12 +114,12 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetRun> {
     for (name, spec, side) in [("A", a, &side_a), ("B", b, &side_b)] {
         eprintln!(
             "hsdiff: {name} ({}): {} samples in {} files",
-            spec.display(),
+            one_line(&path_text(spec)),
             side.samples.len(),
             count_files(&side.samples)
         );
         for f in &side.formats {
-            eprintln!("hsdiff: {name}: {f}");
+            eprintln!("hsdiff: {name}: {}", one_line(f));
         }
     }
     let total = matching.pairs.len();
@@ -152,7 +154,7 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetRun> {
             eprintln!(
                 "hsdiff: calibrating with --model {}: {}, each with the f64 truth and a floor run per \
                  dtype (two or three forward passes per pair)",
-                dir.display(),
+                one_line(&path_text(dir)),
                 match opts.calibrate {
                     Some(n) => format!(
                         "the first {} pairs only, their floors applied to the rest",
@@ -171,7 +173,7 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetRun> {
     for (path, e) in failed_a.iter().chain(&failed_b) {
         failed.push(Failed {
             id: crate::formats::pipelines::sample_id(path),
-            file_a: path.display().to_string(),
+            file_a: path_text(path),
             file_b: String::new(),
             error: e.to_string(),
         });
@@ -288,18 +290,19 @@ pub fn run(a: &Path, b: &Path, opts: &DatasetOptions) -> Result<DatasetRun> {
                 side.skipped
                     .iter()
                     .take(3)
-                    .map(|p| p.display().to_string())
+                    .map(|p| path_text(p))
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
         }
+        notes.extend(entries::notes(name, &side.not_read));
     }
     let mut report = DatasetReport {
         schema: DATASET_SCHEMA.to_string(),
         verdict: Verdict::Ok,
         summary: String::new(),
-        a: a.display().to_string(),
-        b: b.display().to_string(),
+        a: path_text(a),
+        b: path_text(b),
         formats_a: side_a.formats.clone(),
         formats_b: side_b.formats.clone(),
         metric: String::new(),

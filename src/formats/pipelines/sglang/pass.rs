@@ -105,10 +105,13 @@ fn read(path: &Path, opts: &ReadOptions) -> Result<Sample> {
     let shape = shapes.first();
     if let Some((name, t)) = got.get(&Role::Ids) {
         if t.rank() != 1 || shape.is_some_and(|s| s.0 != t.elem_count()) {
+            let hidden = match shape {
+                Some((tokens, width)) => format!("[{tokens}, {width}]: {tokens} tokens"),
+                None => "none".to_string(),
+            };
             return Err(refuse(format!(
-                "`{name}` has shape {:?}, the hidden states {:?}",
+                "`{name}` has shape {:?}, the hidden states {hidden}: one id per token",
                 t.dims(),
-                shape
             )));
         }
         tensors.push((Key::InputIds.to_string(), t.clone()));
