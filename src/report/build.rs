@@ -249,12 +249,8 @@ fn headline(c: &Comparison, f: &Findings) -> Summary {
         };
         (list(&o.a_layers), list(&o.b_layers))
     });
-    let routing_words = routing_words::routing_clause(
-        f.routing,
-        each_side(c),
-        f.routers,
-        &c.routing_recovered,
-    );
+    let routing_words =
+        routing_words::routing_clause(f.routing, each_side(c), f.routers, &c.routing_recovered);
     let mut summary = summary::summary(
         &Subject {
             a: &c.a_side.label,

@@ -279,9 +279,16 @@ fn a_layer_id_slip_in_a_dataset_is_its_headline() {
         ),
         "{s}"
     );
-    assert!(s.contains("pass --layer-ids-a 0,1,3,4,5 (in 1 of 1 samples: "), "{s}");
+    assert!(
+        s.contains("pass --layer-ids-a 0,1,3,4,5 (in 1 of 1 samples: "),
+        "{s}"
+    );
     let sample = &r["samples"][0];
-    assert_eq!(sample["layer_id_slips"].as_array().map(Vec::len), Some(1), "{sample}");
+    assert_eq!(
+        sample["layer_id_slips"].as_array().map(Vec::len),
+        Some(1),
+        "{sample}"
+    );
     // The honest dump's dataset says no slip.
     let (code, r, err) = compare_json(
         &fixture("slip/honest"),
@@ -289,7 +296,11 @@ fn a_layer_id_slip_in_a_dataset_is_its_headline() {
         &["--layer-ids-a", "1,2,4,5,6", "--model", &dense()],
     );
     assert_eq!(code, 0, "{err}");
-    assert!(!summary(&r).contains("layer ids declared"), "{}", summary(&r));
+    assert!(
+        !summary(&r).contains("layer ids declared"),
+        "{}",
+        summary(&r)
+    );
     assert!(r["samples"][0].get("layer_id_slips").is_none(), "{r}");
 }
 

@@ -169,11 +169,7 @@ fn a_first_pair_without_token_ids_leaves_the_model_to_the_pairs_after_it() {
     for (side, first) in [("train", "train_00.pt"), ("eval", "eval_00.pt")] {
         let to = dir.path().join(side);
         std::fs::create_dir_all(&to).expect("mkdir");
-        std::fs::copy(
-            fixture(&format!("no_ids/{first}")),
-            to.join("sample_00.pt"),
-        )
-        .expect("copy");
+        std::fs::copy(fixture(&format!("no_ids/{first}")), to.join("sample_00.pt")).expect("copy");
         for n in ["sample_01.pt", "sample_02.pt"] {
             std::fs::copy(fixture(&format!("{side}/{n}")), to.join(n)).expect("copy");
         }
@@ -183,8 +179,12 @@ fn a_first_pair_without_token_ids_leaves_the_model_to_the_pairs_after_it() {
         &dir.path().join("eval"),
         &args(&model()),
     );
+    assert_eq!(code, 0, "{}\n{err}", summary(&r));
     let first = dataset_sample(&r, "sample_00");
-    assert!(first["worst_x_floor"].is_null(), "no ids, no truth: {first}");
+    assert!(
+        first["worst_x_floor"].is_null(),
+        "no ids, no truth: {first}"
+    );
     for id in ["sample_01", "sample_02"] {
         let s = dataset_sample(&r, id);
         assert!(
@@ -208,7 +208,12 @@ fn one_sample_with_a_leading_bos_in_a_moe_dataset_fails_the_run_and_names_it() {
     copy_dir(&fixture("eval"), dir.path());
     std::fs::copy(fixture(&format!("bos/{name}")), dir.path().join(&name)).expect("copy");
     let (code, r, err) = compare_json(&fixture("train"), dir.path(), &args(&model()));
-    assert_eq!(code, 1, "a tokenisation difference is a finding: {}\n{err}", summary(&r));
+    assert_eq!(
+        code,
+        1,
+        "a tokenisation difference is a finding: {}\n{err}",
+        summary(&r)
+    );
     let id = format!("sample_{n:02}");
     assert_eq!(sample_ids(&r["token_mismatches"]), [id.clone()], "{r}");
     let why = r["token_mismatches"][0]["why"].as_str().expect("why");
@@ -218,7 +223,9 @@ fn one_sample_with_a_leading_bos_in_a_moe_dataset_fails_the_run_and_names_it() {
     );
     let s = summary(&r);
     assert!(
-        s.starts_with(&format!("token ids differ in 1 of 20 pairs, left out ({id}: B starts")),
+        s.starts_with(&format!(
+            "token ids differ in 1 of 20 pairs, left out ({id}: B starts"
+        )),
         "{s}"
     );
     assert_eq!(r["samples"].as_array().expect("samples").len(), 19, "{r}");

@@ -177,11 +177,20 @@ impl Choices {
         let Some(&layer) = window
             .iter()
             .filter(|l| margin(l).is_some())
-            .min_by(|x, y| margin(x).unwrap_or(0.0).total_cmp(&margin(y).unwrap_or(0.0)))
+            .min_by(|x, y| {
+                margin(x)
+                    .unwrap_or(0.0)
+                    .total_cmp(&margin(y).unwrap_or(0.0))
+            })
         else {
             return Ok(None);
         };
-        let Some(alt) = self.runner_up.get(&layer).and_then(|r| r.get(t)).copied().flatten()
+        let Some(alt) = self
+            .runner_up
+            .get(&layer)
+            .and_then(|r| r.get(t))
+            .copied()
+            .flatten()
         else {
             return Ok(None);
         };
@@ -204,12 +213,33 @@ impl Choices {
     }
 }
 
+/// Whether some layer `side` holds, after a MoE layer, has a token that stands out against
+/// `truth`.
+fn stands_out(
+    side: &dyn TensorSource,
+    truth: &Captures,
+    held: &[usize],
+    moe: &[usize],
+) -> Result<bool> {
+    for &at in held.iter().filter(|&&at| moe.iter().any(|&m| m <= at)) {
+        let errors = token_errors(side, truth, at)?;
+        let finite: Vec<f64> = errors.iter().copied().filter(|e| e.is_finite()).collect();
+        let typical = median(&finite);
+        if errors.iter().any(|&e| e > OUTLIER * typical) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// `side`'s routes recovered against the f64 truth of `model` on `ids`, through `last` (all
-/// layers when None); None when the model has no MoE layer there or the side holds no layer.
+/// layers when None), `own` the truth the exact router routed (already run); None when the
+/// model has no MoE layer there or the side holds no layer.
 pub fn recover(
     model: &Model,
     ids: &[u32],
     side: &dyn TensorSource,
+    own: &Captures,
     last: Option<usize>,
 ) -> Result<Option<Recovered>> {
     let cfg = &model.config;
@@ -222,6 +252,13 @@ pub fn recover(
     let (Some(&deepest), false) = (held.last(), moe.is_empty()) else {
         return Ok(None);
     };
+    // No token stands out: no flip to try, and no forward to make.
+    if !stands_out(side, own, &held, &moe)? {
+        return Ok(Some(Recovered {
+            routes: Routes::default(),
+            flips: Vec::new(),
+        }));
+    }
     let (mut current, runner_up) = truth(model, ids, None, deepest)?;
     let mut routes = Routes::default();
     let mut choices = Choices::of(&current, runner_up, &moe)?;

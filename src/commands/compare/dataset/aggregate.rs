@@ -422,7 +422,10 @@ fn headline(r: &DatasetReport) -> String {
 fn layer_id_slips(samples: &[SampleRow]) -> String {
     let mut groups: Vec<(&[String], Vec<&str>)> = Vec::new();
     for s in samples.iter().filter(|s| !s.layer_id_slips.is_empty()) {
-        match groups.iter_mut().find(|(c, _)| *c == s.layer_id_slips.as_slice()) {
+        match groups
+            .iter_mut()
+            .find(|(c, _)| *c == s.layer_id_slips.as_slice())
+        {
             Some((_, ids)) => ids.push(&s.id),
             None => groups.push((&s.layer_id_slips, vec![&s.id])),
         }

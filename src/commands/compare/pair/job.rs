@@ -5,7 +5,7 @@
 use candle_core::{DType, Device};
 
 use super::context::Pair;
-use crate::capture::Key;
+use crate::capture::{Captures, Key};
 use crate::commands::compare::layer_id_slip::LayerIdSlip;
 use crate::commands::compare::recovered_routes::recover;
 use crate::commands::compare::{pair_steps, plausibility, routes};
@@ -66,10 +66,10 @@ pub(super) fn recovered_routes(
     pair: &mut Pair,
     model: Option<&Model>,
     ids: &[u32],
-    recorded: &(Option<Routes>, Option<Routes>),
+    (recorded, own): (&(Option<Routes>, Option<Routes>), Option<&Captures>),
     last_layer: Option<usize>,
 ) -> Result<Option<Rerouted>> {
-    let Some(model) = model.filter(|_| !ids.is_empty()) else {
+    let (Some(model), Some(own)) = (model.filter(|_| !ids.is_empty()), own) else {
         return Ok(None);
     };
     let mut sides = [recorded.0.clone(), recorded.1.clone()];
@@ -79,7 +79,7 @@ pub(super) fn recovered_routes(
         if routes.is_some() {
             continue;
         }
-        let Some(found) = recover(model, ids, pair.side(side), last_layer)? else {
+        let Some(found) = recover(model, ids, pair.side(side), own, last_layer)? else {
             continue;
         };
         if !found.flips.is_empty() {

@@ -107,7 +107,13 @@ fn compare_ready(
     let done = job::run(pair, ready.dtypes, &routes, input, last_layer)?;
     let slips = job::check_against_truth(pair, &done, model)?;
     // Sides without router choices: their states say where they routed otherwise than the truth.
-    let recovered = job::recovered_routes(pair, model.map(|(m, _)| m), ids, &routes, last_layer)?;
+    let recovered = job::recovered_routes(
+        pair,
+        model.map(|(m, _)| m),
+        ids,
+        (&routes, done.truth()),
+        last_layer,
+    )?;
     let done = match &recovered {
         Some(r) => job::run(pair, ready.dtypes, &r.routes, input, last_layer)?,
         None => done,
