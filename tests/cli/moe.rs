@@ -215,7 +215,11 @@ fn one_sample_with_a_leading_bos_in_a_moe_dataset_fails_the_run_and_names_it() {
         summary(&r)
     );
     let id = format!("sample_{n:02}");
-    assert_eq!(sample_ids(&r["token_mismatches"]), [id.clone()], "{r}");
+    assert_eq!(
+        sample_ids(&r["token_mismatches"]),
+        std::slice::from_ref(&id),
+        "{r}"
+    );
     let why = r["token_mismatches"][0]["why"].as_str().expect("why");
     assert!(
         why.starts_with(&format!("B starts with 1 token(s) A lacks (id {bos}")),

@@ -66,6 +66,9 @@ impl Recovered {
     }
 }
 
+/// Per MoE layer, per token, the best expert the router left out.
+type RunnerUps = BTreeMap<usize, Vec<Option<u32>>>;
+
 /// A recorder that also keeps each MoE layer's runner-up experts.
 struct Probe<'a> {
     recorder: Recorder<'a>,
@@ -96,7 +99,7 @@ fn truth(
     ids: &[u32],
     routes: Option<&Routes>,
     through: usize,
-) -> Result<(Captures, BTreeMap<usize, Vec<Option<u32>>>)> {
+) -> Result<(Captures, RunnerUps)> {
     let backend = TRUTH_BACKEND.open(&Device::Cpu)?;
     let opts = RunOptions {
         dtype: DType::F64,
@@ -282,7 +285,9 @@ pub fn recover(
             let mut trial = routes.clone();
             let mut tries = Vec::new();
             for (t, &e) in errors.iter().enumerate() {
-                if tried[t] || !(e > OUTLIER * typical) {
+                if tried[t]
+                    || e.partial_cmp(&(OUTLIER * typical)) != Some(std::cmp::Ordering::Greater)
+                {
                     continue;
                 }
                 tried[t] = true;
