@@ -59,6 +59,9 @@ pub struct Findings {
     /// Findings of how the files were read that lead the headline and make the verdict a
     /// mismatch (a drafter's declared layer ids the truth shows to be off).
     pub leading_findings: Vec<String>,
+    /// Sides that record no router choices whose routing the calibration runs took from their
+    /// states instead (`commands::compare::recovered_routes`).
+    pub routing_recovered: Vec<String>,
     pub one_sided: Option<DisjointLayers>,
     /// Why there is no calibration, when it is not the generic "no model".
     pub uncalibrated_why: Option<String>,
@@ -226,6 +229,7 @@ impl Executed<'_> {
             notes: findings.notes,
             closing_notes: findings.closing_notes,
             leading_findings: findings.leading_findings,
+            routing_recovered: findings.routing_recovered,
             disjoint: findings.one_sided,
             logits_offset,
         })

@@ -354,6 +354,7 @@ fn hand_router(
     choice: RouterChoice,
     device: &Device,
 ) -> Result<()> {
+    observer.runner_up(i, &choice.runner_up);
     let topk = Key::Router(i, RouterField::TopkIds);
     if observer.wants(topk) {
         observer.record(topk, router_tensor(&choice.experts, device)?);

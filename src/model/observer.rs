@@ -26,6 +26,10 @@ pub trait Observer {
     fn route(&self, _layer: usize) -> Option<&[Vec<u32>]> {
         None
     }
+
+    /// Per token of MoE layer `layer`, the best expert the router's own top-k left out (None
+    /// when it chose every expert): the other choice a near-tie could have made.
+    fn runner_up(&mut self, _layer: usize, _experts: &[Option<u32>]) {}
 }
 
 /// Another run's router choices, per MoE layer: a forward told to use them computes its own

@@ -52,6 +52,8 @@ pub struct Comparison<'a> {
     /// Findings of how the files were read that lead the headline and make the verdict a
     /// mismatch (a drafter's declared layer ids the truth shows to be off).
     pub leading_findings: Vec<String>,
+    /// Sides that record no router choices whose routing was recovered from their states.
+    pub routing_recovered: Vec<String>,
     /// Files that hold different layers, each row judged against the truth (None: the usual
     /// comparison of the rows both hold).
     pub disjoint: Option<DisjointLayers>,
@@ -251,7 +253,8 @@ fn headline(c: &Comparison, f: &Findings) -> Summary {
         };
         (list(&o.a_layers), list(&o.b_layers))
     });
-    let routing_words = routing_words::routing_clause(f.routing, each_side(c), f.routers);
+    let routing_words =
+        routing_words::routing_clause(f.routing, each_side(c), f.routers, &c.routing_recovered);
     let mut summary = summary::summary(
         &Subject {
             a: &c.a_side.label,

@@ -173,6 +173,10 @@ pub struct SampleRow {
     pub unnamed_a: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unnamed_b: Vec<String>,
+    /// Sides whose pipeline layer ids name other layers than their states are: the pair's
+    /// headline clause for each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layer_id_slips: Vec<String>,
 }
 
 /// `left_out` of `of` stored positions.

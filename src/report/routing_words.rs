@@ -5,10 +5,26 @@ use super::RouterRow;
 use super::routing::Routing;
 
 /// How MoE routing was handled, for the headline: the sides that record no router choice
-/// (flips cannot be separated), or, where the sides routed apart (`each_side`), how many
-/// tokens route differently on A and B; None when there is nothing to say.
-pub fn routing_clause(routing: &Routing, each_side: bool, routers: &[RouterRow]) -> Option<String> {
+/// (flips cannot be separated, unless their routing was `recovered` from their states), or,
+/// where the sides routed apart (`each_side`), how many tokens route differently on A and B;
+/// None when there is nothing to say.
+pub fn routing_clause(
+    routing: &Routing,
+    each_side: bool,
+    routers: &[RouterRow],
+    recovered: &[String],
+) -> Option<String> {
     let silent = routing.silent_sides();
+    if !silent.is_empty() && silent.iter().all(|s| recovered.contains(s)) {
+        let (who, verb) = match silent.len() {
+            1 => (silent.join(""), "records"),
+            _ => (silent.join(" and "), "record"),
+        };
+        return Some(format!(
+            "{who} {verb} no router ids: the routing was recovered from the states, so each side \
+             is judged against the f64 truth under its own routing"
+        ));
+    }
     if !silent.is_empty() {
         let who = silent.join(" and ");
         let verb = if silent.len() == 1 {

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{compare_json, golden_model_dir, repo_root};
+use crate::common::{compare_json, golden_model_dir, repo_root, tempdir};
 
 fn fixture(name: &str) -> PathBuf {
     repo_root().join("tests/fixtures/findings").join(name)
@@ -258,6 +258,50 @@ fn declared_layer_ids_off_by_one_are_the_headline() {
         assert!(!err.contains("--shift"), "{which}: {err}");
         assert!(!s.contains("--shift"), "{which}: {s}");
     }
+}
+
+#[test]
+fn a_layer_id_slip_in_a_dataset_is_its_headline() {
+    // The DFlash dump folder of the slipped ids as a dataset, against the eval box's capture of
+    // the same prompt (paired by token ids).
+    let eval = tempdir();
+    std::fs::copy(fixture("tokens/b/s0.pt"), eval.path().join("s0.pt")).expect("copy");
+    let (code, r, err) = compare_json(
+        &fixture("slip/minus"),
+        eval.path(),
+        &["--layer-ids-a", "1,2,4,5,6", "--model", &dense()],
+    );
+    assert_eq!(code, 1, "{err}");
+    let s = summary(&r);
+    assert!(
+        s.starts_with(
+            "mismatch: A: layer ids declared 1,2,4,5,6 but the states are those of ids 0,1,3,4,5"
+        ),
+        "{s}"
+    );
+    assert!(
+        s.contains("pass --layer-ids-a 0,1,3,4,5 (in 1 of 1 samples: "),
+        "{s}"
+    );
+    let sample = &r["samples"][0];
+    assert_eq!(
+        sample["layer_id_slips"].as_array().map(Vec::len),
+        Some(1),
+        "{sample}"
+    );
+    // The honest dump's dataset says no slip.
+    let (code, r, err) = compare_json(
+        &fixture("slip/honest"),
+        eval.path(),
+        &["--layer-ids-a", "1,2,4,5,6", "--model", &dense()],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !summary(&r).contains("layer ids declared"),
+        "{}",
+        summary(&r)
+    );
+    assert!(r["samples"][0].get("layer_id_slips").is_none(), "{r}");
 }
 
 #[test]

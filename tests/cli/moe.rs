@@ -8,7 +8,10 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::common::{compare_json, golden_model_dir, repo_root, state_path};
+use crate::common::{
+    compare_json, copy_dir, dataset_sample, golden_model_dir, repo_root, sample_ids, state_path,
+    tempdir,
+};
 
 fn fixture(name: &str) -> PathBuf {
     repo_root().join("tests/fixtures/moe_dataset").join(name)
@@ -152,4 +155,82 @@ fn the_honest_dataset_without_router_ids_has_no_drift_or_mismatch() {
     for s in samples {
         assert_eq!(s["verdict"], "ok", "{}: {s}", s["id"]);
     }
+}
+
+fn manifest() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture("MANIFEST.json")).expect("manifest"))
+        .expect("JSON")
+}
+
+#[test]
+fn a_first_pair_without_token_ids_leaves_the_model_to_the_pairs_after_it() {
+    // sample_00 carries no token ids on either side; sample_01 and sample_02 carry theirs.
+    let dir = tempdir();
+    for (side, first) in [("train", "train_00.pt"), ("eval", "eval_00.pt")] {
+        let to = dir.path().join(side);
+        std::fs::create_dir_all(&to).expect("mkdir");
+        std::fs::copy(fixture(&format!("no_ids/{first}")), to.join("sample_00.pt")).expect("copy");
+        for n in ["sample_01.pt", "sample_02.pt"] {
+            std::fs::copy(fixture(&format!("{side}/{n}")), to.join(n)).expect("copy");
+        }
+    }
+    let (code, r, err) = compare_json(
+        &dir.path().join("train"),
+        &dir.path().join("eval"),
+        &args(&model()),
+    );
+    assert_eq!(code, 0, "{}\n{err}", summary(&r));
+    let first = dataset_sample(&r, "sample_00");
+    assert!(
+        first["worst_x_floor"].is_null(),
+        "no ids, no truth: {first}"
+    );
+    for id in ["sample_01", "sample_02"] {
+        let s = dataset_sample(&r, id);
+        assert!(
+            s["worst_x_floor"].is_f64(),
+            "{id} is calibrated with the dataset's model: {s}"
+        );
+        assert_eq!(s["verdict"], "ok", "{id}: {s}");
+    }
+    assert!(!err.contains("no model to measure the floor"), "{err}");
+}
+
+#[test]
+fn one_sample_with_a_leading_bos_in_a_moe_dataset_fails_the_run_and_names_it() {
+    let m = manifest();
+    let (bos, n) = (
+        m["bos"].as_u64().expect("bos"),
+        m["bos_sample"].as_u64().expect("bos_sample"),
+    );
+    let name = format!("sample_{n:02}.pt");
+    let dir = tempdir();
+    copy_dir(&fixture("eval"), dir.path());
+    std::fs::copy(fixture(&format!("bos/{name}")), dir.path().join(&name)).expect("copy");
+    let (code, r, err) = compare_json(&fixture("train"), dir.path(), &args(&model()));
+    assert_eq!(
+        code,
+        1,
+        "a tokenisation difference is a finding: {}\n{err}",
+        summary(&r)
+    );
+    let id = format!("sample_{n:02}");
+    assert_eq!(
+        sample_ids(&r["token_mismatches"]),
+        std::slice::from_ref(&id),
+        "{r}"
+    );
+    let why = r["token_mismatches"][0]["why"].as_str().expect("why");
+    assert!(
+        why.starts_with(&format!("B starts with 1 token(s) A lacks (id {bos}")),
+        "{why}"
+    );
+    let s = summary(&r);
+    assert!(
+        s.starts_with(&format!(
+            "token ids differ in 1 of 20 pairs, left out ({id}: B starts"
+        )),
+        "{s}"
+    );
+    assert_eq!(r["samples"].as_array().expect("samples").len(), 19, "{r}");
 }

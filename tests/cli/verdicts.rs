@@ -93,14 +93,15 @@ fn a_skipped_qk_l2_norm_on_the_moe_model_is_a_mismatch_at_layer_1() {
         );
         assert_eq!(o.row("layers.1")["verdict"], "mismatch");
     }
-    // Without router ids the headline says the flips could not be separated.
+    // Without router ids the headline says the routing was recovered from the states.
     let o = compare(
         &team("moe.bf16.ids.pt"),
         &team("moe.bf16_no_qk_l2norm.ids.pt"),
         &args(&with_model(MOE)),
     );
     assert!(
-        o.summary().contains("could not be separated"),
+        o.summary()
+            .contains("the routing was recovered from the states"),
         "{}",
         o.summary()
     );

@@ -11,6 +11,7 @@ pub mod pair;
 pub mod pair_steps;
 pub mod plausibility;
 mod positions;
+pub mod recovered_routes;
 pub mod routes;
 pub mod token_difference;
 pub mod tokens;

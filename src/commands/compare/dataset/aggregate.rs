@@ -104,6 +104,7 @@ pub fn sample_row(
         ),
         unnamed_a: outcome.unnamed.0.clone(),
         unnamed_b: outcome.unnamed.1.clone(),
+        layer_id_slips: outcome.layer_id_slips.clone(),
     }
 }
 
@@ -350,8 +351,9 @@ fn headline(r: &DatasetReport) -> String {
             )
         });
         format!(
-            "{}: {} of {n} compared samples flagged{what}",
+            "{}: {}{} of {n} compared samples flagged{what}",
             r.verdict.as_str(),
+            layer_id_slips(&r.samples),
             flagged.len()
         )
     };
@@ -413,6 +415,38 @@ fn headline(r: &DatasetReport) -> String {
         ));
     }
     format!("{lead}{s}")
+}
+
+/// The pairs' layer-id slips, which lead a flagged headline: each distinct clause with the
+/// samples it is in, "CLAUSE (in N of M samples: a, b, c and K more); ".
+fn layer_id_slips(samples: &[SampleRow]) -> String {
+    let mut groups: Vec<(&[String], Vec<&str>)> = Vec::new();
+    for s in samples.iter().filter(|s| !s.layer_id_slips.is_empty()) {
+        match groups
+            .iter_mut()
+            .find(|(c, _)| *c == s.layer_id_slips.as_slice())
+        {
+            Some((_, ids)) => ids.push(&s.id),
+            None => groups.push((&s.layer_id_slips, vec![&s.id])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(clauses, ids)| {
+            let shown: Vec<&str> = ids.iter().take(3).copied().collect();
+            let more = match ids.len() - shown.len() {
+                0 => String::new(),
+                more => format!(" and {more} more"),
+            };
+            format!(
+                "{} (in {} of {} samples: {}{more}); ",
+                clauses.join("; "),
+                ids.len(),
+                samples.len(),
+                shown.join(", ")
+            )
+        })
+        .collect()
 }
 
 /// The headline when no pair was compared: why, never "ok".

@@ -5,8 +5,9 @@
 use candle_core::{DType, Device};
 
 use super::context::Pair;
-use crate::capture::Key;
+use crate::capture::{Captures, Key};
 use crate::commands::compare::layer_id_slip::LayerIdSlip;
+use crate::commands::compare::recovered_routes::recover;
 use crate::commands::compare::{pair_steps, plausibility, routes};
 use crate::error::Result;
 use crate::formats::{FileSource, pipelines};
@@ -48,6 +49,63 @@ pub(super) fn recorded_routes(
     };
     let recorded = |src: &FileSource| routes::recorded(src, &model.config, tokens, last_layer);
     Ok((recorded(&pair.a)?, recorded(&pair.b)?))
+}
+
+/// Each side's routes for the calibration runs: recovered from its states where it records no
+/// router choice ([`crate::commands::compare::recovered_routes`]), else as recorded.
+pub(super) struct Rerouted {
+    pub routes: (Option<Routes>, Option<Routes>),
+    /// The sides whose routes were recovered.
+    pub recovered: Vec<String>,
+}
+
+/// The routes recovered for each side that records no router choice, the other side's as
+/// recorded; None when no side's states show a flip and no side records its choices (the runs
+/// already made stand).
+pub(super) fn recovered_routes(
+    pair: &mut Pair,
+    model: Option<&Model>,
+    ids: &[u32],
+    (recorded, own): (&(Option<Routes>, Option<Routes>), Option<&Captures>),
+    last_layer: Option<usize>,
+) -> Result<Option<Rerouted>> {
+    let (Some(model), Some(own)) = (model.filter(|_| !ids.is_empty()), own) else {
+        return Ok(None);
+    };
+    let mut sides = [recorded.0.clone(), recorded.1.clone()];
+    let mut recovered = Vec::new();
+    let mut any = false;
+    for (side, routes) in ["A", "B"].into_iter().zip(&mut sides) {
+        if routes.is_some() {
+            continue;
+        }
+        let Some(found) = recover(model, ids, pair.side(side), own, last_layer)? else {
+            continue;
+        };
+        if !found.flips.is_empty() {
+            any = true;
+            pair.notes.note(format!(
+                "{side} records no router choices; its states show {} routing flip(s) against \
+                 the f64 truth ({}): its truth and floor are run under that routing",
+                found.flips.len(),
+                found.describe()
+            ));
+        } else if recorded.0.is_some() || recorded.1.is_some() {
+            // The other side's recorded choices are forced on its truth all the same.
+            any = true;
+            pair.notes.note(format!(
+                "{side} records no router choices and its states show no routing flip against \
+                 the f64 truth: its truth routes as the exact router does"
+            ));
+        }
+        *routes = Some(found.routes);
+        recovered.push(side.to_string());
+    }
+    let [a, b] = sides;
+    Ok(any.then_some(Rerouted {
+        routes: (a, b),
+        recovered,
+    }))
 }
 
 /// The files as a job's sides, calibrated when `input` is at hand, and the job run.

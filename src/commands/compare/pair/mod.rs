@@ -75,6 +75,9 @@ pub struct PairOutcome {
     pub held_by_one: HeldByOneSide,
     /// Each side's tensors that no name rule read and no `--map` named, so they got no row.
     pub unnamed: (Vec<String>, Vec<String>),
+    /// The headline's clause for each side whose pipeline layer ids name other layers than
+    /// its states are (a dataset's headline names them too).
+    pub layer_id_slips: Vec<String>,
 }
 
 pub struct Trained {
@@ -117,6 +120,19 @@ fn compare_ready(
     let input = model.map(|(m, _)| (m, ids, &cpu));
     let done = job::run(pair, ready.dtypes, &routes, input, last_layer)?;
     let slips = job::check_against_truth(pair, &done, model)?;
+    // Sides without router choices: their states say where they routed otherwise than the truth.
+    let recovered = job::recovered_routes(
+        pair,
+        model.map(|(m, _)| m),
+        ids,
+        (&routes, done.truth()),
+        last_layer,
+    )?;
+    let done = match &recovered {
+        Some(r) => job::run(pair, ready.dtypes, &r.routes, input, last_layer)?,
+        None => done,
+    };
+    let layer_id_slips = slips.iter().map(|s| s.sentence()).collect();
     let dtype = done.spec().dtype();
     let alignment = pair_steps::align(&pair.a, &mut pair.b, thresholds(dtype).ok, pair.opts.shift)?;
     let planning = Planning {
@@ -136,6 +152,10 @@ fn compare_ready(
         notes: pair.notes.take(),
         uncalibrated_why: calibrator.uncalibrated_why.clone(),
         slips,
+        routing_recovered: recovered
+            .as_ref()
+            .map(|r| r.recovered.clone())
+            .unwrap_or_default(),
     };
     let (report, trained) = report::report(&done, (&pair.a, &pair.b), &planned, described)?;
     Ok(PairOutcome {
@@ -144,5 +164,6 @@ fn compare_ready(
         zero_padding: ready.zero_padding,
         held_by_one: planned.held_by_one,
         unnamed: planned.unnamed,
+        layer_id_slips,
     })
 }

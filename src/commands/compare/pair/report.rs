@@ -24,6 +24,8 @@ pub(super) struct Described {
     pub uncalibrated_why: Option<String>,
     /// A pipeline's declared layer ids that the truth shows to be off: they lead the headline.
     pub slips: Vec<LayerIdSlip>,
+    /// Sides without router choices whose routing was recovered from their states.
+    pub routing_recovered: Vec<String>,
 }
 
 /// The report of the pair, and of its trained positions when they are not all of them.
@@ -65,6 +67,7 @@ pub(super) fn report<'p>(
         notes: described.notes,
         closing_notes: trained.iter().flatten().map(trained_note).collect(),
         leading_findings: described.slips.iter().map(LayerIdSlip::sentence).collect(),
+        routing_recovered: described.routing_recovered,
         one_sided: planned.one_sided.clone(),
         uncalibrated_why: described.uncalibrated_why,
     };

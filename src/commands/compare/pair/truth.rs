@@ -91,7 +91,8 @@ impl<'m> Calibrator<'m> {
 }
 
 /// A dataset's model taken for one pair, or why it cannot calibrate it. A pair some of whose
-/// positions only one side holds leaves the model with the dataset for its other pairs.
+/// positions only one side holds, or whose files carry no token ids, leaves the model with the
+/// dataset for its other pairs.
 fn borrowed(
     slot: &mut Option<(Model, String)>,
     unheld_why: Option<String>,
@@ -102,7 +103,9 @@ fn borrowed(
             *slot = Some(m);
             Err(why)
         }
-        _ if ids.is_empty() => {
+        // The model stays with the dataset: a later pair may carry the ids.
+        (held, _) if ids.is_empty() => {
+            *slot = held;
             Err("neither file carries token ids, so the truth cannot be computed".to_string())
         }
         (Some(m), None) => Ok(m),

@@ -185,6 +185,7 @@ mod tests {
             only_b: Vec::new(),
             unnamed_a: Vec::new(),
             unnamed_b: Vec::new(),
+            layer_id_slips: Vec::new(),
         }
     }
 
