@@ -109,6 +109,8 @@ pub(super) fn classify(j: Judged, th: Thresholds) -> Verdict {
     }
     let rel = j.rel_l2;
     match j.floor {
+        // A floor run that went non-finite measured nothing: never a pass.
+        Some(floor) if !floor.is_finite() => Verdict::Mismatch,
         Some(floor) => {
             if rel > th.ok && rel > K_MISMATCH * floor {
                 Verdict::Mismatch
@@ -300,5 +302,8 @@ mod tests {
         j.non_finite = true;
         assert_eq!(classify(j, th), Verdict::Mismatch);
         assert_eq!(classify(judged(f64::NAN, None, 2), th), Verdict::Mismatch);
+        // A NaN or infinite floor bounds nothing: even a tiny distance is not judged ok by it.
+        assert_eq!(classify(judged(1e-9, Some(f64::NAN), 2), th), Verdict::Mismatch);
+        assert_eq!(classify(judged(1e-9, Some(f64::INFINITY), 2), th), Verdict::Mismatch);
     }
 }
