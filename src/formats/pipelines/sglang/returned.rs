@@ -103,7 +103,8 @@ fn fed_ids(q: &Returned) -> Result<Tensor> {
         .chain(&q.output_ids[..fed])
         .map(|&t| i64::from(t))
         .collect();
-    Ok(Tensor::from_vec(ids.clone(), ids.len(), &Device::Cpu)?)
+    let n = ids.len();
+    Ok(Tensor::from_vec(ids, n, &Device::Cpu)?)
 }
 
 fn sample(q: &Returned, r: usize, n: usize) -> Result<Sample> {
@@ -135,8 +136,9 @@ fn sample(q: &Returned, r: usize, n: usize) -> Result<Sample> {
     })
 }
 
-/// The narrowest float type holding every value exactly (`.tolist()` of a bf16 tensor gives
-/// bf16 numbers, written exactly by Python's shortest round-trip repr).
+/// The first of bf16, f16, f32, f64 holding every value exactly (`.tolist()` of a bf16 tensor
+/// gives bf16 numbers, written exactly by Python's shortest round-trip repr; the file records no
+/// dtype, so an f16 model's states whose values all happen to be bf16 numbers read as bf16).
 fn exact_dtype(values: &[f64]) -> DType {
     if values
         .iter()
