@@ -48,5 +48,6 @@ mod readable;
 mod resolved;
 mod router;
 mod safetensors_files;
+mod sglang_return;
 mod shard_index;
 mod torch_zip;

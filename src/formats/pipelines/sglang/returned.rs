@@ -236,17 +236,20 @@ fn rows_of(
             .as_array()
             .ok_or(format!("`meta_info.hidden_states[{k}]` is not a list"))?;
         // A decode step's entry is one row; the prefill's (and a step's several) are rows.
-        let step_rows: Vec<&Value> = match list.first() {
-            Some(Value::Array(_)) => list.iter().collect(),
-            _ => vec![step],
+        let step_rows: Vec<(String, &Value)> = match list.first() {
+            Some(Value::Array(_)) => list
+                .iter()
+                .enumerate()
+                .map(|(j, row)| (format!("meta_info.hidden_states[{k}][{j}]"), row))
+                .collect(),
+            _ => vec![(format!("meta_info.hidden_states[{k}]"), step)],
         };
-        for (j, row) in step_rows.iter().enumerate() {
-            let where_ = format!("`meta_info.hidden_states[{k}][{j}]`");
-            let row = row.as_array().ok_or(format!("{where_} is not a list"))?;
+        for (at, row) in step_rows {
+            let row = row.as_array().ok_or(format!("`{at}` is not a list"))?;
             let w = *width.get_or_insert(row.len());
             if row.len() != w || w == 0 {
                 return Err(format!(
-                    "{where_} holds {} values, the first row {w}",
+                    "`{at}` holds {} values, the first row {w}",
                     row.len()
                 ));
             }
@@ -262,7 +265,7 @@ fn rows_of(
             for (c, x) in row.iter().enumerate() {
                 values.push(
                     x.as_f64()
-                        .ok_or(format!("{where_}[{c}] is {x}, not a number"))?,
+                        .ok_or(format!("`{at}[{c}]` is {x}, not a number"))?,
                 );
             }
         }
