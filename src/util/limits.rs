@@ -14,7 +14,8 @@ pub struct Limits {
     pub layers: usize,
     /// Any one dimension in config.json (hidden size, head dims, vocabulary, …).
     pub dim: usize,
-    /// Bytes of a JSON file of a model folder (config.json, the shard index, tokenizer.json).
+    /// Bytes of a JSON file of a model folder (config.json, the shard index, tokenizer.json) or
+    /// of a saved SGLang `/generate` response.
     pub json_bytes: usize,
     /// Bytes of a torch.save archive's `data.pkl`.
     pub pickle_bytes: usize,
@@ -51,7 +52,7 @@ pub const NAMES: &[(&str, &str)] = &[
     ("dim", "any one dimension in config.json"),
     (
         "json-bytes",
-        "bytes of config.json, the shard index or tokenizer.json",
+        "bytes of config.json, the shard index, tokenizer.json or an SGLang response",
     ),
     ("pickle-bytes", "bytes of a torch.save data.pkl"),
     ("pickle-depth", "nesting depth of pickled containers"),

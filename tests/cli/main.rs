@@ -20,6 +20,7 @@ mod opens;
 mod pipelines;
 mod pipelines_sglang;
 mod pipelines_sglang_ops;
+mod pipelines_sglang_return;
 mod pipelines_sglang_served;
 mod report;
 mod shards;

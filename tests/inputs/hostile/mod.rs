@@ -51,5 +51,6 @@ mod readers_lie;
 mod resolved;
 mod router;
 mod safetensors_files;
+mod sglang_return;
 mod shard_index;
 mod torch_zip;

@@ -7,7 +7,9 @@
 //!   ([`dump_file`]); tensor-parallel copies joined as their meta says ([`tp`]); the layers
 //!   rebuilt from the tensors' roles ([`dumper_layers`]);
 //! - the tensor dump of `--debug-tensor-dump-output-folder` ([`pass`]): one `Pass{n}.pt` dict
-//!   of leaf-module outputs per forward pass.
+//!   of leaf-module outputs per forward pass;
+//! - the hidden states a request returns with `return_hidden_states=True`, its `/generate`
+//!   response saved as JSON ([`returned`]; the counts checked by [`returned_counts`]).
 //!
 //! A layer's output is rebuilt from the `(hidden_states, residual)` pair SGLang's fused
 //! add-RMSNorm carries; the sample becomes an in-memory file source ([`assemble`]) under
@@ -21,6 +23,8 @@ mod dumper_ops;
 mod listing;
 mod pass;
 mod requests;
+mod returned;
+mod returned_counts;
 mod served;
 pub mod tags;
 mod tp;
@@ -40,7 +44,8 @@ pub use tags::{collapse, sample_id};
 pub fn open(path: &Path, hint: Option<DType>, opts: &ReadOptions) -> Result<Option<FileSource>> {
     let parsed = tags::parse(path);
     let is_pass = parsed.is_none() && tags::parse_pass(path).is_some();
-    if parsed.is_none() && !is_pass {
+    let is_response = returned::is_response(path);
+    if parsed.is_none() && !is_pass && !is_response {
         return Ok(None);
     }
     // An SGLang dump names its layers by module path: ids given for this side would name
@@ -58,6 +63,7 @@ pub fn open(path: &Path, hint: Option<DType>, opts: &ReadOptions) -> Result<Opti
     }
     match parsed {
         Some(t) => dumper::open(path, &t, hint, opts).map(Some),
-        None => pass::open(path, hint, opts).map(Some),
+        None if is_pass => pass::open(path, hint, opts).map(Some),
+        None => returned::open(path, hint, opts).map(Some),
     }
 }
