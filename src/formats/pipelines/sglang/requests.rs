@@ -44,8 +44,9 @@ pub fn lengths(
         return Err(format!(
             "`{name}` {lens:?} counts {} tokens, the pass holds {tokens}: a decode pass or a \
              prefix-cached extend, whose requests cannot be told apart without each token's \
-             position (the dump carries no `positions`; the dumper's core fields do, and a \
-             folder of them is read one request per sample)",
+             request slot (the tensor dump records positions but no `req_pool_indices`; the \
+             dumper's core fields carry both, and a folder of them is read one request per \
+             sample)",
             sum.map_or("more than usize".to_string(), |s| s.to_string())
         ));
     }
@@ -139,9 +140,9 @@ mod tests {
             decode.contains("counts 25 tokens, the pass holds 2: a decode pass"),
             "{decode}"
         );
-        // Refused for want of positions, which a served dumper folder carries.
+        // Refused for want of request slots, which a served dumper folder carries.
         assert!(
-            decode.contains("the dump carries no `positions`"),
+            decode.contains("no `req_pool_indices`"),
             "{decode}"
         );
         let zero = lengths(Some(("seq_lens", &lens_of(&[3, 0]))), 3).unwrap_err();
