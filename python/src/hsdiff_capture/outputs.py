@@ -207,8 +207,8 @@ class Output:
             self._write_in_place(to_bytes())
             return
         self.reserve()
-        tmp = self.tmp
-        if tmp is None:  # reserve() made it: a regular file always gets one
+        tmp, new_mode = self.tmp, self.new_mode
+        if tmp is None or new_mode is None:  # reserve() made both: a regular file always gets them
             raise self._refuse("no temporary file was reserved")
         try:
             to_file(str(tmp))
@@ -224,7 +224,7 @@ class Output:
             try:
                 mode = stat.S_IMODE(os.stat(self.real).st_mode)
             except FileNotFoundError:
-                mode = self.new_mode  # a new file gets the mode the umask gives
+                mode = new_mode  # a new file gets the mode the umask gives
             os.chmod(tmp, mode)
             os.replace(tmp, self.real)
             self.tmp = None
