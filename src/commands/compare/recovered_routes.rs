@@ -235,13 +235,39 @@ fn stands_out(
     Ok(false)
 }
 
+/// The f64 truth its own router routed, with its runner-ups, through one deepest layer: the
+/// start of every side's recovery on the same ids, run once for both sides.
+#[derive(Default)]
+pub struct Unrouted {
+    through: Option<(usize, Captures, RunnerUps)>,
+}
+
+impl Unrouted {
+    fn through(
+        &mut self,
+        model: &Model,
+        ids: &[u32],
+        deepest: usize,
+    ) -> Result<(Captures, RunnerUps)> {
+        match &self.through {
+            Some((d, caps, runner_up)) if *d == deepest => Ok((caps.clone(), runner_up.clone())),
+            _ => {
+                let (caps, runner_up) = truth(model, ids, None, deepest)?;
+                self.through = Some((deepest, caps.clone(), runner_up.clone()));
+                Ok((caps, runner_up))
+            }
+        }
+    }
+}
+
 /// `side`'s routes recovered against the f64 truth of `model` on `ids`, through `last` (all
-/// layers when None), `own` the truth the exact router routed (already run); None when the
-/// model has no MoE layer there or the side holds no layer.
+/// layers when None), `own` the truth the exact router routed (already run), `unrouted` that
+/// truth with runner-ups as far as another side's recovery ran it; None when the model has no
+/// MoE layer there or the side holds no layer.
 pub fn recover(
     model: &Model,
     ids: &[u32],
-    side: &dyn TensorSource,
+    (side, unrouted): (&dyn TensorSource, &mut Unrouted),
     own: &Captures,
     last: Option<usize>,
 ) -> Result<Option<Recovered>> {
@@ -262,7 +288,7 @@ pub fn recover(
             flips: Vec::new(),
         }));
     }
-    let (mut current, runner_up) = truth(model, ids, None, deepest)?;
+    let (mut current, runner_up) = unrouted.through(model, ids, deepest)?;
     let mut routes = Routes::default();
     let mut choices = Choices::of(&current, runner_up, &moe)?;
     let mut flips = Vec::new();
@@ -299,13 +325,23 @@ pub fn recover(
             if tries.is_empty() {
                 break;
             }
-            let (tried_caps, _) = truth(model, ids, Some(&trial), at)?;
+            // Through the deepest held layer: when every try is kept, this run is the truth
+            // under the new routes, and no rerun is needed.
+            let (tried_caps, tried_runner_up) = truth(model, ids, Some(&trial), deepest)?;
             let after = token_errors(side, &tried_caps, at)?;
+            let tries_made = tries.len();
             let kept: Vec<(usize, usize)> = tries
                 .into_iter()
                 .filter(|&(_, t)| after.get(t).is_some_and(|a| *a < KEPT_BELOW * errors[t]))
                 .collect();
             if kept.is_empty() {
+                continue;
+            }
+            if kept.len() == tries_made {
+                flips.extend(kept);
+                routes = trial;
+                current = tried_caps;
+                choices = Choices::of(&current, tried_runner_up, &moe)?;
                 continue;
             }
             // Only the kept tries: the layer's rows as they were, the kept tokens as tried.

@@ -7,7 +7,7 @@ use candle_core::{DType, Device};
 use super::context::Pair;
 use crate::capture::{Captures, Key};
 use crate::commands::compare::layer_id_slip::LayerIdSlip;
-use crate::commands::compare::recovered_routes::recover;
+use crate::commands::compare::recovered_routes::{Unrouted, recover};
 use crate::commands::compare::{pair_steps, plausibility, routes};
 use crate::error::Result;
 use crate::formats::{FileSource, pipelines};
@@ -75,11 +75,19 @@ pub(super) fn recovered_routes(
     let mut sides = [recorded.0.clone(), recorded.1.clone()];
     let mut recovered = Vec::new();
     let mut any = false;
+    let mut unrouted = Unrouted::default();
     for (side, routes) in ["A", "B"].into_iter().zip(&mut sides) {
         if routes.is_some() {
             continue;
         }
-        let Some(found) = recover(model, ids, pair.side(side), own, last_layer)? else {
+        let Some(found) = recover(
+            model,
+            ids,
+            (pair.side(side), &mut unrouted),
+            own,
+            last_layer,
+        )?
+        else {
             continue;
         };
         if !found.flips.is_empty() {
