@@ -303,7 +303,13 @@ mod tests {
         assert_eq!(classify(j, th), Verdict::Mismatch);
         assert_eq!(classify(judged(f64::NAN, None, 2), th), Verdict::Mismatch);
         // A NaN or infinite floor bounds nothing: even a tiny distance is not judged ok by it.
-        assert_eq!(classify(judged(1e-9, Some(f64::NAN), 2), th), Verdict::Mismatch);
-        assert_eq!(classify(judged(1e-9, Some(f64::INFINITY), 2), th), Verdict::Mismatch);
+        assert_eq!(
+            classify(judged(1e-9, Some(f64::NAN), 2), th),
+            Verdict::Mismatch
+        );
+        assert_eq!(
+            classify(judged(1e-9, Some(f64::INFINITY), 2), th),
+            Verdict::Mismatch
+        );
     }
 }

@@ -141,10 +141,7 @@ mod tests {
             "{decode}"
         );
         // Refused for want of request slots, which a served dumper folder carries.
-        assert!(
-            decode.contains("no `req_pool_indices`"),
-            "{decode}"
-        );
+        assert!(decode.contains("no `req_pool_indices`"), "{decode}");
         let zero = lengths(Some(("seq_lens", &lens_of(&[3, 0]))), 3).unwrap_err();
         assert!(zero.contains("holds the length 0"), "{zero}");
     }
