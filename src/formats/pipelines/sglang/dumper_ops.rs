@@ -132,14 +132,19 @@ mod tests {
         let dev = Device::Cpu;
         // A norm's rows are the tokens' heads in order: row t·Hv + h is token t, head h.
         let norm = Tensor::randn(0f32, 1., (5 * 4, 6), &dev)?;
-        let got = shaped("n", Op::GatedNormOut, &norm, (5, 8)).unwrap();
+        let got = shaped("n", Op::GatedNormOut, &norm, (5, 8)).expect("a [T·Hv, dv] norm regroups");
         assert_eq!(got.dims(), &[5, 24]);
         let row = |t: &Tensor, i: usize| t.get(i).and_then(|r| r.to_vec1::<f32>());
-        let want: Vec<f32> = (0..4).flat_map(|h| row(&norm, 4 + h).unwrap()).collect();
+        let mut want = Vec::new();
+        for h in 0..4 {
+            want.extend(row(&norm, 4 + h)?);
+        }
         assert_eq!(row(&got, 1)?, want);
         let core = Tensor::randn(0f32, 1., (1, 5, 4, 6), &dev)?.to_dtype(DType::BF16)?;
         assert_eq!(
-            shaped("c", Op::CoreOut, &core, (5, 8)).unwrap().dims(),
+            shaped("c", Op::CoreOut, &core, (5, 8))
+                .expect("a [1, T, Hv, dv] core output is read")
+                .dims(),
             &[5, 4, 6]
         );
         let short = Tensor::randn(0f32, 1., (4, 8), &dev)?;
