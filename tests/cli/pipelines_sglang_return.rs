@@ -47,15 +47,21 @@ fn honest_response_compared_as_final_norm() {
 
 /// One state per verify step (verify steps of 3 and 2 tokens kept 2 rows for 5): refused, the
 /// counts and the engine's known failure named.
-#[test]
-fn too_few_states_under_speculative_decoding_refused() {
+/// `file` compared with the eval side's request 0 under `--model`: exit 2, its stderr.
+fn refused_against_request_0(file: &std::path::Path) -> String {
     let out = common::compare_output(
-        &fx("spec_short.json"),
+        file,
         &fx("eval/request_0.safetensors"),
         &["--model", &model()],
     );
     let err = common::stderr_of(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
+    err
+}
+
+#[test]
+fn too_few_states_under_speculative_decoding_refused() {
+    let err = refused_against_request_0(&fx("spec_short.json"));
     assert!(
         err.contains(
             "request 0's `meta_info.hidden_states` holds 16 rows (prefill 14 + 2 decode) for 19 \
@@ -72,13 +78,7 @@ fn too_few_states_under_speculative_decoding_refused() {
 /// states of the wrong request, the file refused whole.
 #[test]
 fn states_of_another_request_refused() {
-    let out = common::compare_output(
-        &fx("spec_swapped.json"),
-        &fx("eval/request_0.safetensors"),
-        &["--model", &model()],
-    );
-    let err = common::stderr_of(&out);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = refused_against_request_0(&fx("spec_swapped.json"));
     assert!(
         err.contains(
             "request 0's `meta_info.hidden_states` holds 28 rows (prefill 23 + 5 decode): \
