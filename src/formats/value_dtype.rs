@@ -25,21 +25,24 @@ pub fn exact_in(t: &Tensor) -> Result<Option<DType>> {
         return Ok(None);
     }
     let values: Vec<f64> = t.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?;
+    Ok(exact_16bit(&values))
+}
+
+/// The narrowest dtype among bf16 and f16 that holds every finite value of `values` exactly;
+/// None when neither does or no value is finite (an all-NaN layer says nothing).
+pub fn exact_16bit(values: &[f64]) -> Option<DType> {
     let finite = || values.iter().copied().filter(|v| v.is_finite());
-    // No finite value is no evidence of any dtype (an all-NaN layer says nothing).
-    if finite().next().is_none() {
-        return Ok(None);
-    }
+    finite().next()?;
     let as_f32 = |v: f64| {
         let x = v as f32;
         (f64::from(x) == v).then_some(x)
     };
     let bf16 = finite().all(|v| as_f32(v).is_some_and(|x| x.to_bits() & 0xFFFF == 0));
     if bf16 {
-        return Ok(Some(DType::BF16));
+        return Some(DType::BF16);
     }
     let f16 = finite().all(|v| as_f32(v).is_some_and(|x| half::f16::from_f32(x).to_f32() == x));
-    Ok(f16.then_some(DType::F16))
+    f16.then_some(DType::F16)
 }
 
 /// Whether `name` is a hidden state whose values say how it was computed.

@@ -21,6 +21,7 @@ use crate::capture::Key;
 use crate::error::{Error, Result};
 use crate::formats::FileSource;
 use crate::formats::pipelines::ReadOptions;
+use crate::formats::value_dtype::exact_16bit;
 use crate::util::{input, limits};
 
 /// A `.json` file is read as a saved SGLang response.
@@ -140,17 +141,10 @@ fn sample(q: &Returned, r: usize, n: usize) -> Result<Sample> {
 /// gives bf16 numbers, written exactly by Python's shortest round-trip repr; the file records no
 /// dtype, so an f16 model's states whose values all happen to be bf16 numbers read as bf16).
 fn exact_dtype(values: &[f64]) -> DType {
-    if values
-        .iter()
-        .all(|&v| half::bf16::from_f64(v).to_f64() == v)
-    {
-        DType::BF16
-    } else if values.iter().all(|&v| half::f16::from_f64(v).to_f64() == v) {
-        DType::F16
-    } else if values.iter().all(|&v| f64::from(v as f32) == v) {
-        DType::F32
-    } else {
-        DType::F64
+    match exact_16bit(values) {
+        Some(narrow) => narrow,
+        None if values.iter().all(|&v| f64::from(v as f32) == v) => DType::F32,
+        None => DType::F64,
     }
 }
 
