@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::values::DtypeArg;
-use crate::error::Result;
-use crate::job::session::{Session, SessionSpec};
+use crate::error::{Error, Result};
+use crate::job::session::{RunInput, Session, SessionSpec};
 use crate::util::device::DeviceName;
+use crate::util::input::parse_token_list;
 
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
@@ -46,6 +47,8 @@ impl RunArgs {
             .prompt
             .as_deref()
             .and_then(|p| p.strip_prefix('@'))
+            // A bare `@` names no file ([`at_file`] refuses it).
+            .filter(|p| !p.is_empty())
             .map(std::path::Path::new);
         self.model.as_deref().into_iter().chain(prompt).collect()
     }
@@ -55,11 +58,38 @@ impl RunArgs {
         Session::open(&SessionSpec {
             model: self.model.as_deref(),
             random_weights: self.random_weights,
-            tokens: self.tokens.as_deref(),
-            prompt: self.prompt.as_deref(),
+            input: self.input()?,
             dtype: self.dtype.0,
             device: self.device,
         })
+    }
+
+    /// `--tokens` or `--prompt` as typed input (clap lets only one through); neither: the
+    /// default prompt.
+    fn input(&self) -> Result<RunInput> {
+        if let Some(list) = &self.tokens {
+            return Ok(RunInput::Ids(parse_token_list(list)?));
+        }
+        let Some(arg) = &self.prompt else {
+            return Ok(RunInput::default());
+        };
+        Ok(match at_file(arg, "--prompt", "the prompt itself")? {
+            Some(path) => RunInput::PromptFile(path),
+            None => RunInput::Prompt(arg.clone()),
+        })
+    }
+}
+
+/// The file an `@FILE` value names; None for a value that is not one. A bare `@` names no
+/// file: refused (`instead` says what else `option` takes), never read as the file "".
+pub fn at_file(arg: &str, option: &str, instead: &str) -> Result<Option<PathBuf>> {
+    match arg.strip_prefix('@') {
+        Some("") => Err(Error::argument(
+            option,
+            format!("`@` names no file: give @FILE, or {instead}"),
+        )),
+        Some(path) => Ok(Some(PathBuf::from(path))),
+        None => Ok(None),
     }
 }
 

@@ -12,7 +12,7 @@ use crate::model::builtin;
 use crate::model::{Model, Routes};
 use crate::report::{ComparedInput, TokenIds};
 use crate::util::device::DeviceName;
-use crate::util::input::{PromptSource, Tokenizer, parse_token_list, resolve_prompt};
+use crate::util::input::{PromptSource, Tokenizer, resolve_prompt_file, resolve_prompt_text};
 
 /// A model, its input and where to run it: everything a run needs besides the backend.
 pub struct Session {
@@ -25,18 +25,33 @@ pub struct Session {
 }
 
 /// What a model-running command was asked to run, before anything is loaded.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SessionSpec<'a> {
     /// A checkpoint folder; `None`: the built-in tiny Qwen3.5 model.
     pub model: Option<&'a Path>,
     /// Generate every weight from this seed (the folder then needs only config.json).
     pub random_weights: Option<u64>,
-    /// Comma-separated token ids; they take precedence over `prompt`.
-    pub tokens: Option<&'a str>,
-    /// Prompt text, @FILE or a built-in prompt name; `None`: the `fizzbuzz` prompt.
-    pub prompt: Option<&'a str>,
+    pub input: RunInput,
     pub dtype: DType,
     pub device: DeviceName,
+}
+
+/// The input of a run as the command line gives it (`--tokens`, `--prompt`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunInput {
+    /// Token ids, bypassing the tokenizer.
+    Ids(Vec<u32>),
+    /// Prompt text, or a built-in prompt's name.
+    Prompt(String),
+    /// A file holding the prompt text.
+    PromptFile(PathBuf),
+}
+
+impl Default for RunInput {
+    /// The `fizzbuzz` prompt.
+    fn default() -> Self {
+        RunInput::Prompt("fizzbuzz".to_string())
+    }
 }
 
 /// What the runs of a job are fed: a model, its token ids and where it runs — a [`Session`]'s
@@ -103,10 +118,14 @@ impl Session {
     pub fn open(spec: &SessionSpec) -> Result<Session> {
         let dtype = spec.dtype;
         let device = spec.device.open()?;
-        let given = match (spec.tokens, spec.prompt) {
-            (Some(list), _) => Given::Ids(parse_token_list(list)?),
-            (None, arg) => {
-                let (text, source) = resolve_prompt(arg.unwrap_or("fizzbuzz"))?;
+        let given = match &spec.input {
+            RunInput::Ids(ids) => Given::Ids(ids.clone()),
+            RunInput::Prompt(arg) => {
+                let (text, source) = resolve_prompt_text(arg)?;
+                Given::Prompt(text, source)
+            }
+            RunInput::PromptFile(path) => {
+                let (text, source) = resolve_prompt_file(path)?;
                 Given::Prompt(text, source)
             }
         };
@@ -229,12 +248,11 @@ const BUILTIN_NAMES: &[&str] = &["qwen3_5_tiny", "built-in tiny Qwen3.5"];
 mod tests {
     use super::*;
 
-    fn spec(tokens: &str) -> SessionSpec<'_> {
+    fn spec(input: RunInput) -> SessionSpec<'static> {
         SessionSpec {
             model: None,
             random_weights: None,
-            tokens: Some(tokens),
-            prompt: None,
+            input,
             dtype: DType::BF16,
             device: DeviceName::Cpu,
         }
@@ -242,7 +260,7 @@ mod tests {
 
     #[test]
     fn opens_the_builtin_model_on_token_ids() {
-        let s = Session::open(&spec("3, 1,4")).expect("session");
+        let s = Session::open(&spec(RunInput::Ids(vec![3, 1, 4]))).expect("session");
         assert_eq!(s.ids, vec![3, 1, 4]);
         assert_eq!(s.dtype, DType::BF16);
         assert!(s.prompt_label.is_none());
@@ -250,18 +268,18 @@ mod tests {
 
     #[test]
     fn refuses_bad_input_before_the_model_loads() {
-        // A model folder that does not exist: the token list is refused first.
+        // A model folder that does not exist: the missing prompt file is refused first.
+        let prompt = PathBuf::from("/nonexistent/hsdiff-prompt.txt");
         let bad = SessionSpec {
             model: Some(Path::new("/nonexistent/hsdiff-model")),
-            ..spec("1,x")
+            ..spec(RunInput::PromptFile(prompt))
         };
-        match Session::open(&bad) {
-            Err(Error::Argument { option, msg }) => {
-                assert_eq!(option, "--tokens");
-                assert!(msg.contains("`x`"), "{msg}");
-            }
-            other => panic!("expected a --tokens error, got {:?}", other.err()),
-        }
+        let err = Session::open(&bad).err().map(|e| e.to_string());
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.contains("hsdiff-prompt.txt") && !e.contains("hsdiff-model")),
+            "{err:?}"
+        );
     }
 
     #[test]

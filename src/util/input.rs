@@ -142,20 +142,13 @@ pub fn builtin_prompt(name: &str) -> Option<&'static str> {
         .map(|(_, t)| *t)
 }
 
-/// The `--prompt` value, resolved: `@FILE` reads a file, a built-in name selects that prompt,
-/// anything else is the text itself.
+/// Where a prompt's text came from: a file (`@FILE`), a built-in prompt's name, or the text
+/// itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PromptSource {
     Builtin(String),
     File(PathBuf),
     Text,
-}
-
-pub fn resolve_prompt(arg: &str) -> Result<(String, PromptSource)> {
-    match arg.strip_prefix('@') {
-        Some(path) => resolve_prompt_file(Path::new(path)),
-        None => resolve_prompt_text(arg),
-    }
 }
 
 /// A prompt file's text.

@@ -2,9 +2,8 @@
 //! pipelines' layer ids (for both sides or one), the token ids or prompt of files that carry
 //! none, and the tensor maps.
 
-use std::path::PathBuf;
-
 use super::CompareArgs;
+use crate::cli::common::at_file;
 use crate::commands::compare::pair::TensorMap;
 use crate::commands::compare::tokens::GivenIds;
 use crate::error::{Error, Result};
@@ -57,19 +56,18 @@ fn layer_list(arg: &str, option: &str) -> Result<Vec<usize>> {
 /// `--tokens IDS|@FILE` or `--prompt TEXT|@FILE|NAME` (clap lets only one through).
 pub fn token_ids(tokens: Option<&str>, prompt: Option<&str>) -> Result<Option<GivenIds>> {
     if let Some(arg) = tokens {
-        return Ok(Some(match arg.strip_prefix('@') {
-            Some("") => {
-                return Err(Error::argument(
-                    "--tokens",
-                    "`@` names no file: give @FILE, or the ids themselves",
-                ));
-            }
-            Some(path) => GivenIds::TokensFile(PathBuf::from(path)),
-            None => GivenIds::Tokens(parse_token_list(arg)?),
-        }));
+        return Ok(Some(
+            match at_file(arg, "--tokens", "the ids themselves")? {
+                Some(path) => GivenIds::TokensFile(path),
+                None => GivenIds::Tokens(parse_token_list(arg)?),
+            },
+        ));
     }
-    Ok(prompt.map(|arg| match arg.strip_prefix('@') {
-        Some(path) => GivenIds::PromptFile(PathBuf::from(path)),
+    let Some(arg) = prompt else {
+        return Ok(None);
+    };
+    Ok(Some(match at_file(arg, "--prompt", "the prompt itself")? {
+        Some(path) => GivenIds::PromptFile(path),
         None => GivenIds::Prompt(arg.to_string()),
     }))
 }
@@ -117,6 +115,11 @@ mod tests {
         assert_eq!(
             empty.as_deref(),
             Some("--tokens: `@` names no file: give @FILE, or the ids themselves")
+        );
+        let empty = token_ids(None, Some("@")).err().map(|e| e.to_string());
+        assert_eq!(
+            empty.as_deref(),
+            Some("--prompt: `@` names no file: give @FILE, or the prompt itself")
         );
         assert_eq!(
             token_ids(None, Some("@p.txt")).ok(),

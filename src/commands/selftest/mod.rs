@@ -32,7 +32,7 @@ use half::{bf16, f16};
 use crate::backends::{BackendKind, backend_by_name};
 use crate::commands::live::{self, LiveRun, Mode};
 use crate::error::{Error, Result};
-use crate::job::session::{Session, SessionSpec};
+use crate::job::session::{RunInput, Session, SessionSpec};
 use crate::printer::Format;
 use crate::printer::emit::{EnvList, FailOn, ReportOptions, emit};
 
@@ -67,8 +67,7 @@ fn live_run(device_name: &str) -> Result<LiveOutcome> {
     let session = Session::open(&SessionSpec {
         model: None,
         random_weights: None,
-        tokens: None,
-        prompt: None,
+        input: RunInput::default(),
         dtype: DType::F32,
         device: crate::util::device::DeviceName::parse(device_name)?,
     })?;

@@ -63,6 +63,16 @@ hostile!(compare_tokens_at_without_a_file, |_d| {
     )
 });
 
+hostile!(compare_prompt_at_without_a_file, |_d| {
+    refused(
+        compare_ab(&["--prompt", "@"]),
+        &[
+            "--prompt",
+            "`@` names no file: give @FILE, or the prompt itself",
+        ],
+    )
+});
+
 hostile!(compare_map_missing, |_d| {
     refused(compare_ab(&["--map", "no.such=layers.0"]), &["no.such"])
 });

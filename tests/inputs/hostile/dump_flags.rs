@@ -90,6 +90,18 @@ hostile!(dump_prompt_from_dev_zero, |d| {
     )
 });
 
+hostile!(dump_prompt_at_without_a_file, |d| {
+    bad_flags(
+        d,
+        "prompt @",
+        &["--prompt", "@"],
+        &[
+            "--prompt",
+            "`@` names no file: give @FILE, or the prompt itself",
+        ],
+    )
+});
+
 hostile!(dump_prompt_from_a_fifo, |d| {
     let at_fifo = at(&fifo(d, "fifo"));
     bad_flags(d, "prompt from a FIFO", &["--prompt", &at_fifo], &["FIFO"])
