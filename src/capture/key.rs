@@ -81,6 +81,9 @@ pub enum RouterField {
     /// router's own choice, in units of the token's router-logit RMS; −1 where they are its
     /// own choice, `[1, T]` f64 (`model::mlp`).
     FlipGap,
+    /// Per token, the best expert the router's own top-k left out, `[1, T]` int64; −1 where it
+    /// chose every expert (the truth's runs only: the other choice a near-tie could have made).
+    RunnerUp,
 }
 
 /// A name that is not one of hsdiff's own ([`Key`]'s `FromStr`).
@@ -151,6 +154,7 @@ named!(RouterField {
     Logits => "logits",
     Margin => "margin",
     FlipGap => "flip_gap",
+    RunnerUp => "runner_up",
 });
 
 const INPUT_IDS: &str = "input_ids";

@@ -3,13 +3,14 @@
 use candle_core::DType;
 
 use super::plan::{Role, RoutedBy, Run, Source};
+use super::prior::{Prior, Recording, Reuse};
 use super::{Job, Spec};
 use crate::backends::LinearAttentionBackend;
 use crate::capture::Captures;
 use crate::capture::fingerprint::Fingerprint;
 use crate::error::{Error, Result};
 use crate::job::session::ModelInput;
-use crate::model::{Recorder, RunOptions};
+use crate::model::{Recorder, Routes, RunOptions};
 use crate::report::{Calibrated, Floor};
 use crate::util::device::dtype_label;
 use crate::util::progress::Progress;
@@ -21,6 +22,8 @@ pub struct Executed<'a> {
     /// The backend that made each run.
     backends: Vec<Opened<'a>>,
     input: Option<ModelInput<'a>>,
+    /// Its calibration runs and those it was given, for a later job on the same input.
+    prior: Prior,
 }
 
 /// Backends that run a side in place of its kind's (fault injection in tests): A's, B's.
@@ -52,11 +55,30 @@ impl Job {
         self.execute_instead(input, Instead::default())
     }
 
+    /// [`Job::execute`] taking from or resuming `prior`'s runs what its calibration runs share
+    /// with them ([`crate::job::prior`]).
+    pub fn execute_after(
+        self,
+        input: Option<ModelInput<'_>>,
+        prior: Prior,
+    ) -> Result<Executed<'_>> {
+        self.make_runs(input, Instead::default(), prior)
+    }
+
     /// [`Job::execute`] with the sides' runs made by `instead`'s backends where it has one.
     pub fn execute_instead<'a>(
         self,
         input: Option<ModelInput<'a>>,
         instead: Instead<'a>,
+    ) -> Result<Executed<'a>> {
+        self.make_runs(input, instead, Prior::default())
+    }
+
+    fn make_runs<'a>(
+        self,
+        input: Option<ModelInput<'a>>,
+        instead: Instead<'a>,
+        mut prior: Prior,
     ) -> Result<Executed<'a>> {
         let open = |r: &Run, device| -> Result<Opened<'a>> {
             let lent = match r.role {
@@ -102,7 +124,26 @@ impl Job {
                         ));
                     }
                 };
-                let made = forward(input, backend.get(), run, self.spec.ops, feed)?;
+                let routes = routes_of(input, run)?;
+                let made = match (run.role, feed) {
+                    (Role::Calibration, None) => {
+                        let recording = Recording {
+                            backend: run.backend,
+                            dtype: run.dtype,
+                            through: run.through,
+                            ops: self.spec.ops,
+                        };
+                        calibration(input, backend.get(), (recording, routes), &mut prior)?
+                    }
+                    _ => forward(
+                        input,
+                        backend.get(),
+                        (run, routes),
+                        self.spec.ops,
+                        feed,
+                        None,
+                    )?,
+                };
                 runs.push(made);
             }
         }
@@ -111,8 +152,74 @@ impl Job {
             runs,
             backends,
             input,
+            prior,
         })
     }
+}
+
+/// The routes a run's MoE layers use (None: its routers').
+fn routes_of<'i>(input: &ModelInput<'i>, run: &Run) -> Result<Option<&'i Routes>> {
+    let missing = || {
+        Error::Internal(format!(
+            "a run routed by side {:?} was given no router choices of that side",
+            run.routes
+        ))
+    };
+    Ok(match run.routes {
+        RoutedBy::Own => None,
+        RoutedBy::A => Some(input.routes.a.ok_or_else(missing)?),
+        RoutedBy::B => Some(input.routes.b.ok_or_else(missing)?),
+    })
+}
+
+/// An unfed calibration run recorded as `recording` and routed by `routes`, taken from or
+/// resuming `prior`'s runs where it can, and kept there for the runs after it.
+fn calibration(
+    input: &ModelInput,
+    backend: &dyn LinearAttentionBackend,
+    (recording, routes): (Recording, Option<&Routes>),
+    prior: &mut Prior,
+) -> Result<Captures> {
+    let layers = input.model.config.num_hidden_layers;
+    let last = recording.through.map_or(layers, |l| l + 1).min(layers) - 1;
+    let run = Run {
+        backend: recording.backend,
+        dtype: recording.dtype,
+        fed: false,
+        through: recording.through,
+        role: Role::Calibration,
+        routes: RoutedBy::Own,
+    };
+    let made = match prior.reuse(recording, routes, last) {
+        Reuse::Taken(caps) => return Ok(caps.clone()),
+        Reuse::Resumed(caps, at) => {
+            let resume = Some((caps, at));
+            forward(input, backend, (&run, routes), recording.ops, None, resume)?
+        }
+        Reuse::Fresh => forward(input, backend, (&run, routes), recording.ops, None, None)?,
+    };
+    prior.add(recording, routes, &made);
+    Ok(made)
+}
+
+/// The f64 truth on `input` routed by `routes`, made and recorded as a job's truth runs are
+/// (by [`TRUTH_BACKEND`](super::TRUTH_BACKEND), stopped after `through`, with ops when `ops`),
+/// taken from or resuming `prior`'s runs where it can, and kept there: routing recovery's
+/// tries, which a later job on the same input then takes.
+pub fn truth_run(
+    input: &ModelInput,
+    routes: Option<&Routes>,
+    (through, ops): (Option<usize>, bool),
+    prior: &mut Prior,
+) -> Result<Captures> {
+    let recording = Recording {
+        backend: super::TRUTH_BACKEND,
+        dtype: DType::F64,
+        through,
+        ops,
+    };
+    let backend = recording.backend.open(input.device)?;
+    calibration(input, backend.as_ref(), (recording, routes), prior)
 }
 
 /// The dtype two or more runs share (the first such, in run order), if any.
@@ -122,13 +229,15 @@ fn shared_dtype(runs: &[Run]) -> Option<DType> {
         .find(|d| runs.iter().filter(|r| r.dtype == *d).count() > 1)
 }
 
-/// One run, with a progress line on stderr.
+/// One run routed by `routes`, resuming `resume` (a run and the layer it parts at) when given,
+/// with a progress line on stderr.
 fn forward(
     input: &ModelInput,
     backend: &dyn LinearAttentionBackend,
-    run: &Run,
+    (run, routes): (&Run, Option<&Routes>),
     capture_ops: bool,
     feed: Option<&Captures>,
+    resume: Option<(&Captures, usize)>,
 ) -> Result<Captures> {
     let label = format!("{} {}", backend.name(), dtype_label(run.dtype));
     let layers = input.model.config.num_hidden_layers;
@@ -139,23 +248,15 @@ fn forward(
         device: input.device.clone(),
         backend,
     };
-    let missing = || {
-        Error::Internal(format!(
-            "a run routed by side {:?} was given no router choices of that side",
-            run.routes
-        ))
-    };
-    let routes = match run.routes {
-        RoutedBy::Own => None,
-        RoutedBy::A => Some(input.routes.a.ok_or_else(missing)?),
-        RoutedBy::B => Some(input.routes.b.ok_or_else(missing)?),
-    };
     let mut recorder = Recorder::new(input.ids)
         .with_ops(capture_ops)
         // The `state.layers.{i}.*` rows of the report.
         .with_states(true)
+        // What routing recovery tries at a near-tie, from the truth.
+        .with_runner_ups(run.role == Role::Calibration && run.dtype == DType::F64)
         .fed_by(feed)
-        .routed_by(routes);
+        .routed_by(routes)
+        .resuming(resume);
     input
         .model
         .observe(input.ids, &opts, &mut recorder, &progress, run.through)?;
@@ -165,6 +266,11 @@ fn forward(
 impl<'a> Executed<'a> {
     pub fn spec(&self) -> &Spec {
         &self.job.spec
+    }
+
+    /// Its calibration runs, for a later job on the same input (it keeps none).
+    pub fn take_prior(&mut self) -> Prior {
+        std::mem::take(&mut self.prior)
     }
 
     /// The captures of a side that is a run (None: a given side).

@@ -13,11 +13,12 @@
 mod assemble;
 mod execute;
 mod plan;
+pub mod prior;
 pub mod session;
 mod spec;
 
 pub use assemble::{Findings, Given, Parts, View, view};
-pub use execute::{Executed, Instead};
+pub use execute::{Executed, Instead, truth_run};
 pub use plan::{
     CalibrationPlan, FLOOR_BACKEND, Plan, Role, Run, Source, TRUTH_BACKEND, calibration_backend,
 };

@@ -251,11 +251,18 @@ impl Model {
         let t = ids.len();
         progress.begin(t);
 
-        let mut x = self.embed(&w, ids, 1)?;
-        hand(observer, Key::Embed, &x);
+        let start = observer.resume_at();
+        let mut x = match start {
+            0 => {
+                let x = self.embed(&w, ids, 1)?;
+                hand(observer, Key::Embed, &x);
+                x
+            }
+            at => self.resumed_input(observer, at, last_layer)?,
+        };
 
         let rope = rope::Rope::new(cfg.rope_theta, cfg.rotary_dim(), t, dtype, device)?;
-        for i in 0..cfg.num_hidden_layers {
+        for i in start..cfg.num_hidden_layers {
             if let Some(fed) = observer.feed(i)? {
                 x = fed.to_dtype(dtype)?.to_device(device)?;
             }
@@ -285,6 +292,25 @@ impl Model {
         hand(observer, Key::Logits, &logits);
         progress.finish();
         Ok(())
+    }
+
+    /// The input of decoder layer `at`, where a resumed pass starts (the observer holds the
+    /// layers before it); refused unless the pass runs that layer.
+    fn resumed_input(
+        &self,
+        observer: &dyn Observer,
+        at: usize,
+        last_layer: Option<usize>,
+    ) -> Result<Tensor> {
+        let last = last_layer.map_or(self.config.num_hidden_layers, |l| l + 1);
+        if at >= last.min(self.config.num_hidden_layers) {
+            return Err(Error::Internal(format!(
+                "a pass resumed at layer {at} would run no layer"
+            )));
+        }
+        observer.feed(at)?.ok_or_else(|| {
+            Error::Internal(format!("a pass resumed at layer {at} was fed no input"))
+        })
     }
 
     /// The embedding rows of `ids` (`B` sequences of equal length, concatenated) as
@@ -354,7 +380,6 @@ fn hand_router(
     choice: RouterChoice,
     device: &Device,
 ) -> Result<()> {
-    observer.runner_up(i, &choice.runner_up);
     let topk = Key::Router(i, RouterField::TopkIds);
     if observer.wants(topk) {
         observer.record(topk, router_tensor(&choice.experts, device)?);
@@ -363,6 +388,16 @@ fn hand_router(
     if observer.wants(margin) {
         let t = choice.margins.len();
         observer.record(margin, Tensor::from_vec(choice.margins, (1, t), device)?);
+    }
+    let runner_up = Key::Router(i, RouterField::RunnerUp);
+    if observer.wants(runner_up) {
+        let t = choice.runner_up.len();
+        let ids: Vec<i64> = choice
+            .runner_up
+            .iter()
+            .map(|e| e.map_or(-1, i64::from))
+            .collect();
+        observer.record(runner_up, Tensor::from_vec(ids, (1, t), device)?);
     }
     let gap = Key::Router(i, RouterField::FlipGap);
     if let Some(gaps) = choice.flip_gaps

@@ -5,7 +5,7 @@
 
 use candle_core::Tensor;
 
-use crate::capture::{Captures, Key};
+use crate::capture::{Captures, Key, RouterField};
 use crate::error::{Error, Result};
 
 pub trait Observer {
@@ -27,9 +27,12 @@ pub trait Observer {
         None
     }
 
-    /// Per token of MoE layer `layer`, the best expert the router's own top-k left out (None
-    /// when it chose every expert): the other choice a near-tie could have made.
-    fn runner_up(&mut self, _layer: usize, _experts: &[Option<u32>]) {}
+    /// The first decoder layer the pass runs (0: the whole pass). Resuming at a later layer,
+    /// the observer already holds what the layers before it gave (another run's, recorded
+    /// alike) and [`feed`](Self::feed)s this one their output.
+    fn resume_at(&self) -> usize {
+        0
+    }
 }
 
 /// Another run's router choices, per MoE layer: a forward told to use them computes its own
@@ -52,6 +55,20 @@ impl Routes {
     pub fn layers(&self) -> impl Iterator<Item = usize> + '_ {
         self.layers.keys().copied()
     }
+
+    /// The first layer at which runs routed by `a` and by `b` (None: their own routers) route
+    /// apart — one forces it and the other does not, or both force it otherwise; None when they
+    /// route alike everywhere. Up to that layer the two runs compute the same.
+    pub fn first_difference(a: Option<&Routes>, b: Option<&Routes>) -> Option<usize> {
+        let forced = |l: usize| (a.and_then(|r| r.get(l)), b.and_then(|r| r.get(l)));
+        (a.into_iter().chain(b))
+            .flat_map(Routes::layers)
+            .filter(|&l| {
+                let (x, y) = forced(l);
+                x != y
+            })
+            .min()
+    }
 }
 
 /// The observer of a run whose captures are kept: every hidden state and router choice, the
@@ -61,6 +78,9 @@ pub struct Recorder<'a> {
     states: bool,
     feed: Option<&'a Captures>,
     routes: Option<&'a Routes>,
+    runner_ups: bool,
+    /// The run this one resumes, and the layer it resumes at.
+    resumed: Option<(&'a Captures, usize)>,
     caps: Captures,
 }
 
@@ -72,6 +92,8 @@ impl<'a> Recorder<'a> {
             states: false,
             feed: None,
             routes: None,
+            runner_ups: false,
+            resumed: None,
             caps: Captures::new(ids.to_vec()),
         }
     }
@@ -98,6 +120,34 @@ impl<'a> Recorder<'a> {
         Recorder { routes, ..self }
     }
 
+    /// Also each MoE layer's runner-up experts (`router.{i}.runner_up`).
+    pub fn with_runner_ups(self, runner_ups: bool) -> Self {
+        Recorder { runner_ups, ..self }
+    }
+
+    /// Resumes `base`, a run recorded alike whose routing agrees with this one's before layer
+    /// `at`: its captures of the embedding and the layers before `at` are this run's, and the
+    /// pass starts at layer `at` on `base`'s output of the layer before (0: the whole pass).
+    pub fn resuming(self, base: Option<(&'a Captures, usize)>) -> Self {
+        let mut caps = self.caps;
+        if let Some((base, at)) = base.filter(|&(_, at)| at > 0) {
+            for (key, t) in base.iter() {
+                let before = match key {
+                    Key::Embed => true,
+                    other => other.layer().is_some_and(|l| l < at),
+                };
+                if before {
+                    caps.insert(key, t.clone());
+                }
+            }
+        }
+        Recorder {
+            resumed: base.filter(|&(_, at)| at > 0),
+            caps,
+            ..self
+        }
+    }
+
     pub fn into_captures(self) -> Captures {
         self.caps
     }
@@ -108,6 +158,7 @@ impl Observer for Recorder<'_> {
         match key {
             Key::Op(..) => self.ops,
             Key::State(..) => self.states,
+            Key::Router(_, RouterField::RunnerUp) => self.runner_ups,
             _ => true,
         }
     }
@@ -116,10 +167,13 @@ impl Observer for Recorder<'_> {
         self.caps.insert(key, t);
     }
 
-    /// The embedding for layer 0, else the output of layer − 1, from the feeding run.
+    /// The embedding for layer 0, else the output of layer − 1, from the feeding run; at the
+    /// layer a resumed run starts, the output of the one before from the run it resumes.
     fn feed(&self, layer: usize) -> Result<Option<Tensor>> {
-        let Some(feed) = self.feed else {
-            return Ok(None);
+        let feed = match (self.feed, self.resumed) {
+            (Some(feed), _) => feed,
+            (None, Some((base, at))) if at == layer => base,
+            (None, _) => return Ok(None),
         };
         let key = match layer {
             0 => Key::Embed,
@@ -133,6 +187,10 @@ impl Observer for Recorder<'_> {
 
     fn route(&self, layer: usize) -> Option<&[Vec<u32>]> {
         self.routes.and_then(|r| r.get(layer))
+    }
+
+    fn resume_at(&self) -> usize {
+        self.resumed.map_or(0, |(_, at)| at)
     }
 }
 
@@ -279,6 +337,113 @@ mod tests {
             .and_then(|t| t.to_dtype(DType::F32))
             .and_then(|t| t.to_vec1())
             .expect("f32")
+    }
+
+    /// `caps`' runs' every capture, bit for bit, as `(name, f64 bits)`.
+    fn bits(caps: &Captures) -> Vec<(String, Vec<u64>)> {
+        caps.iter()
+            .map(|(key, t)| {
+                let v: Vec<f64> = t
+                    .flatten_all()
+                    .and_then(|t| t.to_dtype(DType::F64))
+                    .and_then(|t| t.to_vec1())
+                    .expect("numbers");
+                (key.to_string(), v.iter().map(|x| x.to_bits()).collect())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_run_resumed_where_its_routing_parts_from_another_is_the_whole_run_bit_for_bit() {
+        let (model, ids, _) = moe_run();
+        let recorded = |routes: Option<&Routes>, base: Option<(&Captures, usize)>| {
+            let mut r = Recorder::new(&ids)
+                .with_states(true)
+                .with_runner_ups(true)
+                .routed_by(routes)
+                .resuming(base);
+            model
+                .observe(&ids, &opts(), &mut r, &Progress::hidden(), None)
+                .expect("run");
+            r.into_captures()
+        };
+        let own = recorded(None, None);
+        // The last MoE layer's token 7 sent to its runner-up in place of its k-th expert.
+        let layer = (0..model.config.num_hidden_layers)
+            .rfind(|&i| model.config.is_moe_layer(i))
+            .expect("a MoE layer");
+        assert!(layer > 0, "a layer before it to share");
+        let mut sets = experts(&own, layer);
+        let runner_up = values(&own, Key::Router(layer, RouterField::RunnerUp));
+        *sets[7].last_mut().expect("k experts") = runner_up[7] as u32;
+        let mut routes = Routes::default();
+        routes.insert(layer, sets);
+        assert_eq!(Routes::first_difference(Some(&routes), None), Some(layer));
+        let whole = recorded(Some(&routes), None);
+        let resumed = recorded(Some(&routes), Some((&own, layer)));
+        assert_eq!(bits(&resumed), bits(&whole));
+        assert_ne!(
+            values(&whole, Key::Layer(layer)),
+            values(&own, Key::Layer(layer)),
+            "the forced expert moves the layer"
+        );
+    }
+
+    #[test]
+    fn the_runner_up_is_the_best_expert_the_router_left_out() {
+        let (model, ids, _) = moe_run();
+        let observed = |routes: Option<&Routes>, runner_ups: bool| {
+            let mut r = Recorder::new(&ids)
+                .with_runner_ups(runner_ups)
+                .routed_by(routes);
+            model
+                .observe(&ids, &opts(), &mut r, &Progress::hidden(), None)
+                .expect("run");
+            r.into_captures()
+        };
+        let own = observed(None, true);
+        let layer = (0..model.config.num_hidden_layers)
+            .find(|&i| model.config.is_moe_layer(i))
+            .expect("a MoE layer");
+        let chosen = experts(&own, layer);
+        let runner_up = values(&own, Key::Router(layer, RouterField::RunnerUp));
+        let count = model.config.moe.as_ref().expect("MoE").num_experts as u32;
+        let left_out: Vec<Vec<u32>> = (chosen.iter())
+            .map(|set| (0..count).filter(|e| !set.contains(e)).collect())
+            .collect();
+        // Each token's k-th expert swapped for its j-th left-out one: the flip gap (the logit
+        // change that would make the router choose it) is least for the runner-up.
+        let mut least: Vec<(f32, u32)> = vec![(f32::INFINITY, count); ids.len()];
+        for j in 0..left_out[0].len() {
+            let sets: Vec<Vec<u32>> = (chosen.iter().zip(&left_out))
+                .map(|(set, out)| {
+                    let mut set = set.clone();
+                    *set.last_mut().expect("k experts") = out[j];
+                    set
+                })
+                .collect();
+            let mut routes = Routes::default();
+            routes.insert(layer, sets);
+            let gaps = values(
+                &observed(Some(&routes), false),
+                Key::Router(layer, RouterField::FlipGap),
+            );
+            for (t, &g) in gaps.iter().enumerate() {
+                if g < least[t].0 {
+                    least[t] = (g, left_out[t][j]);
+                }
+            }
+        }
+        for (t, &(_, best)) in least.iter().enumerate() {
+            assert_eq!(runner_up[t], best as f32, "token {t}");
+        }
+        // Not asked for: not recorded.
+        let plain = observed(None, false);
+        assert!(
+            plain
+                .get(Key::Router(layer, RouterField::RunnerUp))
+                .is_none()
+        );
     }
 
     #[test]

@@ -15,19 +15,26 @@
 //! the path of the flips before it) with the flips; the router chooses elsewhere. The
 //! calibration runs are then routed by them as by recorded choices, so the side is judged on its
 //! arithmetic alone.
+//!
+//! Every truth the search runs is made as the job's truth is, and kept with the job's runs
+//! ([`crate::job::prior`]): the first is the job's own truth (whose runner-ups,
+//! `router.{i}.runner_up`, are the choices tried), each forced one resumes the earlier run it
+//! shares the most layers with at the first layer it forces otherwise, and the one the search
+//! ends on is the truth the job then judges the side against — no run is made twice.
 
 use std::collections::BTreeMap;
 
-use candle_core::{DType, Device};
+use candle_core::DType;
 
 use crate::capture::{Captures, Key, RouterField};
 use crate::compare::TensorSource;
 use crate::compare::metrics::diff_stats;
 use crate::compare::metrics::stats::median;
-use crate::error::Result;
-use crate::job::TRUTH_BACKEND;
-use crate::model::{Model, Observer, Recorder, Routes, RunOptions};
-use crate::util::progress::Progress;
+use crate::error::{Error, Result};
+use crate::job::prior::Prior;
+use crate::job::session::ModelInput;
+use crate::job::truth_run;
+use crate::model::Routes;
 
 /// A token whose error is this many times the layer's median stands out: honest rounding
 /// spreads over tokens within a small factor, a flipped expert moves its token by far more.
@@ -66,54 +73,6 @@ impl Recovered {
     }
 }
 
-/// Per MoE layer, per token, the best expert the router left out.
-type RunnerUps = BTreeMap<usize, Vec<Option<u32>>>;
-
-/// A recorder that also keeps each MoE layer's runner-up experts.
-struct Probe<'a> {
-    recorder: Recorder<'a>,
-    runner_up: BTreeMap<usize, Vec<Option<u32>>>,
-}
-
-impl Observer for Probe<'_> {
-    fn wants(&self, key: Key) -> bool {
-        self.recorder.wants(key)
-    }
-    fn record(&mut self, key: Key, t: candle_core::Tensor) {
-        self.recorder.record(key, t);
-    }
-    fn feed(&self, layer: usize) -> Result<Option<candle_core::Tensor>> {
-        self.recorder.feed(layer)
-    }
-    fn route(&self, layer: usize) -> Option<&[Vec<u32>]> {
-        self.recorder.route(layer)
-    }
-    fn runner_up(&mut self, layer: usize, experts: &[Option<u32>]) {
-        self.runner_up.insert(layer, experts.to_vec());
-    }
-}
-
-/// The f64 truth through layer `through`, routed by `routes` (its own router when None).
-fn truth(
-    model: &Model,
-    ids: &[u32],
-    routes: Option<&Routes>,
-    through: usize,
-) -> Result<(Captures, RunnerUps)> {
-    let backend = TRUTH_BACKEND.open(&Device::Cpu)?;
-    let opts = RunOptions {
-        dtype: DType::F64,
-        device: Device::Cpu,
-        backend: backend.as_ref(),
-    };
-    let mut probe = Probe {
-        recorder: Recorder::new(ids).routed_by(routes),
-        runner_up: BTreeMap::new(),
-    };
-    model.observe(ids, &opts, &mut probe, &Progress::hidden(), Some(through))?;
-    Ok((probe.recorder.into_captures(), probe.runner_up))
-}
-
 /// Per token, `side`'s relative error against `truth` at `layers.{layer}`.
 fn token_errors(side: &dyn TensorSource, truth: &Captures, layer: usize) -> Result<Vec<f64>> {
     let name = Key::Layer(layer).to_string();
@@ -143,6 +102,23 @@ fn margins(caps: &Captures, layer: usize) -> Result<Vec<f64>> {
     })
 }
 
+/// Per token, the best expert the run's router left out at `layer` (None where it chose every
+/// expert: −1 in `router.{layer}.runner_up`).
+fn runner_ups(caps: &Captures, layer: usize) -> Result<Vec<Option<u32>>> {
+    Ok(match caps.get(Key::Router(layer, RouterField::RunnerUp)) {
+        Some(t) => {
+            let ids: Vec<i64> = t.flatten_all()?.to_dtype(DType::I64)?.to_vec1()?;
+            ids.into_iter().map(|e| u32::try_from(e).ok()).collect()
+        }
+        None => {
+            return Err(Error::Internal(format!(
+                "the truth run recorded no `{}`",
+                Key::Router(layer, RouterField::RunnerUp)
+            )));
+        }
+    })
+}
+
 /// What the truth's own routing offers to try at each MoE layer: its margins and runner-ups.
 struct Choices {
     margins: BTreeMap<usize, Vec<f64>>,
@@ -150,20 +126,17 @@ struct Choices {
 }
 
 impl Choices {
-    /// The choices of the truth run `caps` (its runner-ups `runner_up`) at the MoE layers `moe`.
-    fn of(
-        caps: &Captures,
-        runner_up: BTreeMap<usize, Vec<Option<u32>>>,
-        moe: &[usize],
-    ) -> Result<Self> {
-        let mut margins_at = BTreeMap::new();
+    /// The choices of the truth run `caps` at the MoE layers `moe`.
+    fn of(caps: &Captures, moe: &[usize]) -> Result<Self> {
+        let mut choices = Choices {
+            margins: BTreeMap::new(),
+            runner_up: BTreeMap::new(),
+        };
         for &l in moe {
-            margins_at.insert(l, margins(caps, l)?);
+            choices.margins.insert(l, margins(caps, l)?);
+            choices.runner_up.insert(l, runner_ups(caps, l)?);
         }
-        Ok(Choices {
-            margins: margins_at,
-            runner_up,
-        })
+        Ok(choices)
     }
 
     /// The other choice at token `t` among `window`'s MoE layers: the layer where the router was
@@ -235,132 +208,146 @@ fn stands_out(
     Ok(false)
 }
 
-/// The f64 truth its own router routed, with its runner-ups, through one deepest layer: the
-/// start of every side's recovery on the same ids, run once for both sides.
-#[derive(Default)]
-pub struct Unrouted {
-    through: Option<(usize, Captures, RunnerUps)>,
+/// One side's search for the flips its states show: the truth under the routes found so far,
+/// and what its router offers to try.
+struct Search<'s, 'i> {
+    input: &'s ModelInput<'i>,
+    /// How the truth runs stop and what they capture, as the job's truth does.
+    truth_as: (Option<usize>, bool),
+    prior: &'s mut Prior,
+    side: &'s dyn TensorSource,
+    moe: Vec<usize>,
+    routes: Routes,
+    current: Captures,
+    choices: Choices,
+    flips: Vec<(usize, usize)>,
 }
 
-impl Unrouted {
-    fn through(
-        &mut self,
-        model: &Model,
-        ids: &[u32],
-        deepest: usize,
-    ) -> Result<(Captures, RunnerUps)> {
-        match &self.through {
-            Some((d, caps, runner_up)) if *d == deepest => Ok((caps.clone(), runner_up.clone())),
-            _ => {
-                let (caps, runner_up) = truth(model, ids, None, deepest)?;
-                self.through = Some((deepest, caps.clone(), runner_up.clone()));
-                Ok((caps, runner_up))
+impl Search<'_, '_> {
+    /// The truth under `routes` becomes the current one.
+    fn adopt(&mut self, routes: Routes, truth: Captures) -> Result<()> {
+        self.choices = Choices::of(&truth, &self.moe)?;
+        self.routes = routes;
+        self.current = truth;
+        Ok(())
+    }
+
+    /// One round of tries at held layer `at`, the MoE layers `window` to flip in: every token
+    /// that stands out and is not `tried` yet gets the other choice, all in one forced truth.
+    /// Returns whether any was tried.
+    fn round(&mut self, at: usize, window: &[usize], tried: &mut [bool]) -> Result<bool> {
+        let errors = token_errors(self.side, &self.current, at)?;
+        let finite: Vec<f64> = errors.iter().copied().filter(|e| e.is_finite()).collect();
+        let typical = median(&finite);
+        let mut trial = self.routes.clone();
+        let mut tries = Vec::new();
+        for (t, &e) in errors.iter().enumerate() {
+            if tried[t] || e.partial_cmp(&(OUTLIER * typical)) != Some(std::cmp::Ordering::Greater)
+            {
+                continue;
+            }
+            tried[t] = true;
+            if let Some((layer, rows)) = self.choices.other(&trial, &self.current, window, t)? {
+                trial.insert(layer, rows);
+                tries.push((layer, t));
             }
         }
+        if tries.is_empty() {
+            return Ok(false);
+        }
+        let tried_caps = truth_run(self.input, Some(&trial), self.truth_as, self.prior)?;
+        let after = token_errors(self.side, &tried_caps, at)?;
+        let tries_made = tries.len();
+        let kept: Vec<(usize, usize)> = tries
+            .into_iter()
+            .filter(|&(_, t)| after.get(t).is_some_and(|a| *a < KEPT_BELOW * errors[t]))
+            .collect();
+        if kept.len() == tries_made {
+            // Every try kept: the forced run is the truth under the new routes.
+            self.flips.extend(kept);
+            self.adopt(trial, tried_caps)?;
+        } else if !kept.is_empty() {
+            self.keep_only(&kept, &trial)?;
+        }
+        Ok(true)
+    }
+
+    /// Only the `kept` tries of `trial`: each layer's rows as they were, the kept tokens as
+    /// tried; the truth rerun under them.
+    fn keep_only(&mut self, kept: &[(usize, usize)], trial: &Routes) -> Result<()> {
+        let mut routes = self.routes.clone();
+        for &(layer, t) in kept {
+            let rows = match routes.get(layer) {
+                Some(rows) => Some(rows.to_vec()),
+                None => chosen(&self.current, layer)?,
+            };
+            if let (Some(mut rows), Some(tried_rows)) = (rows, trial.get(layer)) {
+                rows[t] = tried_rows[t].clone();
+                routes.insert(layer, rows);
+            }
+        }
+        self.flips.extend_from_slice(kept);
+        let rerun = truth_run(self.input, Some(&routes), self.truth_as, self.prior)?;
+        self.adopt(routes, rerun)
     }
 }
 
-/// `side`'s routes recovered against the f64 truth of `model` on `ids`, through `last` (all
-/// layers when None), `own` the truth the exact router routed (already run), `unrouted` that
-/// truth with runner-ups as far as another side's recovery ran it; None when the model has no
-/// MoE layer there or the side holds no layer.
+/// `side`'s routes recovered against the f64 truth on `input` (its model and ids), the truth
+/// runs made as the job's (`truth_as`: the last layer they run, whether they capture ops) and
+/// kept in `prior`, which already holds the truth its exact router routed; None when the model
+/// has no MoE layer there or the side holds no layer.
 pub fn recover(
-    model: &Model,
-    ids: &[u32],
-    (side, unrouted): (&dyn TensorSource, &mut Unrouted),
-    own: &Captures,
-    last: Option<usize>,
+    input: &ModelInput,
+    (side, prior): (&dyn TensorSource, &mut Prior),
+    truth_as: (Option<usize>, bool),
 ) -> Result<Option<Recovered>> {
-    let cfg = &model.config;
-    let last = last.unwrap_or(cfg.num_hidden_layers.saturating_sub(1));
+    let cfg = &input.model.config;
+    let last = truth_as
+        .0
+        .unwrap_or(cfg.num_hidden_layers.saturating_sub(1));
     let moe: Vec<usize> = (0..=last).filter(|&i| cfg.is_moe_layer(i)).collect();
     let names = side.names();
     let held: Vec<usize> = (0..=last)
         .filter(|&i| names.contains(&Key::Layer(i).to_string()))
         .collect();
-    let (Some(&deepest), false) = (held.last(), moe.is_empty()) else {
+    if held.is_empty() || moe.is_empty() {
         return Ok(None);
-    };
+    }
+    let own = truth_run(input, None, truth_as, prior)?;
     // No token stands out: no flip to try, and no forward to make.
-    if !stands_out(side, own, &held, &moe)? {
+    if !stands_out(side, &own, &held, &moe)? {
         return Ok(Some(Recovered {
             routes: Routes::default(),
             flips: Vec::new(),
         }));
     }
-    let (mut current, runner_up) = unrouted.through(model, ids, deepest)?;
-    let mut routes = Routes::default();
-    let mut choices = Choices::of(&current, runner_up, &moe)?;
-    let mut flips = Vec::new();
+    let mut search = Search {
+        input,
+        truth_as,
+        prior,
+        side,
+        choices: Choices::of(&own, &moe)?,
+        moe,
+        routes: Routes::default(),
+        current: own,
+        flips: Vec::new(),
+    };
     let mut before = None;
     for &at in &held {
-        let window: Vec<usize> = moe
-            .iter()
-            .copied()
+        let window: Vec<usize> = (search.moe.iter().copied())
             .filter(|&m| m <= at && before.is_none_or(|b| m > b))
             .collect();
         before = Some(at);
-        if window.is_empty() {
-            continue;
-        }
-        let mut tried = vec![false; ids.len()];
+        let mut tried = vec![false; input.ids.len()];
         for _ in 0..ROUNDS {
-            let errors = token_errors(side, &current, at)?;
-            let finite: Vec<f64> = errors.iter().copied().filter(|e| e.is_finite()).collect();
-            let typical = median(&finite);
-            let mut trial = routes.clone();
-            let mut tries = Vec::new();
-            for (t, &e) in errors.iter().enumerate() {
-                if tried[t]
-                    || e.partial_cmp(&(OUTLIER * typical)) != Some(std::cmp::Ordering::Greater)
-                {
-                    continue;
-                }
-                tried[t] = true;
-                if let Some((layer, rows)) = choices.other(&trial, &current, &window, t)? {
-                    trial.insert(layer, rows);
-                    tries.push((layer, t));
-                }
-            }
-            if tries.is_empty() {
+            if window.is_empty() || !search.round(at, &window, &mut tried)? {
                 break;
             }
-            // Through the deepest held layer: when every try is kept, this run is the truth
-            // under the new routes, and no rerun is needed.
-            let (tried_caps, tried_runner_up) = truth(model, ids, Some(&trial), deepest)?;
-            let after = token_errors(side, &tried_caps, at)?;
-            let tries_made = tries.len();
-            let kept: Vec<(usize, usize)> = tries
-                .into_iter()
-                .filter(|&(_, t)| after.get(t).is_some_and(|a| *a < KEPT_BELOW * errors[t]))
-                .collect();
-            if kept.is_empty() {
-                continue;
-            }
-            if kept.len() == tries_made {
-                flips.extend(kept);
-                routes = trial;
-                current = tried_caps;
-                choices = Choices::of(&current, tried_runner_up, &moe)?;
-                continue;
-            }
-            // Only the kept tries: the layer's rows as they were, the kept tokens as tried.
-            for &(layer, t) in &kept {
-                let rows = match routes.get(layer) {
-                    Some(rows) => Some(rows.to_vec()),
-                    None => chosen(&current, layer)?,
-                };
-                if let (Some(mut rows), Some(tried_rows)) = (rows, trial.get(layer)) {
-                    rows[t] = tried_rows[t].clone();
-                    routes.insert(layer, rows);
-                }
-            }
-            flips.extend(kept);
-            let (rerun, runner_up) = truth(model, ids, Some(&routes), deepest)?;
-            current = rerun;
-            choices = Choices::of(&current, runner_up, &moe)?;
         }
     }
-    flips.sort_unstable();
-    Ok(Some(Recovered { routes, flips }))
+    search.flips.sort_unstable();
+    Ok(Some(Recovered {
+        routes: search.routes,
+        flips: search.flips,
+    }))
 }

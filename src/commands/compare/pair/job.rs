@@ -5,12 +5,13 @@
 use candle_core::{DType, Device};
 
 use super::context::Pair;
-use crate::capture::{Captures, Key};
+use crate::capture::Key;
 use crate::commands::compare::layer_id_slip::LayerIdSlip;
-use crate::commands::compare::recovered_routes::{Unrouted, recover};
+use crate::commands::compare::recovered_routes::recover;
 use crate::commands::compare::{pair_steps, plausibility, routes};
 use crate::error::Result;
 use crate::formats::{FileSource, pipelines};
+use crate::job::prior::Prior;
 use crate::job::session::{ModelInput, SideRoutes};
 use crate::job::{Calibration, Executed, Job, SideSpec, Spec};
 use crate::model::{Model, Routes};
@@ -59,35 +60,39 @@ pub(super) struct Rerouted {
     pub recovered: Vec<String>,
 }
 
+/// The model the truth runs, the ids it runs on and the device: what calibrates a pair.
+pub(super) type ModelIds<'i> = (&'i Model, &'i [u32], &'i Device);
+
 /// The routes recovered for each side that records no router choice, the other side's as
 /// recorded; None when no side's states show a flip and no side records its choices (the runs
-/// already made stand).
+/// already made stand). `prior` holds the runs made so far, the unrouted truth among them;
+/// recovery's truths join them.
 pub(super) fn recovered_routes(
     pair: &mut Pair,
-    model: Option<&Model>,
-    ids: &[u32],
-    (recorded, own): (&(Option<Routes>, Option<Routes>), Option<&Captures>),
+    input: Option<ModelIds<'_>>,
+    recorded: &(Option<Routes>, Option<Routes>),
+    prior: &mut Prior,
     last_layer: Option<usize>,
 ) -> Result<Option<Rerouted>> {
-    let (Some(model), Some(own)) = (model.filter(|_| !ids.is_empty()), own) else {
+    let Some((model, ids, device)) = input.filter(|(_, ids, _)| !ids.is_empty()) else {
         return Ok(None);
     };
+    let input = ModelInput {
+        model,
+        ids,
+        prompt_label: None,
+        device,
+        routes: SideRoutes::default(),
+    };
+    let truth_as = (last_layer, wants_ops(pair));
     let mut sides = [recorded.0.clone(), recorded.1.clone()];
     let mut recovered = Vec::new();
     let mut any = false;
-    let mut unrouted = Unrouted::default();
     for (side, routes) in ["A", "B"].into_iter().zip(&mut sides) {
         if routes.is_some() {
             continue;
         }
-        let Some(found) = recover(
-            model,
-            ids,
-            (pair.side(side), &mut unrouted),
-            own,
-            last_layer,
-        )?
-        else {
+        let Some(found) = recover(&input, (pair.side(side), prior), truth_as)? else {
             continue;
         };
         if !found.flips.is_empty() {
@@ -116,12 +121,21 @@ pub(super) fn recovered_routes(
     }))
 }
 
-/// The files as a job's sides, calibrated when `input` is at hand, and the job run.
+/// Whether the job's runs capture the values inside linear-attention layers: when a file
+/// holds some.
+fn wants_ops(pair: &Pair) -> bool {
+    (pair.a.names().iter())
+        .chain(&pair.b.names())
+        .any(|n| matches!(Key::of(n), Some(Key::Op(..))))
+}
+
+/// The files as a job's sides, calibrated when `input` is at hand, and the job run, taking
+/// from `prior`'s runs what it shares with them.
 pub(super) fn run<'i>(
     pair: &Pair,
     dtypes: (DType, DType),
     routes: &'i (Option<Routes>, Option<Routes>),
-    input: Option<(&'i Model, &'i [u32], &'i Device)>,
+    (input, prior): (Option<ModelIds<'i>>, Prior),
     last_layer: Option<usize>,
 ) -> Result<Executed<'i>> {
     let spec = Spec {
@@ -134,12 +148,7 @@ pub(super) fn run<'i>(
             (None, false) => Calibration::Unavailable,
         },
         // The truth's op captures, when a file holds some.
-        ops: pair
-            .a
-            .names()
-            .iter()
-            .chain(&pair.b.names())
-            .any(|n| matches!(Key::of(n), Some(Key::Op(..)))),
+        ops: wants_ops(pair),
         through: last_layer,
     };
     let input = input.map(|(model, ids, device)| ModelInput {
@@ -152,7 +161,7 @@ pub(super) fn run<'i>(
             b: routes.1.as_ref(),
         },
     });
-    Job::plan(spec).execute(input)
+    Job::plan(spec).execute_after(input, prior)
 }
 
 /// What the truth shows about the files: how bare layer indices read, a pipeline's last state

@@ -22,6 +22,7 @@ use crate::compare::verdict::thresholds;
 use crate::error::Result;
 use crate::formats::FileSource;
 use crate::formats::pipelines::ZeroPadding;
+use crate::job::prior::Prior;
 use crate::report::Report;
 use context::Pair;
 use prepare::Prepared;
@@ -118,18 +119,20 @@ fn compare_ready(
     let last_layer = job::last_layer(pair, model.map(|(m, _)| m));
     let routes = job::recorded_routes(pair, model.map(|(m, _)| m), ids.len(), last_layer)?;
     let input = model.map(|(m, _)| (m, ids, &cpu));
-    let done = job::run(pair, ready.dtypes, &routes, input, last_layer)?;
-    let slips = job::check_against_truth(pair, &done, model)?;
-    // Sides without router choices: their states say where they routed otherwise than the truth.
-    let recovered = job::recovered_routes(
+    let mut done = job::run(
         pair,
-        model.map(|(m, _)| m),
-        ids,
-        (&routes, done.truth()),
+        ready.dtypes,
+        &routes,
+        (input, Prior::default()),
         last_layer,
     )?;
+    let slips = job::check_against_truth(pair, &done, model)?;
+    // Sides without router choices: their states say where they routed otherwise than the truth.
+    let mut prior = done.take_prior();
+    let calibrated = input.filter(|_| done.truth().is_some());
+    let recovered = job::recovered_routes(pair, calibrated, &routes, &mut prior, last_layer)?;
     let done = match &recovered {
-        Some(r) => job::run(pair, ready.dtypes, &r.routes, input, last_layer)?,
+        Some(r) => job::run(pair, ready.dtypes, &r.routes, (input, prior), last_layer)?,
         None => done,
     };
     let layer_id_slips = slips.iter().map(|s| s.sentence()).collect();
