@@ -43,6 +43,7 @@ mod datasets;
 mod dump_flags;
 mod escaping;
 mod limits;
+mod loss_mask;
 mod numpy;
 mod outputs;
 mod pickle;
