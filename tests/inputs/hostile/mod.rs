@@ -44,6 +44,7 @@ mod dump_flags;
 mod escaping;
 mod limits;
 mod loss_mask;
+mod nan_weights;
 mod numpy;
 mod outputs;
 mod pickle;
