@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Reader scaling bench (issue 33, quadratic readers): each input at 1/4 and at full size, timed
-# through `hsdiff compare A B --no-floor` (no model run), printing the time per item — with
+# through `hsdiff compare A B --no-floor` (no model run), printing its CPU seconds (user + sys: wall
+# time on a loaded machine is noise) and those per item — with
 # linear readers it stays within 1.5× from 1/4 to full size:
 #   sglang    an SGLang dumper folder of 1 250 and 5 000 passes (scripts/bench-sglang-listing.sh)
 #   ckpt_gz   a SpecForge DFlash `.ckpt.gz` batch of 250 and 1 000 rows (each row a sample)
@@ -36,19 +37,18 @@ trap 'rm -rf "$dir"' EXIT
 time_compare() {
     local kind="$1" n="$2" a="$3" b="$4"
     shift 4
-    local start end rc=0
-    start=$(date +%s.%N)
-    "$bin" compare "$a" "$b" --no-floor --format json "$@" >"$dir/report.json" 2>"$dir/stderr" || rc=$?
-    end=$(date +%s.%N)
+    local rc=0
+    /usr/bin/time -f '%U %S' -o "$dir/cpu" \
+        "$bin" compare "$a" "$b" --no-floor --format json "$@" >"$dir/report.json" 2>"$dir/stderr" || rc=$?
     if [[ $rc -gt 1 ]]; then
         echo "bench-readers: hsdiff exited $rc on $kind N=$n:" >&2
         tail -3 "$dir/stderr" >&2
         exit 2
     fi
-    python3 -c "import sys; n=int(sys.argv[2]); s=float(sys.argv[4])-float(sys.argv[3]); print(f'{sys.argv[1]:>8} {n:8d} {s:10.2f} {1e6*s/n:12.1f}')" "$kind" "$n" "$start" "$end"
+    python3 -c "import sys; n=int(sys.argv[2]); s=float(sys.argv[3])+float(sys.argv[4]); print(f'{sys.argv[1]:>8} {n:8d} {s:10.2f} {1e6*s/n:12.1f}')" "$kind" "$n" $(tail -1 "$dir/cpu")
 }
 
-printf '%8s %8s %10s %12s\n' kind items seconds us/item
+printf '%8s %8s %10s %12s\n' kind items cpu_s us/item
 for kind in "${kinds[@]}"; do
     case "$kind" in
         sglang)

@@ -113,7 +113,14 @@ fn sample_cells(s: &SampleRow) -> Vec<String> {
         (Some(x), Some(t)) => format!("{} ({t})", x_floor(Some(*x))),
         _ => "—".to_string(),
     };
-    let trained = s.trained.as_ref().map_or("—".to_string(), |t| {
+    let untrained = || {
+        if s.untrained {
+            format!("none of {}: loss_mask all 0", s.positions)
+        } else {
+            "—".to_string()
+        }
+    };
+    let trained = s.trained.as_ref().map_or_else(untrained, |t| {
         let size = match t.worst_x_floor {
             Some(x) => format!("{}×", x_floor(Some(x))),
             None => rel(t.worst_rel_l2),

@@ -154,6 +154,9 @@ pub struct SampleRow {
     pub positions: usize,
     /// The positions `loss_mask` trains on, judged on their own (when not all of them).
     pub trained: Option<TrainedFigures>,
+    /// The `loss_mask` trains on no position (all zero): nothing is compared at trained ones.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub untrained: bool,
     pub file_a: String,
     pub file_b: String,
     /// Each compared row: rel L2 and ×floor.

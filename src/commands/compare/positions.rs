@@ -8,19 +8,28 @@ use crate::compare::TensorSource;
 use crate::error::{Error, Result};
 use crate::formats::FileSource;
 
-/// The positions a `loss_mask` trains on (A's, else B's), when they are some but not all of
-/// the `tokens` compared.
+/// What a `loss_mask` (A's, else B's) says of the positions compared.
+pub(super) enum TrainedAt {
+    /// No mask, or one that trains on every position: the pair's report is the trained one.
+    Every,
+    /// A mask of all zeros on this side (`A` or `B`): no position is trained on.
+    None(&'static str),
+    /// These positions only.
+    Some(Vec<u32>),
+}
+
+/// Where a `loss_mask` trains, against the `tokens` compared.
 pub(super) fn trained_positions(
     a: &FileSource,
     b: &FileSource,
     tokens: usize,
-) -> Result<Option<Vec<u32>>> {
+) -> Result<TrainedAt> {
     let mask = match a.loss_mask()? {
-        Some(m) => Some((m, a)),
-        None => b.loss_mask()?.map(|m| (m, b)),
+        Some(m) => Some((m, a, "A")),
+        None => b.loss_mask()?.map(|m| (m, b, "B")),
     };
-    let Some((mask, src)) = mask else {
-        return Ok(None);
+    let Some((mask, src, side)) = mask else {
+        return Ok(TrainedAt::Every);
     };
     if mask.len() != tokens {
         return Err(Error::tensor(
@@ -30,7 +39,13 @@ pub(super) fn trained_positions(
         ));
     }
     let index: Vec<u32> = (0..tokens as u32).filter(|&i| mask[i as usize]).collect();
-    Ok((!index.is_empty() && index.len() < tokens).then_some(index))
+    Ok(if index.is_empty() && tokens > 0 {
+        TrainedAt::None(side)
+    } else if index.len() < tokens {
+        TrainedAt::Some(index)
+    } else {
+        TrainedAt::Every
+    })
 }
 
 /// A source seen at some positions only (the token axis of `[1, T, D]` captures).

@@ -43,6 +43,8 @@ mod datasets;
 mod dump_flags;
 mod escaping;
 mod limits;
+mod loss_mask;
+mod nan_weights;
 mod numpy;
 mod outputs;
 mod pickle;

@@ -86,6 +86,7 @@ pub fn sample_row(
         worst_rel_l2,
         positions: r.inputs.tokens,
         trained,
+        untrained: outcome.untrained,
         file_a: files.0,
         file_b: files.1,
         rows,
@@ -211,9 +212,9 @@ pub fn finish(report: &mut DatasetReport) {
     report.summary = headline(report);
 }
 
-/// What the samples' rows say beyond their figures: the zero padding left out, the tensors one
-/// side alone held and those no name rule read (grouped: a dataset's samples usually share one
-/// layout).
+/// What the samples' rows say beyond their figures: the zero padding left out, the samples whose
+/// `loss_mask` trains on nothing, the tensors one side alone held and those no name rule read
+/// (grouped: a dataset's samples usually share one layout).
 fn sample_notes(samples: &[SampleRow]) -> Vec<String> {
     let mut notes = Vec::new();
     let padded: Vec<String> = samples
@@ -229,6 +230,20 @@ fn sample_notes(samples: &[SampleRow]) -> Vec<String> {
              sides, no attention_mask: no forward writes an all-zero hidden state): {}",
             padded.len(),
             padded.join(", ")
+        ));
+    }
+    let untrained: Vec<&str> = samples
+        .iter()
+        .filter(|s| s.untrained)
+        .map(|s| s.id.as_str())
+        .collect();
+    if !untrained.is_empty() {
+        notes.push(format!(
+            "loss_mask is 0 at every position in {} sample(s): no position is trained on, so \
+             nothing is compared at trained positions there (their verdicts are of all \
+             positions): {}",
+            untrained.len(),
+            untrained.join(", ")
         ));
     }
     notes.extend(grouped(

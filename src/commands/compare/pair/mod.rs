@@ -70,6 +70,8 @@ pub struct PairOutcome {
     /// The positions `loss_mask` trains on compared on their own, when they are not all of
     /// the compared positions.
     pub trained: Option<Trained>,
+    /// Whether the `loss_mask` trains on no position (all zero): nothing compared there.
+    pub untrained: bool,
     /// Positions both sides held as all-zero padding, left out.
     pub zero_padding: Option<ZeroPadding>,
     /// What only one side held, so it got no row.
@@ -160,10 +162,12 @@ fn compare_ready(
             .map(|r| r.recovered.clone())
             .unwrap_or_default(),
     };
-    let (report, trained) = report::report(&done, (&pair.a, &pair.b), &planned, described)?;
+    let (report, trained, untrained) =
+        report::report(&done, (&pair.a, &pair.b), &planned, described)?;
     Ok(PairOutcome {
         report,
         trained,
+        untrained,
         zero_padding: ready.zero_padding,
         held_by_one: planned.held_by_one,
         unnamed: planned.unnamed,

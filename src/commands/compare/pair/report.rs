@@ -6,7 +6,7 @@ use super::Trained;
 use super::rows::Planned;
 use crate::commands::compare::layer_id_slip::LayerIdSlip;
 use crate::commands::compare::pair_steps;
-use crate::commands::compare::positions::{Positions, trained_positions};
+use crate::commands::compare::positions::{Positions, TrainedAt, trained_positions};
 use crate::compare::{Kind, PlannedRow, TensorSource};
 use crate::error::Result;
 use crate::formats::FileSource;
@@ -34,7 +34,7 @@ pub(super) fn report<'p>(
     (a, b): (&'p FileSource, &'p FileSource),
     planned: &Planned<'p>,
     described: Described,
-) -> Result<(Report, Option<Trained>)> {
+) -> Result<(Report, Option<Trained>, bool)> {
     let dtype = done.spec().dtype();
     let tokens = compared_tokens(a, &planned.rows, &described.input_ids);
     let [src_a, src_b] = planned.sources(a, b);
@@ -54,7 +54,16 @@ pub(super) fn report<'p>(
     };
     // Built first so that its note is in before the pair's report is built; an error of the
     // pair's own report still comes first.
-    let trained = trained_positions(a, b, tokens)?.map(|index| {
+    let at = trained_positions(a, b, tokens)?;
+    let untrained = match at {
+        TrainedAt::None(side) => Some(untrained_note(side, tokens)),
+        _ => None,
+    };
+    let index = match at {
+        TrainedAt::Some(index) => Some(index),
+        _ => None,
+    };
+    let trained = index.map(|index| {
         let findings = Findings {
             one_sided: planned.one_sided.clone(),
             uncalibrated_why: described.uncalibrated_why.clone(),
@@ -65,14 +74,28 @@ pub(super) fn report<'p>(
     let findings = Findings {
         alignment: planned.alignment.clone(),
         notes: described.notes,
-        closing_notes: trained.iter().flatten().map(trained_note).collect(),
+        closing_notes: trained
+            .iter()
+            .flatten()
+            .map(trained_note)
+            .chain(untrained.clone())
+            .collect(),
         leading_findings: described.slips.iter().map(LayerIdSlip::sentence).collect(),
         routing_recovered: described.routing_recovered,
         one_sided: planned.one_sided.clone(),
         uncalibrated_why: described.uncalibrated_why,
     };
     let report = done.report_of_files(parts, findings)?;
-    Ok((report, trained.transpose()?))
+    Ok((report, trained.transpose()?, untrained.is_some()))
+}
+
+/// The note of a `loss_mask` (side `side`'s) that trains on none of the `tokens` positions.
+fn untrained_note(side: &str, tokens: usize) -> String {
+    format!(
+        "trained positions (loss_mask): none of {tokens}: {side}'s loss_mask is 0 at every \
+         position, so no position is trained on and nothing is compared at trained positions \
+         (the table is of all positions)"
+    )
 }
 
 /// The positions compared: the token ids', else the rows' sequence length.

@@ -176,6 +176,7 @@ mod tests {
             worst_rel_l2: 0.0,
             positions: 4,
             trained: None,
+            untrained: false,
             file_a: String::new(),
             file_b: String::new(),
             order: figures.iter().map(|f| f.0.to_string()).collect(),
