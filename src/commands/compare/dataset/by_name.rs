@@ -2,12 +2,13 @@
 //! sample id and B has no other, the pairs are known before any file is opened: each pair's
 //! files are opened by the pair itself, which checks there what pairing by id needs — one
 //! sample in each file, no request served after a prefix-cache hit, equal token ids (or none
-//! on a side) — and compares them. A pair that is not so (a batched file, token ids that
-//! differ, a file that cannot be read, layer ids that name nothing in it, a fingerprint that
-//! may name a model without `--model`) gives the run up with a line on stderr, and the dataset
-//! is paired by token ids instead (`sides`), each file opened again. What each side holds is
-//! said once its files are read, after the pairs. Not for a shard: its pairs' places in the
-//! pairing order are those of the whole dataset's pairing by token ids.
+//! on a side), a file read as its side's first file is — and compares them. The first pair is
+//! opened before anything is said: a dataset it is not so for (batched files, an SGLang pass,
+//! token ids that differ, a file that cannot be read) is paired by token ids instead
+//! (`sides`), as if this had not been tried; its files tell how each side is read (the side
+//! lines on stderr). A later pair that is not so gives the run up with a line on stderr, and
+//! the dataset is paired by token ids, each file opened again. Not for a shard: its pairs'
+//! places in the pairing order are those of the whole dataset's pairing by token ids.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -36,27 +37,32 @@ pub fn run(
     let Some((samples_a, samples_b, pairs)) = pair_by_name(listed_a, listed_b) else {
         return Ok(None);
     };
+    let Some((first, facts)) = open_first(&samples_a, &samples_b, &pairs, opts) else {
+        return Ok(None);
+    };
+    let mut sides = (listed_a.side(), listed_b.side());
+    sides.0.learn(facts.0.clone());
+    sides.1.learn(facts.1.clone());
+    sides.0.samples = samples_a;
+    sides.1.samples = samples_b;
+    sides::tell(specs, (&sides.0, &sides.1));
     let plan = RunPlan::new(&pairs, super::plan_inputs(opts));
     let mut model = pairs::load_model(opts, &plan, pairs.len())?;
-    let samples = (samples_a.as_slice(), samples_b.as_slice());
-    let workers = pairs::workers_for(&plan, samples, false);
-    let may_find_model = model.is_none();
-    let facts = (
-        Mutex::new(vec![None; samples_a.len()]),
-        Mutex::new(vec![None; samples_b.len()]),
-    );
-    let open = |p: Pair| {
-        let opening = open_pair((&samples_a[p.a], &samples_b[p.b]), opts, may_find_model);
-        if let Opening::Ready(x, y) = &opening {
-            lock(&facts.0)[p.a] = Some(Facts::of(x));
-            lock(&facts.1)[p.b] = Some(Facts::of(y));
-        }
-        opening
+    let samples = (sides.0.samples.as_slice(), sides.1.samples.as_slice());
+    let may_find_model = model.is_none() && (facts.0.fingerprinted || facts.1.fingerprinted);
+    // The first pair's files, opened above, are compared by its job.
+    let first = Mutex::new(Some(first));
+    let open = |p: Pair| match p.a {
+        0 => match first.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some((x, y)) => Opening::Ready(x, y),
+            None => Opening::NotByName(format!("{}: its pair opened twice", samples.0[0].id)),
+        },
+        _ => open_later((&samples.0[p.a], &samples.1[p.b]), &facts, opts),
     };
     let with = Compare {
         samples,
         opts,
-        workers,
+        workers: pairs::workers_for(&plan, samples, may_find_model),
         open: &open,
     };
     let ran = match pairs::run(&plan, &with, &mut model) {
@@ -69,15 +75,7 @@ pub fn run(
             return Ok(None);
         }
     };
-    let mut sides = (listed_a.side(), listed_b.side());
-    sides.0.samples = samples_a;
-    sides.1.samples = samples_b;
-    for (side, facts) in [(&mut sides.0, facts.0), (&mut sides.1, facts.1)] {
-        for f in lock_owned(facts).into_iter().flatten() {
-            side.learn(f);
-        }
-    }
-    sides::tell(specs, (&sides.0, &sides.1));
+    let total = pairs.len();
     let found = Found {
         a: sides.0,
         b: sides.1,
@@ -88,7 +86,6 @@ pub fn run(
         prefix_hits: PrefixHits::default(),
         failed: Vec::new(),
     };
-    let total = found.matching.pairs.len();
     Ok(Some(assemble::report(
         specs,
         found,
@@ -96,14 +93,6 @@ pub fn run(
         (plan.calibration, total),
         opts,
     )))
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn lock_owned<T>(m: Mutex<T>) -> T {
-    m.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Each file of A with the file of B of its sample id, when the ids pair one to one: the
@@ -146,55 +135,67 @@ fn pair_by_name(a: &Listed, b: &Listed) -> Option<(Vec<Sample>, Vec<Sample>, Vec
     Some((samples(a, ids_a), samples(b, ids_b), pairs))
 }
 
-/// A named pair's files opened as discovery opens them (sample 0), and checked to be what
-/// pairing by id takes them for.
-fn open_pair((sa, sb): (&Sample, &Sample), opts: &DatasetOptions, may_find_model: bool) -> Opening {
-    let open = |s: &Sample, read| discover::open(&s.path, Some(0), opts.dtype_hint, read);
-    let (x, y) = match (open(sa, &opts.read_a), open(sb, &opts.read_b)) {
-        (Ok(x), Ok(y)) => (x, y),
-        (Err(e), _) | (_, Err(e)) => return Opening::NotByName(format!("{}: {e}", sa.id)),
+/// The files of the first pair (A's first file and its partner), opened, and what they tell of
+/// their sides; None when the dataset is not to be paired by name.
+fn open_first(
+    a: &[Sample],
+    b: &[Sample],
+    pairs: &[Pair],
+    opts: &DatasetOptions,
+) -> Option<((FileSource, FileSource), (Facts, Facts))> {
+    let p = pairs.first()?;
+    let (x, y) = open_both((&a[p.a], &b[p.b]), opts).ok()?;
+    if not_by_id(&x, &y).is_some()
+        || check_ids_used(
+            (&opts.read_a, x.pipeline.is_some()),
+            (&opts.read_b, y.pipeline.is_some()),
+        )
+        .is_err()
+    {
+        return None;
+    }
+    let facts = (Facts::of(&x), Facts::of(&y));
+    Some(((x, y), facts))
+}
+
+/// A later pair's files, opened as discovery opens them (sample 0), and checked to be what
+/// pairing by id takes them for and read as their sides' first files are.
+fn open_later((sa, sb): (&Sample, &Sample), first: &(Facts, Facts), opts: &DatasetOptions) -> Opening {
+    let (x, y) = match open_both((sa, sb), opts) {
+        Ok(both) => both,
+        Err(e) => return Opening::NotByName(format!("{}: {e}", sa.id)),
     };
-    match not_by_id(&x, &y, opts, may_find_model) {
+    let read_otherwise = if Facts::of(&x) != first.0 {
+        Some("A's file is read otherwise than A's first file".to_string())
+    } else if Facts::of(&y) != first.1 {
+        Some("B's file is read otherwise than B's first file".to_string())
+    } else {
+        None
+    };
+    match read_otherwise.or_else(|| not_by_id(&x, &y)) {
         Some(why) => Opening::NotByName(format!("{}: {why}", sa.id)),
         None => Opening::Ready(x, y),
     }
 }
 
+fn open_both((sa, sb): (&Sample, &Sample), opts: &DatasetOptions) -> Result<(FileSource, FileSource)> {
+    let open = |s: &Sample, read| discover::open(&s.path, Some(0), opts.dtype_hint, read);
+    Ok((open(sa, &opts.read_a)?, open(sb, &opts.read_b)?))
+}
+
 /// Why two files of one name are not a pair by id, if they are not.
-fn not_by_id(
-    x: &FileSource,
-    y: &FileSource,
-    opts: &DatasetOptions,
-    may_find_model: bool,
-) -> Option<String> {
+fn not_by_id(x: &FileSource, y: &FileSource) -> Option<String> {
     for (side, src) in [("A", x), ("B", y)] {
         if src.samples_held() != 1 {
-            return Some(format!(
-                "{side}'s file holds {} samples",
-                src.samples_held()
-            ));
+            return Some(format!("{side}'s file holds {} samples", src.samples_held()));
         }
         if src.held_from > 0 {
             return Some(format!(
                 "{side}'s is a request served after a prefix-cache hit"
             ));
         }
-        // Such pairs run one at a time (`pairs::workers_for`), which only a run that has read
-        // every file knows to do.
-        if src.fingerprint.is_some() && may_find_model {
-            return Some(format!(
-                "{side}'s file carries a fingerprint, which may name a model to calibrate with"
-            ));
-        }
     }
-    if let Err(e) = check_ids_used(
-        (&opts.read_a, x.pipeline.is_some()),
-        (&opts.read_b, y.pipeline.is_some()),
-    ) {
-        return Some(e.to_string());
-    }
-    let ids = (x.input_ids(), y.input_ids());
-    match ids {
+    match (x.input_ids(), y.input_ids()) {
         (Ok(Some(p)), Ok(Some(q))) if p != q => Some("token ids differ".to_string()),
         (Err(e), _) | (_, Err(e)) => Some(e.to_string()),
         _ => None,

@@ -235,11 +235,11 @@ impl Listed {
 
 /// What one file tells about its side: how it was read, whether it is a drafter pipeline's
 /// dump, whether it carries a fingerprint.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Facts {
     format: String,
-    pipeline: bool,
-    fingerprinted: bool,
+    pub pipeline: bool,
+    pub fingerprinted: bool,
 }
 
 impl Facts {
