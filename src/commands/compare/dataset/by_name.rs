@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use super::discover::{self, Facts, Listed, Sample};
 use super::match_samples::{Matching, Pair};
-use super::pairs::{self, Compare, Opening};
+use super::pairs::{self, Compare, Opening, Ran};
 use super::plan::RunPlan;
 use super::prefix_hits::PrefixHits;
 use super::sides::{self, Found};
@@ -52,12 +52,13 @@ pub fn run(
     let may_find_model = model.is_none() && (facts.0.fingerprinted || facts.1.fingerprinted);
     // The first pair's files, opened above, are compared by its job.
     let first = Mutex::new(Some(first));
+    let differing = Mutex::new(Vec::new());
     let open = |p: Pair| match p.a {
-        0 => match first.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        0 => match lock(&first).take() {
             Some((x, y)) => Opening::Ready(x, y),
             None => Opening::NotByName(format!("{}: its pair opened twice", samples.0[0].id)),
         },
-        _ => open_later((&samples.0[p.a], &samples.1[p.b]), &facts, opts),
+        _ => open_later((p, samples), &facts, &differing, opts),
     };
     let with = Compare {
         samples,
@@ -75,14 +76,15 @@ pub fn run(
             return Ok(None);
         }
     };
-    let total = pairs.len();
+    let mut ran = ran;
+    let Some(matching) = left_out(pairs, &mut ran, lock_owned(differing), samples) else {
+        return Ok(None);
+    };
+    let total = matching.pairs.len();
     let found = Found {
         a: sides.0,
         b: sides.1,
-        matching: Matching {
-            pairs,
-            ..Matching::default()
-        },
+        matching,
         prefix_hits: PrefixHits::default(),
         failed: Vec::new(),
     };
@@ -93,6 +95,62 @@ pub fn run(
         (plan.calibration, total),
         opts,
     )))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn lock_owned<T>(m: Mutex<T>) -> T {
+    m.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A sample's token ids as pairing compares them: their digest and count.
+type Tokens = ([u8; 32], usize);
+
+/// A pair of equal ids whose token ids differ: the pair, A's token ids, B's.
+type Differing = (Pair, Tokens, Tokens);
+
+/// The pairing by id of the pairs by name, those of `differing` left out for their token ids
+/// (`ran`'s rows renumbered to the pairs left), as [`super::match_samples`] pairs them; None
+/// (said on stderr) when it would pair a sample of them with another's partner by its token
+/// ids instead.
+fn left_out(
+    pairs: Vec<Pair>,
+    ran: &mut Ran,
+    mut differing: Vec<Differing>,
+    (a, _): (&[Sample], &[Sample]),
+) -> Option<Matching> {
+    differing.sort_by_key(|d| d.0.a);
+    for (p, ids_a, _) in &differing {
+        if let Some((q, ..)) = differing
+            .iter()
+            .find(|(q, _, ids_b)| q.a != p.a && ids_b == ids_a)
+        {
+            eprintln!(
+                "hsdiff: {}: its token ids are those of {}'s partner in B: pairing every sample \
+                 by its token ids instead (each file read again)",
+                one_line(&a[p.a].id),
+                one_line(&a[q.a].id)
+            );
+            return None;
+        }
+    }
+    ran.left_out.sort_unstable();
+    for row in &mut ran.samples {
+        row.pair -= ran.left_out.iter().filter(|&&k| k < row.pair).count();
+    }
+    let kept = pairs
+        .into_iter()
+        .enumerate()
+        .filter(|(k, _)| ran.left_out.binary_search(k).is_err())
+        .map(|(_, p)| p)
+        .collect();
+    Some(Matching {
+        pairs: kept,
+        token_mismatches: differing.iter().map(|(p, ..)| (p.a, p.b)).collect(),
+        ..Matching::default()
+    })
 }
 
 /// Each file of A with the file of B of its sample id, when the ids pair one to one: the
@@ -146,6 +204,7 @@ fn open_first(
     let p = pairs.first()?;
     let (x, y) = open_both((&a[p.a], &b[p.b]), opts).ok()?;
     if not_by_id(&x, &y).is_some()
+        || !matches!(token_ids_differ(&x, &y), Ok(None))
         || check_ids_used(
             (&opts.read_a, x.pipeline.is_some()),
             (&opts.read_b, y.pipeline.is_some()),
@@ -159,11 +218,19 @@ fn open_first(
 }
 
 /// A later pair's files, opened as discovery opens them (sample 0), and checked to be what
-/// pairing by id takes them for and read as their sides' first files are.
-fn open_later((sa, sb): (&Sample, &Sample), first: &(Facts, Facts), opts: &DatasetOptions) -> Opening {
-    let (x, y) = match open_both((sa, sb), opts) {
+/// pairing by id takes them for and read as their sides' first files are. A pair whose token
+/// ids differ is left out (noted in `differing`), unless `--calibrate` learns its floors from
+/// the first pairs, which are then others than pairing by id's.
+fn open_later(
+    (p, (a, b)): (Pair, (&[Sample], &[Sample])),
+    first: &(Facts, Facts),
+    differing: &Mutex<Vec<Differing>>,
+    opts: &DatasetOptions,
+) -> Opening {
+    let id = &a[p.a].id;
+    let (x, y) = match open_both((&a[p.a], &b[p.b]), opts) {
         Ok(both) => both,
-        Err(e) => return Opening::NotByName(format!("{}: {e}", sa.id)),
+        Err(e) => return Opening::NotByName(format!("{id}: {e}")),
     };
     let read_otherwise = if Facts::of(&x) != first.0 {
         Some("A's file is read otherwise than A's first file".to_string())
@@ -173,21 +240,37 @@ fn open_later((sa, sb): (&Sample, &Sample), first: &(Facts, Facts), opts: &Datas
         None
     };
     match read_otherwise.or_else(|| not_by_id(&x, &y)) {
-        Some(why) => Opening::NotByName(format!("{}: {why}", sa.id)),
-        None => Opening::Ready(x, y),
+        Some(why) => Opening::NotByName(format!("{id}: {why}")),
+        None => match token_ids_differ(&x, &y) {
+            Ok(None) => Opening::Ready(x, y),
+            Ok(Some(_)) if opts.calibrate.is_some() => {
+                Opening::NotByName(format!("{id}: token ids differ"))
+            }
+            Ok(Some((da, db))) => {
+                lock(differing).push((p, da, db));
+                Opening::LeftOut
+            }
+            Err(e) => Opening::NotByName(format!("{id}: {e}")),
+        },
     }
 }
 
-fn open_both((sa, sb): (&Sample, &Sample), opts: &DatasetOptions) -> Result<(FileSource, FileSource)> {
+fn open_both(
+    (sa, sb): (&Sample, &Sample),
+    opts: &DatasetOptions,
+) -> Result<(FileSource, FileSource)> {
     let open = |s: &Sample, read| discover::open(&s.path, Some(0), opts.dtype_hint, read);
     Ok((open(sa, &opts.read_a)?, open(sb, &opts.read_b)?))
 }
 
-/// Why two files of one name are not a pair by id, if they are not.
+/// Why two files of one name are not a pair by id (token ids aside), if they are not.
 fn not_by_id(x: &FileSource, y: &FileSource) -> Option<String> {
     for (side, src) in [("A", x), ("B", y)] {
         if src.samples_held() != 1 {
-            return Some(format!("{side}'s file holds {} samples", src.samples_held()));
+            return Some(format!(
+                "{side}'s file holds {} samples",
+                src.samples_held()
+            ));
         }
         if src.held_from > 0 {
             return Some(format!(
@@ -195,9 +278,16 @@ fn not_by_id(x: &FileSource, y: &FileSource) -> Option<String> {
             ));
         }
     }
-    match (x.input_ids(), y.input_ids()) {
-        (Ok(Some(p)), Ok(Some(q))) if p != q => Some("token ids differ".to_string()),
-        (Err(e), _) | (_, Err(e)) => Some(e.to_string()),
+    None
+}
+
+/// The digests of the two files' token ids when both carry them and they differ.
+fn token_ids_differ(x: &FileSource, y: &FileSource) -> Result<Option<(Tokens, Tokens)>> {
+    Ok(match (x.input_ids()?, y.input_ids()?) {
+        (Some(p), Some(q)) if p != q => Some((
+            (discover::digest(&p), p.len()),
+            (discover::digest(&q), q.len()),
+        )),
         _ => None,
-    }
+    })
 }

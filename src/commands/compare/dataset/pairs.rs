@@ -27,6 +27,9 @@ pub enum Opening {
     /// The pair is not what pairing by name took it for (why, for stderr): the whole run is
     /// given up, to be paired by token ids.
     NotByName(String),
+    /// Equal ids whose token ids differ: not compared, as pairing by id leaves such a pair out
+    /// (the report names it).
+    LeftOut,
 }
 
 /// Opens the files of a pair (of A's sample and B's).
@@ -39,17 +42,35 @@ pub struct Ran {
     pub failed: Vec<Failed>,
     /// Their places in the pairing order (a shard's part checks them against its rows).
     pub failed_pairs: Vec<usize>,
+    /// The places of the pairs left out for their token ids.
+    pub left_out: Vec<usize>,
+}
+
+/// What became of one pair.
+enum Judged {
+    Row(SampleRow),
+    Failed(Failed),
+    LeftOut,
 }
 
 impl Ran {
-    fn done(&mut self, job: &PairJob, row: std::result::Result<SampleRow, Failed>) {
-        match row {
-            Ok(row) => self.samples.push(row),
-            Err(f) => {
+    fn done(&mut self, job: &PairJob, judged: Judged) {
+        match judged {
+            Judged::Row(row) => self.samples.push(row),
+            Judged::Failed(f) => {
                 self.failed_pairs.push(job.k);
                 self.failed.push(f);
             }
+            Judged::LeftOut => self.left_out.push(job.k),
         }
+    }
+}
+
+/// A pair compared, or why not.
+fn judged(outcome: Result<SampleRow>, (sa, sb): (&Sample, &Sample)) -> Judged {
+    match outcome {
+        Ok(row) => Judged::Row(row),
+        Err(e) => Judged::Failed(failed_of(sa, sb, e)),
     }
 }
 
@@ -79,6 +100,11 @@ pub fn run(
             Opening::Ready(x, y) => compare(x, y, (sa, sb), with, TruthModel::Loaded(model)),
             Opening::Failed(e) => Err(e),
             Opening::NotByName(why) => return Err(why),
+            Opening::LeftOut => {
+                ran.done(job, Judged::LeftOut);
+                progress.tick(&sa.id);
+                continue;
+            }
         };
         if let Ok(o) = &outcome
             && with.opts.calibrate.is_some()
@@ -88,9 +114,7 @@ pub fn run(
         if job.keep {
             ran.done(
                 job,
-                outcome
-                    .map(|o| row_of(job, sa, sb, &o))
-                    .map_err(|e| failed_of(sa, sb, e)),
+                judged(outcome.map(|o| row_of(job, sa, sb, &o)), (sa, sb)),
             );
         }
         progress.tick(&sa.id);
@@ -133,15 +157,16 @@ fn run_rest(
                 given_up.store(true, Ordering::Relaxed);
                 return Err(Some(why));
             }
+            Opening::LeftOut => return Ok(Judged::LeftOut),
         };
-        let outcome = outcome.map_err(|e| failed_of(sa, sb, e));
-        Ok(outcome.map(|o| {
+        let row = outcome.map(|o| {
             let mut row = row_of(job, sa, sb, &o);
             if let Some(f) = floors {
                 f.apply(&mut row, &o.report);
             }
             row
-        }))
+        });
+        Ok(judged(row, (sa, sb)))
     };
     let mut why_given_up = None;
     workers::run_all(rest, with.workers.count, judge, |i, row| match row {
