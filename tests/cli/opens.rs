@@ -67,9 +67,10 @@ fn compare_of_two_files_opens_each_file_and_config_json_once() {
     }
 }
 
-/// A dataset of three pairs (and a sample of B's left unpaired): config.json read once for the
-/// whole run. Each sample is opened by discovery (its id and token ids, which pair the samples
-/// before any pair is read) and once more by its pair, never more.
+/// A dataset of three pairs (and a sample of B's left unpaired, so that the names do not pair
+/// one to one): config.json read once for the whole run. Each sample is opened by discovery
+/// (its id and token ids, which pair the samples before any pair is read) and once more by its
+/// pair, never more.
 #[test]
 fn compare_of_two_datasets_reads_config_json_once() {
     let dir = "tests/fixtures/pipelines/qwen3_5_tiny";
@@ -91,6 +92,47 @@ fn compare_of_two_datasets_reads_config_json_once() {
         ] {
             let n = opens_of(&trace, Path::new(&path));
             assert!((1..=2).contains(&n), "{path} opened {n} times:\n{trace}");
+        }
+    }
+}
+
+/// A dataset whose names pair one to one: each sample file is opened once, by its pair, and
+/// config.json once.
+#[test]
+fn compare_of_two_datasets_paired_by_name_opens_each_file_once() {
+    let dir = "tests/fixtures/findings/tokens";
+    let (a, b) = (format!("{dir}/a"), format!("{dir}/b"));
+    let args = ["compare", &a, &b, "--model", "golden/qwen3_5_tiny"];
+    let Some(trace) = traced_opens(&args) else {
+        return;
+    };
+    let config = "golden/qwen3_5_tiny/config.json".to_string();
+    for path in (0..3)
+        .flat_map(|i| [format!("{a}/s{i}.pt"), format!("{b}/s{i}.pt")])
+        .chain([config])
+    {
+        let n = opens_of(&trace, Path::new(&path));
+        assert_eq!(n, 1, "{path} opened {n} times:\n{trace}");
+    }
+}
+
+/// Names that pair one to one, the last pair's token ids differing: the pairs that agree are
+/// opened once; the one left out is opened by its pair, which finds the ids differ, and once
+/// more to say how they do. (With `--model`, which calibrates every pair: without it, a worker
+/// asks the kernel to read ahead the files of the pair after next, which opens them.)
+#[test]
+fn a_pair_by_name_left_out_for_its_token_ids_is_read_again_only_to_say_how() {
+    let dir = "tests/fixtures/findings/tokens";
+    let (a, b) = (format!("{dir}/a"), format!("{dir}/b_other"));
+    let args = ["compare", &a, &b, "--model", "golden/qwen3_5_tiny"];
+    let Some(trace) = traced_opens(&args) else {
+        return;
+    };
+    for i in 0..3 {
+        for path in [format!("{a}/s{i}.pt"), format!("{b}/s{i}.pt")] {
+            let n = opens_of(&trace, Path::new(&path));
+            let want = if i == 2 { 2 } else { 1 };
+            assert_eq!(n, want, "{path} opened {n} times:\n{trace}");
         }
     }
 }

@@ -55,7 +55,7 @@ pub fn run(
     let differing = Mutex::new(Vec::new());
     let open = |p: Pair| match p.a {
         0 => match lock(&first).take() {
-            Some((x, y)) => Opening::Ready(x, y),
+            Some(xy) => Opening::Ready(Box::new(xy)),
             None => Opening::NotByName(format!("{}: its pair opened twice", samples.0[0].id)),
         },
         _ => open_later((p, samples), &facts, &differing, opts),
@@ -63,7 +63,12 @@ pub fn run(
     let with = Compare {
         samples,
         opts,
-        workers: pairs::workers_for(&plan, samples, may_find_model),
+        workers: pairs::workers_for(
+            &plan,
+            samples,
+            may_find_model,
+            (facts.0.inflated, facts.1.inflated),
+        ),
         open: &open,
     };
     let ran = match pairs::run(&plan, &with, &mut model) {
@@ -242,7 +247,7 @@ fn open_later(
     match read_otherwise.or_else(|| not_by_id(&x, &y)) {
         Some(why) => Opening::NotByName(format!("{id}: {why}")),
         None => match token_ids_differ(&x, &y) {
-            Ok(None) => Opening::Ready(x, y),
+            Ok(None) => Opening::Ready(Box::new((x, y))),
             Ok(Some(_)) if opts.calibrate.is_some() => {
                 Opening::NotByName(format!("{id}: token ids differ"))
             }

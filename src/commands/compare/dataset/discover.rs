@@ -234,12 +234,13 @@ impl Listed {
 }
 
 /// What one file tells about its side: how it was read, whether it is a drafter pipeline's
-/// dump, whether it carries a fingerprint.
+/// dump, whether it carries a fingerprint, whether it was a gzip file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Facts {
     format: String,
     pub pipeline: bool,
     pub fingerprinted: bool,
+    pub inflated: bool,
 }
 
 impl Facts {
@@ -248,6 +249,7 @@ impl Facts {
             format: format_of(src),
             pipeline: src.pipeline.is_some(),
             fingerprinted: src.fingerprint.is_some(),
+            inflated: src.inflated(),
         }
     }
 }

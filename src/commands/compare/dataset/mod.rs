@@ -130,14 +130,14 @@ fn by_token_ids(specs: (&Path, &Path), found: Found, opts: &DatasetOptions) -> R
             discover::open(&s.path, s.batch_index, opts.dtype_hint, read)
         };
         match open(sa, &opts.read_a).and_then(|x| Ok((x, open(sb, &opts.read_b)?))) {
-            Ok((x, y)) => Opening::Ready(x, y),
+            Ok(xy) => Opening::Ready(Box::new(xy)),
             Err(e) => Opening::Failed(e),
         }
     };
     let with = Compare {
         samples,
         opts,
-        workers: pairs::workers_for(&plan, samples, may_find_model),
+        workers: pairs::workers_for(&plan, samples, may_find_model, (true, true)),
         open: &open,
     };
     // Only pairing by name gives a run up.

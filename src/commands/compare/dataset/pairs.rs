@@ -21,7 +21,7 @@ use crate::util::escape::{one_line, path_text};
 
 /// One pair's two files, opened for comparison, or why they are not compared.
 pub enum Opening {
-    Ready(FileSource, FileSource),
+    Ready(Box<(FileSource, FileSource)>),
     /// A file of the pair could not be opened: the pair failed.
     Failed(Error),
     /// The pair is not what pairing by name took it for (why, for stderr): the whole run is
@@ -48,7 +48,7 @@ pub struct Ran {
 
 /// What became of one pair.
 enum Judged {
-    Row(SampleRow),
+    Row(Box<SampleRow>),
     Failed(Failed),
     LeftOut,
 }
@@ -56,7 +56,7 @@ enum Judged {
 impl Ran {
     fn done(&mut self, job: &PairJob, judged: Judged) {
         match judged {
-            Judged::Row(row) => self.samples.push(row),
+            Judged::Row(row) => self.samples.push(*row),
             Judged::Failed(f) => {
                 self.failed_pairs.push(job.k);
                 self.failed.push(f);
@@ -69,7 +69,7 @@ impl Ran {
 /// A pair compared, or why not.
 fn judged(outcome: Result<SampleRow>, (sa, sb): (&Sample, &Sample)) -> Judged {
     match outcome {
-        Ok(row) => Judged::Row(row),
+        Ok(row) => Judged::Row(Box::new(row)),
         Err(e) => Judged::Failed(failed_of(sa, sb, e)),
     }
 }
@@ -97,12 +97,12 @@ pub fn run(
     for job in &plan.calibrated {
         let (sa, sb) = (&a[job.pair.a], &b[job.pair.b]);
         let outcome = match (with.open)(job.pair) {
-            Opening::Ready(x, y) => compare(x, y, (sa, sb), with, TruthModel::Loaded(model)),
+            Opening::Ready(xy) => compare(*xy, (sa, sb), with, TruthModel::Loaded(model)),
             Opening::Failed(e) => Err(e),
             Opening::NotByName(why) => return Err(why),
             Opening::LeftOut => {
                 ran.done(job, Judged::LeftOut);
-                progress.tick(&sa.id);
+                progress.left_out();
                 continue;
             }
         };
@@ -151,7 +151,7 @@ fn run_rest(
             None => TruthModel::Fingerprinted,
         };
         let outcome = match (with.open)(job.pair) {
-            Opening::Ready(x, y) => compare(x, y, (sa, sb), with, truth),
+            Opening::Ready(xy) => compare(*xy, (sa, sb), with, truth),
             Opening::Failed(e) => Err(e),
             Opening::NotByName(why) => {
                 given_up.store(true, Ordering::Relaxed);
@@ -171,8 +171,13 @@ fn run_rest(
     let mut why_given_up = None;
     workers::run_all(rest, with.workers.count, judge, |i, row| match row {
         Ok(row) => {
+            let left_out = matches!(row, Judged::LeftOut);
             ran.done(&rest[i], row);
-            progress.tick(&a[rest[i].pair.a].id);
+            if left_out {
+                progress.left_out();
+            } else {
+                progress.tick(&a[rest[i].pair.a].id);
+            }
         }
         Err(why) => why_given_up = why_given_up.take().or(why),
     });
@@ -180,8 +185,7 @@ fn run_rest(
 }
 
 fn compare(
-    x: FileSource,
-    y: FileSource,
+    (x, y): (FileSource, FileSource),
     (sa, sb): (&Sample, &Sample),
     with: &Compare,
     truth: TruthModel,
@@ -237,11 +241,12 @@ pub fn load_model(
 
 /// The workers of the plan's uncalibrated pairs, said on stderr when there are several pairs.
 /// One when a file's fingerprint may name a model to calibrate with (hsdiff dumps), which
-/// would run once per worker.
+/// would run once per worker. `may_be_gzip`: as for [`Workers::plan`].
 pub fn workers_for(
     plan: &RunPlan,
     (a, b): (&[Sample], &[Sample]),
     may_find_model: bool,
+    may_be_gzip: (bool, bool),
 ) -> Workers {
     if may_find_model {
         return Workers {
@@ -255,6 +260,7 @@ pub fn workers_for(
             .iter()
             .map(|j| (a[j.pair.a].path.as_path(), b[j.pair.b].path.as_path())),
         rayon::current_num_threads(),
+        may_be_gzip,
     );
     if plan.rest.len() > 1 {
         eprintln!("hsdiff: {}", workers.describe());
@@ -263,12 +269,14 @@ pub fn workers_for(
 }
 
 /// The progress line on stderr: pairs done of all, with an ETA from the rate so far; the first
-/// and last pair and at most one line per two seconds between.
+/// and last pair and at most one line per two seconds between. A pair found to be left out for
+/// its token ids is not one of all.
 struct Progress {
     total: usize,
     done: usize,
     started: Instant,
     last_line: Instant,
+    last_id: String,
 }
 
 impl Progress {
@@ -278,18 +286,30 @@ impl Progress {
             done: 0,
             started: Instant::now(),
             last_line: Instant::now(),
+            last_id: String::new(),
         }
     }
 
     fn tick(&mut self, id: &str) {
         self.done += 1;
+        id.clone_into(&mut self.last_id);
+        self.say(self.done == 1 || self.last_line.elapsed().as_secs_f64() >= 2.0);
+    }
+
+    fn left_out(&mut self) {
+        self.total = self.total.saturating_sub(1);
+        self.say(false);
+    }
+
+    /// The line, when `now` or all pairs are done.
+    fn say(&mut self, now: bool) {
         let n = self.done;
-        if n == self.total || n == 1 || self.last_line.elapsed().as_secs_f64() >= 2.0 {
+        if n > 0 && (now || n == self.total) {
             let per = self.started.elapsed().as_secs_f64() / n as f64;
             eprintln!(
                 "hsdiff: {n}/{} pairs compared ({}), ETA {:.0} s",
                 self.total,
-                one_line(id),
+                one_line(&self.last_id),
                 per * self.total.saturating_sub(n) as f64
             );
             self.last_line = Instant::now();
