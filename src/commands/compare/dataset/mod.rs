@@ -18,6 +18,7 @@ mod by_name;
 mod discover;
 mod entries;
 mod floors;
+mod headline;
 mod keep_memory;
 mod listing;
 mod match_samples;
