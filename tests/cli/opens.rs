@@ -1,7 +1,8 @@
 //! `hsdiff compare A B --model M` opens each file it compares once — the opening that tells a
 //! file holds one sample is the one compared — and reads the model's config.json once, a
 //! dataset's too: the files' `openat` calls counted under strace, where strace is installed and
-//! may trace.
+//! may trace. A dataset whose names pair is read pair by pair, each file once; where a later pair
+//! is not what pairing by name takes it for, that is given up for pairing by token ids.
 
 use std::path::Path;
 use std::process::Command;
@@ -135,4 +136,56 @@ fn a_pair_by_name_left_out_for_its_token_ids_is_read_again_only_to_say_how() {
             assert_eq!(n, want, "{path} opened {n} times:\n{trace}");
         }
     }
+}
+
+/// Names that pair one to one, the last file of B read otherwise than B's first (another
+/// layout): pairing by name gives up at that pair, says so, and the dataset is paired by its
+/// token ids as if by name had not been tried — both of B's readings listed, the other layout's
+/// sample left out for its token ids, the two others compared.
+#[test]
+fn a_later_pair_read_otherwise_gives_pairing_by_name_up() {
+    let dir = common::tempdir();
+    let tokens = common::repo_root().join("tests/fixtures/findings/tokens");
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    for side in [&a, &b] {
+        std::fs::create_dir(side).expect("side folder");
+    }
+    for i in 0..3 {
+        let name = format!("s{i}.pt");
+        std::fs::copy(tokens.join("a").join(&name), a.join(&name)).expect("copy A");
+    }
+    for i in 0..2 {
+        let name = format!("s{i}.pt");
+        std::fs::copy(tokens.join("b").join(&name), b.join(&name)).expect("copy B");
+    }
+    let other = common::repo_root().join("tests/fixtures/team/dense.f32.ids.pt");
+    std::fs::copy(other, b.join("s2.pt")).expect("copy B's other layout");
+    let out = Command::new(env!("CARGO_BIN_EXE_hsdiff"))
+        .arg("compare")
+        .args([&a, &b])
+        .args(["--format", "json"])
+        .output()
+        .expect("run hsdiff");
+    let err = common::stderr_of(&out);
+    assert!(
+        err.contains(
+            "hsdiff: s2: B's file is read otherwise than B's first file: pairing every \
+             sample by its token ids instead (each file read again)"
+        ),
+        "{err}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a report");
+    assert_eq!(
+        report["formats_b"].as_array().map(Vec::len),
+        Some(2),
+        "{report}"
+    );
+    assert_eq!(report["samples"].as_array().map(Vec::len), Some(2));
+    assert_eq!(report["token_mismatches"][0]["id"], "s2");
+    assert_eq!(report["pairs_total"], 2);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a pair left out for its token ids: {err}"
+    );
 }
