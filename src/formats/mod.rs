@@ -282,6 +282,11 @@ impl FileSource {
         }
     }
 
+    /// Whether the file was a gzip file, inflated into memory to be read.
+    pub fn inflated(&self) -> bool {
+        self.inflated
+    }
+
     /// The compute dtype: as recorded in the fingerprint, else `--dtype-hint`, else as other
     /// tools' safetensors metadata records it, else the dtype every value is exact in (when
     /// [`FileSource::infer_dtype_from_values`] ran), else the coarsest floating-point dtype stored.

@@ -10,59 +10,49 @@ use crate::error::Result;
 use crate::report::dataset::{DatasetReport, LayerRow, SampleRow, Unpaired};
 use crate::util::escape::{LONG, SHORT, markdown_code, markdown_text, plain};
 
-/// The report with every string from outside (file and folder names, sample ids, tensor names,
-/// formats, sentences that quote them) made safe for one sink: `short` for names, `long` for
-/// sentences.
-fn escaped(
-    r: &DatasetReport,
-    short: impl Fn(&str) -> String,
-    long: impl Fn(&str) -> String,
-) -> DatasetReport {
-    let mut r = r.clone();
-    let opt = |v: &mut Option<String>| {
-        if let Some(s) = v.as_mut() {
-            *s = short(s);
-        }
-    };
-    for s in [&mut r.summary, &mut r.a, &mut r.b, &mut r.calibration] {
-        *s = long(s);
+/// How a sink writes the strings from outside (file and folder names, sample ids, tensor
+/// names, sentences that quote them): `short` for names, `long` for sentences, `format` for a
+/// side's format line. Applied where each string is written, on the report as it is.
+struct Escape {
+    short: fn(&str) -> String,
+    long: fn(&str) -> String,
+    format: fn(&str) -> String,
+}
+
+const TABLE: Escape = Escape {
+    short: |s| plain(s, SHORT),
+    long: |s| plain(s, LONG),
+    format: |s| plain(s, LONG),
+};
+
+const MARKDOWN: Escape = Escape {
+    short: |s| markdown_text(s, SHORT),
+    long: |s| markdown_text(s, LONG),
+    format: markdown_format,
+};
+
+impl Escape {
+    fn short_or(&self, v: &Option<String>, none: &str) -> String {
+        v.as_deref().map_or(none.to_string(), self.short)
     }
-    for s in r.notes.iter_mut().chain(&mut r.sample_notes) {
-        *s = long(s);
+}
+
+/// A side's format line in markdown, from its parts: the names hsdiff quotes in backticks
+/// (`` `hidden_states` [1, T, 640] ``) as code spans holding the file's text verbatim, the rest
+/// as escaped text. A line whose backticks do not pair (a name holding one) is escaped whole.
+fn markdown_format(s: &str) -> String {
+    let parts: Vec<&str> = s.split('`').collect();
+    if parts.len().is_multiple_of(2) {
+        return markdown_text(s, LONG);
     }
-    for s in r.formats_a.iter_mut().chain(&mut r.formats_b) {
-        *s = long(s);
-    }
-    for row in &mut r.samples {
-        row.id = short(&row.id);
-        opt(&mut row.id_b);
-        opt(&mut row.first_divergent);
-        opt(&mut row.worst_tensor);
-    }
-    for l in &mut r.layers {
-        l.name = short(&l.name);
-        l.worst_sample = short(&l.worst_sample);
-    }
-    for u in r
-        .token_mismatches
-        .iter_mut()
-        .chain(&mut r.unpaired_a)
-        .chain(&mut r.unpaired_b)
-    {
-        u.id = short(&u.id);
-        u.file = short(&u.file);
-        opt(&mut u.other);
-        if let Some(w) = u.why.as_mut() {
-            *w = long(w);
-        }
-    }
-    for f in &mut r.failed {
-        f.id = short(&f.id);
-        f.file_a = short(&f.file_a);
-        f.file_b = short(&f.file_b);
-        f.error = long(&f.error);
-    }
-    r
+    parts
+        .iter()
+        .enumerate()
+        .map(|(k, part)| match k % 2 {
+            1 => markdown_code(part, SHORT, false),
+            _ => markdown_text(part, LONG),
+        })
+        .collect()
 }
 
 fn x_floor(x: Option<f64>) -> String {
@@ -104,13 +94,13 @@ const SAMPLE_COLUMNS: [&str; 8] = [
     "verdict",
 ];
 
-fn sample_cells(s: &SampleRow) -> Vec<String> {
+fn sample_cells(s: &SampleRow, e: &Escape) -> Vec<String> {
     let partner = match &s.id_b {
-        Some(b) => format!("{b} (by {})", s.paired_by),
+        Some(b) => format!("{} (by {})", (e.short)(b), s.paired_by),
         None => format!("same id ({})", s.paired_by),
     };
     let worst = match (&s.worst_x_floor, &s.worst_tensor) {
-        (Some(x), Some(t)) => format!("{} ({t})", x_floor(Some(*x))),
+        (Some(x), Some(t)) => format!("{} ({})", x_floor(Some(*x)), (e.short)(t)),
         _ => "—".to_string(),
     };
     let untrained = || {
@@ -128,10 +118,10 @@ fn sample_cells(s: &SampleRow) -> Vec<String> {
         format!("{}/{}: {} {size}", t.positions, t.of, t.verdict.as_str())
     });
     vec![
-        s.id.clone(),
+        (e.short)(&s.id),
         partner,
         s.positions.to_string(),
-        s.first_divergent.clone().unwrap_or_else(|| "—".to_string()),
+        e.short_or(&s.first_divergent, "—"),
         worst,
         rel(s.worst_rel_l2),
         trained,
@@ -157,23 +147,26 @@ fn layer_columns(metric: &str) -> Vec<String> {
 }
 
 /// A row of the layer table, its name written as `name`.
-fn layer_cells(metric: &str, l: &LayerRow, name: String) -> [String; 7] {
+fn layer_cells(metric: &str, l: &LayerRow, name: String, e: &Escape) -> [String; 7] {
     [
         name,
         l.samples.to_string(),
         metric_value(metric, l.median),
         metric_value(metric, l.p95),
         metric_value(metric, l.max),
-        l.worst_sample.clone(),
+        (e.short)(&l.worst_sample),
         l.flagged.to_string(),
     ]
 }
 
-fn lists(r: &DatasetReport) -> Vec<String> {
+fn lists(r: &DatasetReport, e: &Escape) -> Vec<String> {
     let mut out = Vec::new();
-    let line = |u: &Unpaired| match (&u.other, &u.why) {
-        (Some(o), Some(w)) => format!("{} ({} vs {o}: {w})", u.id, u.file),
-        _ => format!("{} ({})", u.id, u.file),
+    let line = |u: &Unpaired| {
+        let (id, file) = ((e.short)(&u.id), (e.short)(&u.file));
+        match (&u.other, &u.why) {
+            (Some(o), Some(w)) => format!("{id} ({file} vs {}: {})", (e.short)(o), (e.long)(w)),
+            _ => format!("{id} ({file})"),
+        }
     };
     for (what, v) in [
         ("left out, token ids differ", &r.token_mismatches),
@@ -190,21 +183,24 @@ fn lists(r: &DatasetReport) -> Vec<String> {
     for f in &r.failed {
         out.push(format!(
             "could not be compared: {} ({} vs {}): {}",
-            f.id, f.file_a, f.file_b, f.error
+            (e.short)(&f.id),
+            (e.short)(&f.file_a),
+            (e.short)(&f.file_b),
+            (e.long)(&f.error)
         ));
     }
     out
 }
 
-fn header(r: &DatasetReport) -> String {
-    let mut out = format!("{}\n\n", r.summary);
+fn header(r: &DatasetReport, e: &Escape) -> String {
+    let mut out = format!("{}\n\n", (e.long)(&r.summary));
     for note in r.notes.iter().chain(&r.sample_notes) {
-        out.push_str(&format!("note: {note}\n"));
+        out.push_str(&format!("note: {}\n", (e.long)(note)));
     }
     for (side, spec, formats) in [("A", &r.a, &r.formats_a), ("B", &r.b, &r.formats_b)] {
-        out.push_str(&format!("{side}: {spec}\n"));
+        out.push_str(&format!("{side}: {}\n", (e.long)(spec)));
         for f in formats {
-            out.push_str(&format!("   {f}\n"));
+            out.push_str(&format!("   {}\n", (e.format)(f)));
         }
     }
     let shard = match r.shard {
@@ -215,26 +211,26 @@ fn header(r: &DatasetReport) -> String {
         "{} of {} pairs compared{shard}; {}\n",
         r.samples.len(),
         r.pairs_total,
-        r.calibration
+        (e.long)(&r.calibration)
     ));
     out
 }
 
-fn table(raw: &DatasetReport) -> String {
-    let r = &escaped(raw, |s| plain(s, SHORT), |s| plain(s, LONG));
-    let mut out = header(r);
+fn table(r: &DatasetReport) -> String {
+    let e = &TABLE;
+    let mut out = header(r, e);
     let mut g = grid(SAMPLE_COLUMNS.to_vec());
     for s in &r.samples {
-        g.add_row(sample_cells(s).into_iter().map(Cell::new));
+        g.add_row(sample_cells(s, e).into_iter().map(Cell::new));
     }
     out.push_str(&format!("{g}\n"));
     let cols = layer_columns(&r.metric);
     let mut g = grid(cols.iter().map(String::as_str).collect());
     for l in &r.layers {
-        g.add_row(layer_cells(&r.metric, l, l.name.clone()).map(Cell::new));
+        g.add_row(layer_cells(&r.metric, l, (e.short)(&l.name), e).map(Cell::new));
     }
     out.push_str(&format!("{g}\n"));
-    for l in lists(r) {
+    for l in lists(r, e) {
         out.push_str(&format!("{l}\n"));
     }
     out
@@ -245,11 +241,12 @@ fn md_row(cells: &[String]) -> String {
     format!("| {} |\n", cells.join(" | "))
 }
 
-fn markdown(raw: &DatasetReport) -> String {
-    // Text from files is escaped once here: nothing in it can open a tag or leave a table cell.
-    let r = &escaped(raw, |s| markdown_text(s, SHORT), |s| markdown_text(s, LONG));
-    let mut out = format!("**{}**\n\n", r.summary);
-    let head = header(r);
+fn markdown(r: &DatasetReport) -> String {
+    // Text from files is escaped where it is written: nothing in it can open a tag or leave a
+    // table cell.
+    let e = &MARKDOWN;
+    let mut out = format!("**{}**\n\n", (e.long)(&r.summary));
+    let head = header(r, e);
     let body: Vec<&str> = head.lines().skip(2).collect();
     for line in body {
         out.push_str(&format!("{}  \n", line.trim_start()));
@@ -259,17 +256,17 @@ fn markdown(raw: &DatasetReport) -> String {
     out.push_str(&md_row(&cols));
     out.push_str(&md_row(&vec!["---".to_string(); cols.len()]));
     for s in &r.samples {
-        out.push_str(&md_row(&sample_cells(s)));
+        out.push_str(&md_row(&sample_cells(s, e)));
     }
     out.push('\n');
     let cols = layer_columns(&r.metric);
     out.push_str(&md_row(&cols));
     out.push_str(&md_row(&vec!["---".to_string(); cols.len()]));
-    for (l, name) in r.layers.iter().zip(&raw.layers) {
-        let name = markdown_code(&name.name, SHORT, true);
-        out.push_str(&md_row(&layer_cells(&r.metric, l, name)));
+    for l in &r.layers {
+        let name = markdown_code(&l.name, SHORT, true);
+        out.push_str(&md_row(&layer_cells(&r.metric, l, name, e)));
     }
-    let rest = lists(r);
+    let rest = lists(r, e);
     if !rest.is_empty() {
         out.push('\n');
         for l in rest {
@@ -324,4 +321,22 @@ pub fn emit(r: &DatasetReport, options: &ReportOptions) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_format_lines_names_are_code_spans_and_its_text_escaped() {
+        assert_eq!(
+            markdown_format("torch.save (`a*b<c>` read as layer indices (1, 3); x*y)"),
+            "torch.save (`a*b<c>` read as layer indices (1, 3); x\\*y)"
+        );
+        // A name holding a backtick: the spans do not pair, the line is escaped whole.
+        assert_eq!(
+            markdown_format("torch.save (`a`b` read as layer indices (1))"),
+            "torch.save (\\`a\\`b\\` read as layer indices (1))"
+        );
+    }
 }

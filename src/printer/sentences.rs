@@ -5,7 +5,7 @@
 
 use super::cells::sci;
 use crate::compare::metrics::logits::LogitStats;
-use crate::report::summary::logits_sentence;
+use crate::report::logits_words::logits_sentence;
 use crate::report::{EnvDiff, Report, RouterRow, RoutingFlip, TokenIds};
 
 /// The logits line of the renderers: "KL mean 8.9e-4, p99 5.7e-3, max 1.6e-2 (token 138);

@@ -2,12 +2,14 @@
 //! to the printers (`crate::printer`), which format it and compute nothing.
 
 mod build;
+mod closer_to_truth;
 pub mod dataset;
 pub mod dataset_part;
 mod environment;
 pub mod first_values;
 mod fp8_notes;
 mod judged_rows;
+pub mod logits_words;
 mod router_data;
 mod router_rows;
 mod routing;

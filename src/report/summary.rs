@@ -1,12 +1,14 @@
-//! The sentences of a report: the one-line summary that leads it (whose first word is always the
-//! report's verdict word: `benign`/`uncalibrated` for ok, `drift`, `mismatch`), and the logits
-//! line. Shared by every renderer.
+//! The one-line summary that leads a report, whose first word is always the report's verdict
+//! word: `benign`/`uncalibrated` for ok, `drift`, `mismatch` (which side is closer to the truth:
+//! `closer_to_truth`; the logits line: `logits_words`). Shared by every renderer.
 
 use super::TensorRow;
+use super::closer_to_truth::who_is_right;
+use super::logits_words::logits_sentence;
 use crate::compare::Kind;
 use crate::compare::metrics::Location;
 use crate::compare::metrics::logits::LogitStats;
-use crate::compare::verdict::{K_DRIFT, Verdict};
+use crate::compare::verdict::Verdict;
 
 /// What the summary is about.
 pub struct Subject<'a> {
@@ -374,90 +376,6 @@ fn op_path(r: &TensorRow) -> String {
         _ => "layer",
     };
     format!(" (in the {what} of layer {})", r.layer.unwrap_or(0))
-}
-
-/// Which side is closer to the f64 truth at row `r` (the first flagged row, or the last hidden
-/// state): "fused is 1.3× closer to the f64 truth than reference at final_norm; both within 1.1×
-/// the floor of the truth everywhere" (the last clause only while both are within [`K_DRIFT`]
-/// floors everywhere).
-pub fn who_is_right(a: &str, b: &str, r: &TensorRow, rows: &[TensorRow]) -> Option<String> {
-    // Distances over the finite elements of a row with NaN/Inf would read as agreement.
-    if let (na, nb) = r.non_finite()
-        && na + nb > 0
-    {
-        return Some(format!(
-            "at {}, {a} holds {na} and {b} {nb} NaN/Inf values: no distance from the f64 truth is measured there",
-            r.name
-        ));
-    }
-    let (da, db) = (r.judgement.a_vs_truth?, r.judgement.b_vs_truth?);
-    let within = rows
-        .iter()
-        .filter(|r| r.non_finite() == (0, 0))
-        .filter_map(|r| {
-            Some(
-                r.judgement.a_vs_truth?.max(r.judgement.b_vs_truth?)
-                    / r.judgement.floor.filter(|f| *f > 0.0)?,
-            )
-        })
-        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
-        .filter(|x| *x <= K_DRIFT)
-        .map(|x| format!("; both within {x:.1}× the floor of the truth everywhere"))
-        .unwrap_or_default();
-    let at = &r.name;
-    // A side within f64 rounding of the truth *is* the truth for this purpose.
-    let exact = |d: f64| d < EXACT;
-    let off = |d: f64| match r.judgement.floor.filter(|f| *f > 0.0) {
-        Some(f) => format!("{d:.2e} ({:.1}× the floor)", d / f),
-        None => format!("{d:.2e}"),
-    };
-    Some(match (exact(da), exact(db)) {
-        (true, true) => format!("both match the f64 truth at {at}"),
-        (true, false) => format!(
-            "{a} matches the f64 truth; {b} is {} from it at {at}{within}",
-            off(db)
-        ),
-        (false, true) => format!(
-            "{b} matches the f64 truth; {a} is {} from it at {at}{within}",
-            off(da)
-        ),
-        (false, false) => {
-            let (near, far, k) = if da <= db {
-                (a, b, db / da)
-            } else {
-                (b, a, da / db)
-            };
-            if k < 1.1 {
-                format!("{a} and {b} are equally close to the f64 truth at {at}{within}")
-            } else {
-                format!("{near} is {k:.1}× closer to the f64 truth than {far} at {at}{within}")
-            }
-        }
-    })
-}
-
-/// rel L2 below which a side counts as the f64 truth itself (f64 rounding over a deep model).
-const EXACT: f64 = 1e-12;
-
-/// "top-1 agrees at 147 of 155 positions; the 8 flips are all near-ties (margin < 1.2e-1)".
-pub fn logits_sentence(l: &LogitStats) -> String {
-    let agree = l.tokens - l.top1_flips;
-    if l.top1_flips == 0 {
-        return format!("top-1 agrees at all {} positions", l.tokens);
-    }
-    let ties = l.top1_flips - l.top1_flips_decided;
-    let margin = format!("top-2 margin < {:.1e}", l.tie_margin);
-    let flips = match (ties, l.top1_flips_decided) {
-        (_, 0) if l.top1_flips == 1 => format!("the flip is a near-tie ({margin})"),
-        (_, 0) => format!("the {} flips are all near-ties ({margin})", l.top1_flips),
-        (0, n) => format!("{n} flip(s), none of them a near-tie ({margin})"),
-        (t, n) => format!(
-            "{t} of the {} flips are near-ties ({margin}), {n} {} not",
-            l.top1_flips,
-            if n == 1 { "is" } else { "are" }
-        ),
-    };
-    format!("top-1 agrees at {agree} of {} positions; {flips}", l.tokens)
 }
 
 #[cfg(test)]

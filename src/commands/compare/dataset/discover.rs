@@ -213,27 +213,83 @@ pub fn open(
     FileSource::open_with(path, hint, &opts)
 }
 
-/// The samples of one side. A file that cannot be read is an error when it is the side's first
-/// (a side misread as a whole), else it is returned in `failed` with its error.
+impl Listed {
+    /// Each file's sample id (see [`unique_ids`]).
+    pub fn ids(&self) -> Vec<String> {
+        unique_ids(&self.files, &self.root)
+    }
+
+    /// The side these files make, with no sample yet.
+    pub fn side(&self) -> Side {
+        Side {
+            samples: Vec::new(),
+            formats: Vec::new(),
+            skipped: self.skipped.clone(),
+            not_read: self.not_read.clone(),
+            pipeline: false,
+            fingerprinted: false,
+            listing: self.listing.clone(),
+        }
+    }
+}
+
+/// What one file tells about its side: how it was read, whether it is a drafter pipeline's
+/// dump, whether it carries a fingerprint, whether it was a gzip file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    format: String,
+    pub pipeline: bool,
+    pub fingerprinted: bool,
+    pub inflated: bool,
+}
+
+impl Facts {
+    pub fn of(src: &FileSource) -> Facts {
+        Facts {
+            format: format_of(src),
+            pipeline: src.pipeline.is_some(),
+            fingerprinted: src.fingerprint.is_some(),
+            inflated: src.inflated(),
+        }
+    }
+}
+
+impl Side {
+    /// Takes in what one of the side's files tells (in the files' order: formats are listed
+    /// in the order they are first seen).
+    pub fn learn(&mut self, facts: Facts) {
+        self.pipeline |= facts.pipeline;
+        self.fingerprinted |= facts.fingerprinted;
+        if !self.formats.contains(&facts.format) {
+            self.formats.push(facts.format);
+        }
+    }
+}
+
+/// How a file was read, without its per-sample parts: files read alike are listed once.
+fn format_of(src: &FileSource) -> String {
+    match &src.pipeline {
+        Some(p) => general(&strip_batch(&p.description), p.stored_positions),
+        None if src.conventions.is_empty() => src.format.as_str().to_string(),
+        None => format!(
+            "{} ({})",
+            src.format.as_str(),
+            strip_batch(&src.conventions.join("; "))
+        ),
+    }
+}
+
+/// The samples of one side's files. A file that cannot be read is an error when it is the
+/// side's first (a side misread as a whole), else it is returned in `failed` with its error.
 pub fn side(
-    spec: &Path,
+    listed: &Listed,
     hint: Option<candle_core::DType>,
     read: &ReadOptions,
 ) -> Result<(Side, Vec<(PathBuf, Error)>)> {
-    let Listed {
-        files: paths,
-        skipped,
-        not_read,
-        listing,
-        root,
-    } = files(spec)?;
-    let ids = unique_ids(&paths, &root);
-    let mut samples = Vec::new();
-    let mut formats: Vec<String> = Vec::new();
+    let ids = listed.ids();
+    let mut side = listed.side();
     let mut failed = Vec::new();
-    let mut pipeline = false;
-    let mut fingerprinted = false;
-    for (n, path) in paths.iter().enumerate() {
+    for (n, path) in listed.files.iter().enumerate() {
         // Sample 0 tells the batch size.
         let first = match open(path, Some(0), hint, read) {
             Ok(src) => src,
@@ -243,70 +299,64 @@ pub fn side(
                 continue;
             }
         };
-        let batch = first.samples_held();
-        pipeline |= first.pipeline.is_some();
-        fingerprinted |= first.fingerprint.is_some();
-        let format = match &first.pipeline {
-            Some(p) => general(&strip_batch(&p.description), p.stored_positions),
-            None if first.conventions.is_empty() => first.format.as_str().to_string(),
-            None => format!(
-                "{} ({})",
-                first.format.as_str(),
-                strip_batch(&first.conventions.join("; "))
-            ),
-        };
-        if !formats.contains(&format) {
-            formats.push(format);
-        }
-        let id = &ids[n];
-        for b in 0..batch {
-            // Sample 0's source may hold every sample's ids (an SGLang pass's requests): no
-            // reading of the file again for them.
-            let (ids, held_from) = if b == 0 {
-                (first.input_ids(), first.held_from)
-            } else if let Some(held) = first.held_input_ids(b) {
-                (held.map(Some), 0)
-            } else {
-                match open(path, Some(b), hint, read) {
-                    Ok(src) => (src.input_ids(), src.held_from),
-                    Err(e) => {
-                        failed.push((path.clone(), e));
-                        continue;
-                    }
-                }
-            };
-            let tokens = match ids {
-                Ok(ids) => ids.map(|ids| (digest(&ids), ids.len())),
+        side.learn(Facts::of(&first));
+        samples_of(
+            path,
+            &ids[n],
+            &first,
+            (hint, read),
+            &mut side.samples,
+            &mut failed,
+        );
+    }
+    Ok((side, failed))
+}
+
+/// The samples of one file, whose sample 0 is `first`: their ids and token ids.
+fn samples_of(
+    path: &Path,
+    id: &str,
+    first: &FileSource,
+    (hint, read): (Option<candle_core::DType>, &ReadOptions),
+    samples: &mut Vec<Sample>,
+    failed: &mut Vec<(PathBuf, Error)>,
+) {
+    let batch = first.samples_held();
+    for b in 0..batch {
+        // Sample 0's source may hold every sample's ids (an SGLang pass's requests): no
+        // reading of the file again for them.
+        let (ids, held_from) = if b == 0 {
+            (first.input_ids(), first.held_from)
+        } else if let Some(held) = first.held_input_ids(b) {
+            (held.map(Some), 0)
+        } else {
+            match open(path, Some(b), hint, read) {
+                Ok(src) => (src.input_ids(), src.held_from),
                 Err(e) => {
-                    failed.push((path.clone(), e));
+                    failed.push((path.to_path_buf(), e));
                     continue;
                 }
-            };
-            samples.push(Sample {
-                id: if batch > 1 {
-                    format!("{id}#{b}")
-                } else {
-                    id.clone()
-                },
-                path: path.clone(),
-                batch_index: (batch > 1).then_some(b),
-                tokens,
-                held_from,
-            });
-        }
+            }
+        };
+        let tokens = match ids {
+            Ok(ids) => ids.map(|ids| (digest(&ids), ids.len())),
+            Err(e) => {
+                failed.push((path.to_path_buf(), e));
+                continue;
+            }
+        };
+        samples.push(Sample {
+            id: if batch > 1 {
+                format!("{id}#{b}")
+            } else {
+                id.to_string()
+            },
+            path: path.to_path_buf(),
+            batch_index: (batch > 1).then_some(b),
+            tokens,
+            held_from,
+        });
     }
-    Ok((
-        Side {
-            samples,
-            formats,
-            skipped,
-            not_read,
-            pipeline,
-            fingerprinted,
-            listing,
-        },
-        failed,
-    ))
 }
 
 /// A reading's description without the per-sample parts (positions, batch row); an SGLang pass's

@@ -16,9 +16,19 @@ use crate::report::dataset_part::{PartHeader, first_difference};
 /// Missing shards named at most this many at once.
 const NAMED: usize = 10;
 
+/// A part read and checked whole: its path, its report, its header.
+type Part<'p> = (&'p PathBuf, DatasetReport, PartHeader);
+
 /// Joins the parts at `paths`.
 pub fn merge(paths: &[PathBuf]) -> Result<DatasetReport> {
-    let mut parts: Vec<(&PathBuf, DatasetReport, PartHeader)> = Vec::with_capacity(paths.len());
+    let parts = read_parts(paths)?;
+    check_one_run(&parts)?;
+    Ok(join(parts))
+}
+
+/// Each part read and checked whole.
+fn read_parts(paths: &[PathBuf]) -> Result<Vec<Part<'_>>> {
+    let mut parts: Vec<Part> = Vec::with_capacity(paths.len());
     for p in paths {
         let bytes = crate::util::input::read_regular(
             p,
@@ -28,13 +38,18 @@ pub fn merge(paths: &[PathBuf]) -> Result<DatasetReport> {
         let (r, h) = part::parse(&bytes).map_err(|why| Error::file(p, why))?;
         parts.push((p, r, h));
     }
+    Ok(parts)
+}
+
+/// That the parts are of one run, each shard once and none missing.
+fn check_one_run(parts: &[Part]) -> Result<()> {
     let Some((first_path, first, first_header)) = parts.first() else {
         return Err(Error::argument("PART.json", "no part to merge"));
     };
     let count = first_header.shard.count;
     // Keyed by index: nothing is sized by a count a file claims.
     let mut seen: BTreeMap<usize, &PathBuf> = BTreeMap::new();
-    for (path, r, h) in &parts {
+    for (path, r, h) in parts {
         let another = |what: String| {
             Error::file(
                 path,
@@ -47,16 +62,7 @@ pub fn merge(paths: &[PathBuf]) -> Result<DatasetReport> {
         if let Some(d) = first_difference(&first_header.run, &h.run) {
             return Err(another(d));
         }
-        let same = r.a == first.a
-            && r.b == first.b
-            && r.pairs_total == first.pairs_total
-            && r.unpaired_a == first.unpaired_a
-            && r.unpaired_b == first.unpaired_b
-            && r.token_mismatches == first.token_mismatches
-            && r.calibration == first.calibration
-            && r.formats_a == first.formats_a
-            && r.formats_b == first.formats_b;
-        if !same {
+        if !same_pairing(r, first) {
             return Err(another(
                 "the sides' pairing, pairs_total, formats or calibration differ".to_string(),
             ));
@@ -72,6 +78,24 @@ pub fn merge(paths: &[PathBuf]) -> Result<DatasetReport> {
             ));
         }
     }
+    missing_shards(&seen, count)
+}
+
+/// Whether two parts' sides paired alike and were read and calibrated alike.
+fn same_pairing(r: &DatasetReport, first: &DatasetReport) -> bool {
+    r.a == first.a
+        && r.b == first.b
+        && r.pairs_total == first.pairs_total
+        && r.unpaired_a == first.unpaired_a
+        && r.unpaired_b == first.unpaired_b
+        && r.token_mismatches == first.token_mismatches
+        && r.calibration == first.calibration
+        && r.formats_a == first.formats_a
+        && r.formats_b == first.formats_b
+}
+
+/// An error naming the shards of `count` that no part in `seen` is, if any.
+fn missing_shards(seen: &BTreeMap<usize, &PathBuf>, count: usize) -> Result<()> {
     if seen.len() < count {
         let missing: Vec<String> = (0..count)
             .filter(|i| !seen.contains_key(i))
@@ -89,7 +113,13 @@ pub fn merge(paths: &[PathBuf]) -> Result<DatasetReport> {
         };
         return Err(Error::argument("PART.json", msg));
     }
-    let mut whole = first.clone();
+    Ok(())
+}
+
+/// The report of the whole run: the first part's pairing, every part's samples, each failed
+/// file once; verdict and headline computed again.
+fn join(parts: Vec<Part>) -> DatasetReport {
+    let mut whole = parts[0].1.clone();
     whole.shard = None;
     whole.part = None;
     whole.command = None;
@@ -113,5 +143,5 @@ pub fn merge(paths: &[PathBuf]) -> Result<DatasetReport> {
         }
     }
     aggregate::finish(&mut whole);
-    Ok(whole)
+    whole
 }

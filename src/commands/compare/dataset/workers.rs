@@ -28,10 +28,16 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Workers for pairs of the files `pairs` (A's file, B's file), on `threads` threads.
-    pub fn plan<'a>(pairs: impl Iterator<Item = (&'a Path, &'a Path)>, threads: usize) -> Self {
+    /// Workers for pairs of the files `pairs` (A's file, B's file), on `threads` threads;
+    /// `may_be_gzip` says of each side whether its files may be gzip files (each then opened
+    /// for the inflated size it records), as a side's files already read tell.
+    pub fn plan<'a>(
+        pairs: impl Iterator<Item = (&'a Path, &'a Path)>,
+        threads: usize,
+        may_be_gzip: (bool, bool),
+    ) -> Self {
         let per_pair = pairs
-            .map(|(a, b)| in_memory_bound(a) + in_memory_bound(b))
+            .map(|(a, b)| in_memory_bound(a, may_be_gzip.0) + in_memory_bound(b, may_be_gzip.1))
             .max()
             .unwrap_or(0);
         let budget = available_bytes().map(|b| b / 2);
@@ -72,9 +78,9 @@ fn count(threads: usize, per_pair: u64, budget: Option<u64>) -> usize {
 }
 
 /// What one file of a pair may hold in memory while it is compared.
-fn in_memory_bound(path: &Path) -> u64 {
+fn in_memory_bound(path: &Path, may_be_gzip: bool) -> u64 {
     let len = std::fs::metadata(path).map_or(0, |m| m.len());
-    match gzip_size(path) {
+    match may_be_gzip.then(|| gzip_size(path)).flatten() {
         // Inflated into memory, then read from there.
         Some(inflated) => inflated.max(len).saturating_mul(3),
         None => len.saturating_mul(2),
