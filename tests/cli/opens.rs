@@ -49,6 +49,12 @@ fn opens_of(trace: &str, path: &Path) -> usize {
         .count()
 }
 
+/// Asserts that `path` is opened `want` times in `trace`.
+fn assert_opened(trace: &str, path: &str, want: usize) {
+    let n = opens_of(trace, Path::new(path));
+    assert_eq!(n, want, "{path} opened {n} times, not {want}:\n{trace}");
+}
+
 #[test]
 fn compare_of_two_files_opens_each_file_and_config_json_once() {
     let (a, b) = (
@@ -60,11 +66,7 @@ fn compare_of_two_files_opens_each_file_and_config_json_once() {
         return;
     };
     for path in [a, b, "golden/qwen3_5_tiny/config.json"] {
-        assert_eq!(
-            opens_of(&trace, Path::new(path)),
-            1,
-            "{path} opened other than once:\n{trace}"
-        );
+        assert_opened(&trace, path, 1);
     }
 }
 
@@ -80,12 +82,7 @@ fn compare_of_two_datasets_reads_config_json_once() {
     let Some(trace) = traced_opens(&args) else {
         return;
     };
-    let config = "golden/qwen3_5_tiny/config.json";
-    assert_eq!(
-        opens_of(&trace, Path::new(config)),
-        1,
-        "{config} opened other than once:\n{trace}"
-    );
+    assert_opened(&trace, "golden/qwen3_5_tiny/config.json", 1);
     for i in 0..3 {
         for path in [
             format!("{a}/hs_{i}.safetensors"),
@@ -112,8 +109,7 @@ fn compare_of_two_datasets_paired_by_name_opens_each_file_once() {
         .flat_map(|i| [format!("{a}/s{i}.pt"), format!("{b}/s{i}.pt")])
         .chain([config])
     {
-        let n = opens_of(&trace, Path::new(&path));
-        assert_eq!(n, 1, "{path} opened {n} times:\n{trace}");
+        assert_opened(&trace, &path, 1);
     }
 }
 
@@ -131,9 +127,7 @@ fn a_pair_by_name_left_out_for_its_token_ids_is_read_again_only_to_say_how() {
     };
     for i in 0..3 {
         for path in [format!("{a}/s{i}.pt"), format!("{b}/s{i}.pt")] {
-            let n = opens_of(&trace, Path::new(&path));
-            let want = if i == 2 { 2 } else { 1 };
-            assert_eq!(n, want, "{path} opened {n} times:\n{trace}");
+            assert_opened(&trace, &path, if i == 2 { 2 } else { 1 });
         }
     }
 }

@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::craft::capture;
-use super::harness::{Case, Expect, args, expect, refused, s};
+use super::harness::{Case, Expect, args, expect, note_with, refused, report, s};
 
 /// A capture at `dir/rel` (folders made), its values drawn from `seed`.
 fn sample(dir: &Path, rel: &str, seed: u64) -> PathBuf {
@@ -46,11 +46,6 @@ fn compare_json(d: &Path, a: &Path, b: &Path) -> Case {
 }
 
 /// The dataset report `d/r.json`.
-fn report(d: &Path) -> serde_json::Value {
-    let text = std::fs::read(d.join("r.json")).expect("report written");
-    serde_json::from_slice(&text).expect("json")
-}
-
 fn sample_ids(r: &serde_json::Value) -> Vec<String> {
     r["samples"]
         .as_array()
@@ -58,20 +53,6 @@ fn sample_ids(r: &serde_json::Value) -> Vec<String> {
         .iter()
         .map(|s| s["id"].as_str().expect("id").to_string())
         .collect()
-}
-
-/// The report's note that holds every one of `needles`.
-fn note_with(r: &serde_json::Value, needles: &[&str]) {
-    let notes: Vec<&str> = r["notes"]
-        .as_array()
-        .expect("notes")
-        .iter()
-        .filter_map(|n| n.as_str())
-        .collect();
-    assert!(
-        notes.iter().any(|n| needles.iter().all(|x| n.contains(x))),
-        "no note with {needles:?}: {notes:#?}"
-    );
 }
 
 hostile!(

@@ -253,3 +253,23 @@ pub fn dump_case(tag: &str, d: &Path, model: &Path, extra: &[&str], needles: &[&
     a.extend(args(extra));
     refused(a, needles).writing(out)
 }
+
+/// The JSON report a case wrote to `d/r.json`.
+pub fn report(d: &Path) -> serde_json::Value {
+    let text = std::fs::read(d.join("r.json")).expect("report written");
+    serde_json::from_slice(&text).expect("json")
+}
+
+/// Asserts that one of the report's notes holds every one of `needles`.
+pub fn note_with(r: &serde_json::Value, needles: &[&str]) {
+    let notes: Vec<&str> = r["notes"]
+        .as_array()
+        .expect("notes")
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(
+        notes.iter().any(|n| needles.iter().all(|x| n.contains(x))),
+        "no note with {needles:?}: {notes:#?}"
+    );
+}

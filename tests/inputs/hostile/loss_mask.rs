@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::harness::{Case, Expect, args, expect, s};
+use super::harness::{Case, Expect, args, expect, note_with, report, s};
 
 fn pipes() -> PathBuf {
     crate::common::repo_root().join("tests/fixtures/pipelines/qwen3_5_tiny")
@@ -32,11 +32,6 @@ fn compare_dflash(d: &Path, a: &Path, b: &Path, expected: Expect) -> Case {
     )
 }
 
-fn report(d: &Path) -> serde_json::Value {
-    let text = std::fs::read(d.join("r.json")).expect("report written");
-    serde_json::from_slice(&text).expect("json")
-}
-
 fn untrained(i: usize) -> PathBuf {
     pipes().join(format!(
         "specforge_dflash_untrained/rows_0-5000/data_{i}.ckpt"
@@ -49,20 +44,8 @@ fn masked(i: usize) -> PathBuf {
 
 /// The pair's notes say that none of `tokens` positions is trained on.
 fn says_none_trained(d: &Path, tokens: usize) {
-    let r = report(d);
-    let notes: Vec<&str> = r["notes"]
-        .as_array()
-        .expect("notes")
-        .iter()
-        .filter_map(|n| n.as_str())
-        .collect();
     let needle = format!("trained positions (loss_mask): none of {tokens}");
-    assert!(
-        notes
-            .iter()
-            .any(|n| n.contains(&needle) && n.contains("no position is trained on")),
-        "no note of the untrained mask in {notes:?}"
-    );
+    note_with(&report(d), &[&needle, "no position is trained on"]);
 }
 
 hostile!(
