@@ -126,15 +126,13 @@ impl Job {
                 };
                 let routes = routes_of(input, run)?;
                 let made = match (run.role, feed) {
-                    (Role::Calibration, None) => {
-                        let recording = Recording {
-                            backend: run.backend,
-                            dtype: run.dtype,
-                            through: run.through,
-                            ops: self.spec.ops,
-                        };
-                        calibration(input, backend.get(), (recording, routes), &mut prior)?
-                    }
+                    (Role::Calibration, None) => calibration(
+                        input,
+                        backend.get(),
+                        (run, routes),
+                        self.spec.ops,
+                        &mut prior,
+                    )?,
                     _ => forward(
                         input,
                         backend.get(),
@@ -172,31 +170,29 @@ fn routes_of<'i>(input: &ModelInput<'i>, run: &Run) -> Result<Option<&'i Routes>
     })
 }
 
-/// An unfed calibration run recorded as `recording` and routed by `routes`, taken from or
-/// resuming `prior`'s runs where it can, and kept there for the runs after it.
+/// An unfed calibration run routed by `routes` (with ops when `ops`), taken from or resuming
+/// `prior`'s runs where it can, and kept there for the runs after it.
 fn calibration(
     input: &ModelInput,
     backend: &dyn LinearAttentionBackend,
-    (recording, routes): (Recording, Option<&Routes>),
+    (run, routes): (&Run, Option<&Routes>),
+    ops: bool,
     prior: &mut Prior,
 ) -> Result<Captures> {
-    let layers = input.model.config.num_hidden_layers;
-    let last = recording.through.map_or(layers, |l| l + 1).min(layers) - 1;
-    let run = Run {
-        backend: recording.backend,
-        dtype: recording.dtype,
-        fed: false,
-        through: recording.through,
-        role: Role::Calibration,
-        routes: RoutedBy::Own,
+    let recording = Recording {
+        backend: run.backend,
+        dtype: run.dtype,
+        through: run.through,
+        ops,
     };
+    let layers = input.model.config.num_hidden_layers;
+    let last = run.through.map_or(layers, |l| l + 1).min(layers) - 1;
     let made = match prior.reuse(recording, routes, last) {
         Reuse::Taken(caps) => return Ok(caps.clone()),
         Reuse::Resumed(caps, at) => {
-            let resume = Some((caps, at));
-            forward(input, backend, (&run, routes), recording.ops, None, resume)?
+            forward(input, backend, (run, routes), ops, None, Some((caps, at)))?
         }
-        Reuse::Fresh => forward(input, backend, (&run, routes), recording.ops, None, None)?,
+        Reuse::Fresh => forward(input, backend, (run, routes), ops, None, None)?,
     };
     prior.add(recording, routes, &made);
     Ok(made)
@@ -212,14 +208,16 @@ pub fn truth_run(
     (through, ops): (Option<usize>, bool),
     prior: &mut Prior,
 ) -> Result<Captures> {
-    let recording = Recording {
+    let run = Run {
         backend: super::TRUTH_BACKEND,
         dtype: DType::F64,
+        fed: false,
         through,
-        ops,
+        role: Role::Calibration,
+        routes: RoutedBy::Own,
     };
-    let backend = recording.backend.open(input.device)?;
-    calibration(input, backend.as_ref(), (recording, routes), prior)
+    let backend = run.backend.open(input.device)?;
+    calibration(input, backend.as_ref(), (&run, routes), ops, prior)
 }
 
 /// The dtype two or more runs share (the first such, in run order), if any.

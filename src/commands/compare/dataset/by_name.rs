@@ -71,7 +71,7 @@ pub fn run(
         ),
         open: &open,
     };
-    let ran = match pairs::run(&plan, &with, &mut model) {
+    let mut ran = match pairs::run(&plan, &with, &mut model) {
         Ok(ran) => ran,
         Err(why) => {
             eprintln!(
@@ -81,7 +81,6 @@ pub fn run(
             return Ok(None);
         }
     };
-    let mut ran = ran;
     let Some(matching) = left_out(pairs, &mut ran, lock_owned(differing), samples) else {
         return Ok(None);
     };
