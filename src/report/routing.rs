@@ -10,10 +10,9 @@
 //! Near-tie: the flip gap (the logit change, in units of the token's router-logit RMS, that
 //! would make the exact router choose the side's experts) is within what the arithmetic's own
 //! error can move it: [`NEAR_TIE_SIGMAS`] × the relative error at that token of that layer's
-//! output against the routed truth — the larger of the side's (where it holds that layer) and
-//! the floor run's (the reference at that dtype under the same routing) — and never below
-//! [`MIN_TIE`] unit roundoffs of the compared dtype. A flip beyond that is not rounding: it is a
-//! finding.
+//! output against the routed truth — the larger of the side's own ([`side_noise`]) and the floor
+//! run's (the reference at that dtype under the same routing) — and never below [`MIN_TIE`] unit
+//! roundoffs of the compared dtype. A flip beyond that is not rounding: it is a finding.
 //!
 //! Without router ids on both sides the flips cannot be located: the report says so, and no
 //! flip is listed.
@@ -94,6 +93,46 @@ fn row_f64(src: &dyn TensorSource, key: Key) -> Result<Option<Vec<f64>>> {
     }
 }
 
+/// The layers whose outputs (`layers.{i}`) `source` carries, ascending.
+fn held_layers(source: &dyn TensorSource) -> Vec<usize> {
+    let mut layers: Vec<usize> = source
+        .names()
+        .iter()
+        .filter_map(|n| match Key::of(n)? {
+            Key::Layer(i) => Some(i),
+            _ => None,
+        })
+        .collect();
+    layers.sort_unstable();
+    layers
+}
+
+/// Per token, the side's own relative error against its routed truth at the router's input of
+/// MoE layer `layer`: its error at that layer's output where it holds it; where it does not
+/// (hooks on a few layers), the larger of its errors at the nearest layers it holds below and
+/// above. The router's input lies between those two outputs on the residual stream, and a side's
+/// arithmetic can be noisier than the floor run's (another kernel, other rounding points), so
+/// the floor run's error alone can understate it there. `errors` holds the side's per-token
+/// errors at each layer it holds.
+fn side_noise(errors: &[(usize, Vec<f64>)], layer: usize) -> Vec<f64> {
+    if let Some((_, e)) = errors.iter().find(|(l, _)| *l == layer) {
+        return e.clone();
+    }
+    let below = errors.iter().rev().find(|(l, _)| *l < layer);
+    let above = errors.iter().find(|(l, _)| *l > layer);
+    let mut noise: Vec<f64> = Vec::new();
+    for (_, e) in below.into_iter().chain(above) {
+        noise.resize(noise.len().max(e.len()), 0.0);
+        for (n, &x) in noise.iter_mut().zip(e) {
+            // A NaN error bounds nothing: it is left out, as in the bound itself.
+            if x.is_finite() {
+                *n = n.max(x);
+            }
+        }
+    }
+    noise
+}
+
 /// Per token, the relative error of `run` against `truth` at `layers.{layer}` (empty when
 /// either lacks it).
 fn token_errors(
@@ -124,7 +163,15 @@ pub fn routing(
     let mut flips: Vec<RoutingFlip> = Vec::new();
     let mut unseen: Vec<(usize, Vec<String>)> = Vec::new();
     for &(label, side, truth, floor) in sides {
-        for layer in router_layers(truth) {
+        let moe = router_layers(truth);
+        if moe.is_empty() {
+            continue;
+        }
+        let side_errors = held_layers(side)
+            .into_iter()
+            .map(|l| Ok((l, token_errors(side, truth, l)?)))
+            .collect::<Result<Vec<_>>>()?;
+        for layer in moe {
             let recorded = side
                 .tensor(&Key::Router(layer, RouterField::TopkIds).to_string())?
                 .is_some();
@@ -140,10 +187,10 @@ pub fn routing(
             let Some(gaps) = row_f64(truth, Key::Router(layer, RouterField::FlipGap))? else {
                 continue;
             };
-            // The side's own error there when it holds that layer, and the floor run's (the
-            // reference at that dtype under the same routing, which holds every layer).
+            // The side's own error there, and the floor run's (the reference at that dtype
+            // under the same routing, which holds every layer).
             let noise = [
-                token_errors(side, truth, layer)?,
+                side_noise(&side_errors, layer),
                 token_errors(floor, truth, layer)?,
             ];
             for (token, &gap) in gaps.iter().enumerate() {
@@ -182,4 +229,50 @@ pub fn routing(
     flips.sort_by_key(|f| (f.layer, f.token));
     unseen.sort();
     Ok(Routing { flips, unseen })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::side_noise;
+    use crate::backends::cases::SplitMix;
+
+    fn errors(rng: &mut SplitMix, tokens: usize) -> Vec<f64> {
+        (0..tokens).map(|_| 1e-3 + 5e-2 * rng.uniform()).collect()
+    }
+
+    #[test]
+    fn a_side_noise_is_its_own_error_where_held_and_its_neighbours_larger_elsewhere() {
+        let mut rng = SplitMix::new(0x5eed_0004);
+        let held: Vec<(usize, Vec<f64>)> = [1, 3, 5].map(|l| (l, errors(&mut rng, 9))).into();
+        assert_eq!(side_noise(&held, 3), held[1].1);
+        let between = side_noise(&held, 4);
+        for t in 0..9 {
+            assert_eq!(between[t], held[1].1[t].max(held[2].1[t]));
+        }
+        assert_eq!(
+            side_noise(&held, 0),
+            held[0].1,
+            "below every held layer: the first"
+        );
+        assert_eq!(
+            side_noise(&held, 7),
+            held[2].1,
+            "above every held layer: the last"
+        );
+        assert!(
+            side_noise(&[], 2).is_empty(),
+            "a side holding no layer has no noise of its own"
+        );
+    }
+
+    #[test]
+    fn a_nan_error_bounds_nothing() {
+        let mut rng = SplitMix::new(0x5eed_0005);
+        let mut below = errors(&mut rng, 4);
+        let above = errors(&mut rng, 4);
+        below[2] = f64::NAN;
+        let noise = side_noise(&[(1, below.clone()), (3, above.clone())], 2);
+        assert_eq!(noise[2], above[2]);
+        assert_eq!(noise[0], below[0].max(above[0]));
+    }
 }
