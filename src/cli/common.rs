@@ -8,7 +8,7 @@ use super::values::DtypeArg;
 use crate::error::{Error, Result};
 use crate::job::session::{RunInput, Session, SessionSpec};
 use crate::util::device::DeviceName;
-use crate::util::input::parse_token_list;
+use crate::util::input::{parse_token_list, read_token_file};
 
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
@@ -21,8 +21,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "TEXT|@FILE|NAME", conflicts_with = "tokens")]
     pub prompt: Option<String>,
 
-    /// Token ids, comma-separated, bypassing the tokenizer.
-    #[arg(long, value_name = "IDS")]
+    /// Token ids, comma-separated, or @FILE of them, bypassing the tokenizer.
+    #[arg(long, value_name = "IDS|@FILE")]
     pub tokens: Option<String>,
 
     /// Compute dtype: f64 (true float64 everywhere), f32, bf16, f16; fp8 / fp8-ue8m0 (an FP8
@@ -41,16 +41,18 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The files and folders this run reads (model folder, prompt file), for output checks.
+    /// The files and folders this run reads (model folder, prompt or token-id file), for
+    /// output checks.
     pub fn input_paths(&self) -> Vec<&std::path::Path> {
-        let prompt = self
+        let at_file = self
             .prompt
             .as_deref()
+            .or(self.tokens.as_deref())
             .and_then(|p| p.strip_prefix('@'))
             // A bare `@` names no file ([`at_file`] refuses it).
             .filter(|p| !p.is_empty())
             .map(std::path::Path::new);
-        self.model.as_deref().into_iter().chain(prompt).collect()
+        self.model.as_deref().into_iter().chain(at_file).collect()
     }
 
     /// Loads the model and reads the input these options name.
@@ -68,7 +70,12 @@ impl RunArgs {
     /// default prompt.
     fn input(&self) -> Result<RunInput> {
         if let Some(list) = &self.tokens {
-            return Ok(RunInput::Ids(parse_token_list(list)?));
+            return Ok(RunInput::Ids(
+                match at_file(list, "--tokens", "the ids themselves")? {
+                    Some(path) => read_token_file(&path)?,
+                    None => parse_token_list(list)?,
+                },
+            ));
         }
         let Some(arg) = &self.prompt else {
             return Ok(RunInput::default());

@@ -157,7 +157,8 @@ impl<'a> Weights<'a> {
             return Err(Error::argument(
                 "--dtype",
                 format!(
-                    "`{full}` is quantised, but hsdiff serves W8A8 only for Linear weights of                      shape [out, in] (not this one); run it with --dtype bf16"
+                    "`{full}` is quantised, but hsdiff serves W8A8 only for Linear weights of \
+                     shape [out, in] (not this one); run it with --dtype bf16"
                 ),
             ));
         }

@@ -187,6 +187,15 @@ fn checked_prompt(text: String, source: PromptSource) -> Result<(String, PromptS
     Ok((text, source))
 }
 
+/// The ids of a `--tokens @FILE` file: a list with commas, spaces or newlines between the ids,
+/// optionally in brackets.
+pub fn read_token_file(path: &Path) -> Result<Vec<u32>> {
+    let bytes = read_regular(path, limits::get().prompt_bytes, "prompt-bytes")?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Error::file(path, "the token-id file is not UTF-8 text"))?;
+    parse_token_list(&text.replace(|c: char| c.is_whitespace() || c == '[' || c == ']', ","))
+}
+
 /// `--tokens 1,2,3` → ids.
 pub fn parse_token_list(arg: &str) -> Result<Vec<u32>> {
     let ids: Vec<u32> = arg

@@ -15,6 +15,7 @@ mod compare;
 mod env_check;
 mod field;
 mod findings;
+mod message_spacing;
 mod moe;
 mod opens;
 mod pipelines;

@@ -9,10 +9,8 @@ use crate::capture::Key;
 use crate::error::{Error, Result};
 use crate::formats::FileSource;
 use crate::util::input::{
-    PromptSource, Tokenizer, parse_token_list, read_regular, resolve_prompt_file,
-    resolve_prompt_text,
+    PromptSource, Tokenizer, read_token_file, resolve_prompt_file, resolve_prompt_text,
 };
-use crate::util::limits;
 
 /// The token ids the command line gives for files that carry none: a list (`--tokens 1,2,3`),
 /// a file holding one (`--tokens @FILE`), or a prompt to tokenise — text or a built-in
@@ -50,20 +48,12 @@ pub struct ResolvedIds {
     pub how: String,
 }
 
-/// The ids `given` names: a `--tokens` file holds a list with commas, spaces or newlines
-/// between the ids, optionally in brackets; a prompt is tokenised with `model_dir`'s tokenizer.
+/// The ids `given` names: a `--tokens` file read by [`read_token_file`]; a prompt is tokenised with `model_dir`'s tokenizer.
 pub fn resolve(given: Option<&GivenIds>, model_dir: Option<&Path>) -> Result<Option<ResolvedIds>> {
     let ids = match given {
         None => return Ok(None),
         Some(GivenIds::Tokens(ids)) => ids.clone(),
-        Some(GivenIds::TokensFile(path)) => {
-            let bytes = read_regular(path, limits::get().prompt_bytes, "prompt-bytes")?;
-            let text = String::from_utf8(bytes)
-                .map_err(|_| Error::file(path, "the token-id file is not UTF-8 text"))?;
-            parse_token_list(
-                &text.replace(|c: char| c.is_whitespace() || c == '[' || c == ']', ","),
-            )?
-        }
+        Some(GivenIds::TokensFile(path)) => read_token_file(path)?,
         Some(GivenIds::Prompt(text)) => {
             return tokenised(text, || resolve_prompt_text(text), model_dir).map(Some);
         }

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::harness::{Case, args, dump_case, fifo, refused, s, write};
+use super::harness::{Case, Expect, args, dump_case, expect, fifo, refused, s, write};
 use crate::common::{copy_dir, golden_model_dir};
 
 /// `dump` of the golden dense model with `extra` (`tag` names the output), refused with
@@ -100,6 +100,56 @@ hostile!(dump_prompt_at_without_a_file, |d| {
             "`@` names no file: give @FILE, or the prompt itself",
         ],
     )
+});
+
+hostile!(dump_tokens_at_without_a_file, |d| {
+    bad_flags(
+        d,
+        "tokens @",
+        &["--tokens", "@"],
+        &[
+            "--tokens",
+            "`@` names no file: give @FILE, or the ids themselves",
+        ],
+    )
+});
+
+hostile!(dump_tokens_file_read, |d| {
+    let ids = write(d, "ids.txt", b"[1, 2,\n3]\n");
+    let out = d.join("out.safetensors");
+    let model = s(&golden_model_dir("qwen3_5_tiny"));
+    expect(
+        args(&[
+            "dump", "--out", &s(&out), "--model", &model, "--backend", "reference", "--tokens",
+            &at(&ids),
+        ]),
+        Expect::Clean,
+    )
+}, then |d: &Path| {
+    let bytes = std::fs::read(d.join("out.safetensors")).expect("dump written");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    let ids = st.tensor("input_ids").expect("input_ids");
+    assert_eq!(ids.shape().iter().product::<usize>(), 3, "{:?}", ids.shape());
+});
+
+hostile!(dump_out_onto_its_tokens_file_refused, |d| {
+    let ids = write(d, "ids.safetensors", b"1,2,3");
+    let model = s(&golden_model_dir("qwen3_5_tiny"));
+    refused(
+        args(&[
+            "dump",
+            "--out",
+            &s(&ids),
+            "--model",
+            &model,
+            "--backend",
+            "reference",
+            "--tokens",
+            &at(&ids),
+        ]),
+        &["ids.safetensors", "one of this command's inputs"],
+    )
+    .writing(ids.clone())
 });
 
 hostile!(dump_prompt_from_a_fifo, |d| {

@@ -42,6 +42,7 @@ mod dataset_outputs;
 mod datasets;
 mod dump_flags;
 mod escaping;
+mod filtered_pass;
 mod limits;
 mod loss_mask;
 mod nan_weights;

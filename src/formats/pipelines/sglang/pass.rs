@@ -91,15 +91,20 @@ fn read(path: &Path, opts: &ReadOptions) -> Result<Sample> {
     let (src, _) = dump_file::open_torch(path)?;
     let refuse = |msg: String| Error::file(path, format!("sglang-tensor-dump: {msg}"));
     let (got, layers_seen, left_out) = by_role(&src, &refuse)?;
-    let num_layers = layer_count(&src, &got, layers_seen, opts, &refuse)?;
+    let span = layer_span(&src, &got, layers_seen, opts, &refuse)?;
     let mut shapes = HiddenShapes::new(opts.hidden_size);
-    let (mut tensors, layer_list) =
-        hidden_states(&got, num_layers, &mut shapes).map_err(&refuse)?;
+    let (mut tensors, layer_list) = hidden_states(&got, &span, &mut shapes).map_err(&refuse)?;
     if layer_list.is_empty() {
         return Err(refuse(
-            "no layer output: neither `model.layers.N.input_layernorm` nor `model.norm` has a \
+            if span.model_layers.is_none() && got.contains_key(&Role::LastResidual) {
+                "no layer output without --model: only `model.norm` has a residual output (the last \
+             layer's), and the layer it follows is known only from the model"
+                .to_string()
+            } else {
+                "no layer output: neither `model.layers.N.input_layernorm` nor `model.norm` has a \
              residual output (a pass of the first layer only?)"
-                .to_string(),
+                    .to_string()
+            },
         ));
     }
     let shape = shapes.first();
@@ -126,9 +131,10 @@ fn read(path: &Path, opts: &ReadOptions) -> Result<Sample> {
             "sglang-tensor-dump: Pass{{n}}.pt of --debug-tensor-dump-output-folder, one forward pass \
              per sample; layers.N = the residual output of `model.layers.N+1.input_layernorm` \
              (the fused add-RMSNorm summing layer N's hidden_states + residual; the last layer's: \
-             `model.norm`'s) for N = {}, final_norm = `model.norm` output 0{}; {left_out} other \
+             `model.norm`'s) for N = {}{}, final_norm = `model.norm` output 0{}; {left_out} other \
              entries not read",
             layer_list.join(","),
+            span_words(&span, &got),
             if got.contains_key(&Role::Embed) {
                 ", embed = `model.embed_tokens`"
             } else {
@@ -165,15 +171,31 @@ fn by_role(
     Ok((got, layers_seen, left_out))
 }
 
-/// The model's layer count: every layer has an input_layernorm, so the highest index seen is
-/// the last layer.
-fn layer_count(
+/// Which layers the pass's entries hold: `model.layers.0..=top`'s input_layernorms (the
+/// outputs of layers 0..top), and `model.norm`'s residual, the last layer's output — whose index
+/// only the model tells: a dump filtered to its first layers (`--debug-tensor-dump-layers`) and an
+/// unfiltered dump of a smaller model hold the same entries.
+struct Span {
+    /// The highest `model.layers.N.input_layernorm` index.
+    top: usize,
+    /// The model's layer count, when it is at hand.
+    model_layers: Option<usize>,
+}
+
+impl Span {
+    /// The layer `model.norm`'s residual is the output of, if known.
+    fn last_layer(&self) -> Option<usize> {
+        self.model_layers.map(|l| l - 1)
+    }
+}
+
+fn layer_span(
     src: &FileSource,
     got: &Dumped,
     mut layers_seen: Vec<usize>,
     opts: &ReadOptions,
     refuse: &impl Fn(String) -> Error,
-) -> Result<usize> {
+) -> Result<Span> {
     layers_seen.extend(got.keys().filter_map(|r| match r {
         Role::AddNormResidual(n) => Some(*n),
         _ => None,
@@ -194,22 +216,50 @@ fn layer_count(
             limits::get().layers,
         )));
     }
-    let num_layers = top + 1;
     if let Some(l) = opts.num_layers
-        && l != num_layers
+        && top >= l
     {
         return Err(refuse(format!(
             "the pass holds layers 0 to {top}, this model has {l} layers"
         )));
     }
-    Ok(num_layers)
+    Ok(Span {
+        top,
+        model_layers: opts.num_layers,
+    })
 }
 
-/// The embedding, each layer's output (the next add-norm's residual output, the last layer's
-/// `model.norm`'s) and the final norm, each checked as a hidden state; with the layers read.
+/// What the reading says of the layers beyond the pass's input_layernorms: with the model, a
+/// filtered pass's span and the layer no entry holds; without, that the last layer's output is
+/// not read.
+fn span_words(span: &Span, got: &Dumped) -> String {
+    let has_last = got.contains_key(&Role::LastResidual);
+    match span.model_layers {
+        Some(l) if span.top + 1 < l => format!(
+            "; the pass holds layers 0 to {} of {l} (filtered: `--debug-tensor-dump-layers`): \
+             layer {}'s output is in no entry{}",
+            span.top,
+            span.top,
+            if has_last && span.top + 2 < l {
+                format!(", layers {} to {} are not dumped", span.top + 1, l - 2)
+            } else {
+                String::new()
+            }
+        ),
+        None if has_last => "; the last layer's output (`model.norm`'s residual) is not compared \
+                             without --model: the pass may hold a filtered set of layers \
+                             (`--debug-tensor-dump-layers`), so the layer it follows is unknown"
+            .to_string(),
+        _ => String::new(),
+    }
+}
+
+/// The embedding, each layer's output (the next add-norm's residual output; the last layer's,
+/// `model.norm`'s, when the model tells its index) and the final norm, each checked as a hidden
+/// state; with the layers read.
 fn hidden_states(
     got: &Dumped,
-    num_layers: usize,
+    span: &Span,
     shapes: &mut HiddenShapes,
 ) -> std::result::Result<(Tensors, Vec<String>), String> {
     let mut check = |name: &str, t: &Tensor| {
@@ -223,16 +273,14 @@ fn hidden_states(
         check(name, t)?;
         tensors.push((Key::Embed.to_string(), t.clone()));
     }
-    for n in 1..=num_layers {
-        let role = if n == num_layers {
-            Role::LastResidual
-        } else {
-            Role::AddNormResidual(n)
-        };
+    let layer_outputs = (1..=span.top)
+        .map(|n| (Role::AddNormResidual(n), n - 1))
+        .chain(span.last_layer().map(|l| (Role::LastResidual, l)));
+    for (role, layer) in layer_outputs {
         if let Some((name, t)) = got.get(&role) {
             check(name, t)?;
-            tensors.push((Key::Layer(n - 1).to_string(), t.clone()));
-            layer_list.push((n - 1).to_string());
+            tensors.push((Key::Layer(layer).to_string(), t.clone()));
+            layer_list.push(layer.to_string());
         }
     }
     if let Some((name, t)) = got.get(&Role::FinalNorm) {
