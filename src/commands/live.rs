@@ -3,10 +3,13 @@
 //! command and `selftest` run it; the command line is the caller's business.
 
 use crate::backends::BackendKind;
-use crate::compare::{TensorSource, plan_rows};
+use crate::compare::TensorSource;
 use crate::error::{Error, Result};
 use crate::job::session::{Session, check_layer_list};
-use crate::job::{Calibration, Given, Instead, Job, Live, Parts, Role, SideSpec, Spec};
+use crate::job::{
+    Calibration, Given, Instead, Job, Live, Parts, Role, RowMode, RowsFrom, SideSpec, Spec,
+    plan_rows,
+};
 use crate::report::Report;
 
 /// How side B is run.
@@ -74,11 +77,13 @@ pub fn report_instead(session: &Session, run: &LiveRun, instead: Instead) -> Res
     let caps_a = done
         .side(Role::A)
         .ok_or_else(|| Error::Internal("live run: side A is not a run".to_string()))?;
-    let rows = plan_rows(
-        &TensorSource::names(caps_a),
-        Some(&session.model.config.layer_types),
-        run.layers.as_deref(),
-    );
+    let held = TensorSource::names(caps_a);
+    let from = RowsFrom {
+        held: &held,
+        layer_types: Some(&session.model.config.layer_types),
+        layers: run.layers.as_deref(),
+    };
+    let rows = plan_rows(from, RowMode::Every);
     done.report(Parts {
         given: Given::Neither,
         a_side: done.live_side(Role::A, "")?,

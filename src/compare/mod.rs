@@ -92,7 +92,7 @@ pub struct PlannedRow {
 /// `final_norm`, `logits`. Only names present in `available` are planned, a layer's ops only
 /// with its output; `layers` keeps only those decoder layers (and their ops and states). Conv
 /// windows, routers and the decode path's captures are not rows ([`conv_window_note`]).
-pub fn plan_rows(
+pub fn forward_rows(
     available: &[String],
     layer_types: Option<&[LayerType]>,
     layers: Option<&[usize]>,
@@ -133,7 +133,7 @@ fn is_recurrent_state(name: &str) -> bool {
     matches!(Key::of(name), Some(Key::State(_, StateKind::Recurrent)))
 }
 
-/// The tensors that would be rows (see [`plan_rows`]; final states included) which `x` holds
+/// The tensors that would be rows (see [`forward_rows`]; final states included) which `x` holds
 /// and `y` does not, in forward order; only those decoder layers with `layers`.
 pub fn only_in(x: &[String], y: &[String], layers: Option<&[usize]>) -> Vec<String> {
     // A set: a file of N tensors is not N² string comparisons.
@@ -143,7 +143,7 @@ pub fn only_in(x: &[String], y: &[String], layers: Option<&[usize]>) -> Vec<Stri
         .filter(|n| !y.contains(n.as_str()))
         .cloned()
         .collect();
-    plan_rows(&missing, None, layers)
+    forward_rows(&missing, None, layers)
         .into_iter()
         .map(|r| r.name)
         .collect()
@@ -272,7 +272,7 @@ mod tests {
             "state.layers.x.recurrent",
             "state.layers.1.other",
         ]);
-        let rows = plan_rows(&available, None, None);
+        let rows = forward_rows(&available, None, None);
         let got: Vec<(&str, Kind)> = rows.iter().map(|r| (r.name.as_str(), r.kind)).collect();
         assert_eq!(
             got,
@@ -285,7 +285,7 @@ mod tests {
                 ("logits", Kind::Logits),
             ]
         );
-        let kept = plan_rows(&available, None, Some(&[2]));
+        let kept = forward_rows(&available, None, Some(&[2]));
         let names: Vec<&str> = kept.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(
             names,
@@ -316,7 +316,7 @@ mod tests {
             "router.2.topk_ids",
             "state.layers.2.conv",
         ]);
-        let names: Vec<String> = plan_rows(&available, None, None)
+        let names: Vec<String> = forward_rows(&available, None, None)
             .into_iter()
             .map(|r| r.name)
             .collect();

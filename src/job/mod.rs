@@ -14,6 +14,7 @@ mod assemble;
 mod execute;
 mod plan;
 pub mod prior;
+mod rows;
 pub mod session;
 mod spec;
 
@@ -22,6 +23,7 @@ pub use execute::{Executed, Instead, truth_run};
 pub use plan::{
     CalibrationPlan, FLOOR_BACKEND, Plan, Role, Run, Source, TRUTH_BACKEND, calibration_backend,
 };
+pub use rows::{RowMode, RowsFrom, plan as plan_rows};
 pub use spec::{Calibration, Live, Routing, SideSpec, Spec};
 
 /// A spec and its plan: what will run, decided before anything does.

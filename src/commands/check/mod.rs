@@ -13,10 +13,12 @@ use crate::backends::BackendKind;
 use crate::capture::Key;
 use crate::capture::dump::Dump;
 use crate::capture::fingerprint::Fingerprint;
-use crate::compare::{PlannedRow, TensorSource, plan_rows};
+use crate::compare::{PlannedRow, TensorSource};
 use crate::error::{Error, Result};
 use crate::job::session::{ModelInput, check_layer_list, find_model};
-use crate::job::{Calibration, Given, Job, Live, Parts, Role, SideSpec, Spec};
+use crate::job::{
+    Calibration, Given, Job, Live, Parts, Role, RowMode, RowsFrom, SideSpec, Spec, plan_rows,
+};
 use crate::model::Model;
 use crate::model::builtin;
 use crate::report::{Report, Side};
@@ -211,11 +213,12 @@ fn golden_rows(
     run: &CheckRun,
 ) -> Result<Vec<PlannedRow>> {
     let common = shared_states(golden, ours)?;
-    let rows = plan_rows(
-        &common,
-        Some(&model.config.layer_types),
-        run.layers.as_deref(),
-    );
+    let from = RowsFrom {
+        held: &common,
+        layer_types: Some(&model.config.layer_types),
+        layers: run.layers.as_deref(),
+    };
+    let rows = plan_rows(from, RowMode::Every);
     if rows.is_empty() {
         return Err(Error::file(
             golden.path(),

@@ -8,8 +8,9 @@
 use candle_core::Tensor;
 
 use crate::capture::Key;
-use crate::compare::{Kind, PlannedRow, TensorSource, plan_rows};
+use crate::compare::{PlannedRow, TensorSource};
 use crate::error::Result;
+use crate::job::{RowMode, RowsFrom, plan_rows};
 use crate::report::DisjointLayers;
 use crate::weights::config::LayerType;
 
@@ -78,10 +79,12 @@ pub fn fill<'a>(
     let mut union: Vec<String> = na.iter().filter(|n| nb.contains(n)).cloned().collect();
     union.extend(fill_a.iter().cloned());
     union.extend(fill_b.iter().cloned());
-    let rows = plan_rows(&union, layer_types, None)
-        .into_iter()
-        .filter(|r| r.kind != Kind::Op)
-        .collect();
+    let from = RowsFrom {
+        held: &union,
+        layer_types,
+        layers: None,
+    };
+    let rows = plan_rows(from, RowMode::Disjoint);
     (
         rows,
         TruthFilled {

@@ -14,10 +14,11 @@ use crate::capture::{Captures, Key};
 use crate::commands::compare::layer_id_slip::{self, LayerIdSlip};
 use crate::commands::compare::pair::TensorMap;
 use crate::compare::alignment::{self, Alignment};
-use crate::compare::{Kind, PlannedRow, TensorSource, plan_rows};
+use crate::compare::{PlannedRow, TensorSource};
 use crate::error::{Error, Result};
 use crate::formats::{FileSource, naming};
 use crate::job::session::{check_layer_list, find_model};
+use crate::job::{RowMode, RowsFrom, plan_rows};
 use crate::model::{Model, ModelFolder};
 use crate::report::{Side, TokenIds};
 use crate::util::device::dtype_label;
@@ -330,19 +331,16 @@ pub fn paired_rows(
             .map_or(0, |l| l + 1);
         check_layer_list(layers, count, "what both files hold")?;
     }
-    let mut rows = plan_rows(&common, layer_types, layers);
-    if without_final {
-        rows.retain(|r| !matches!(r.kind, Kind::FinalNorm | Kind::Logits));
-    }
-    for name in extra {
-        if !rows.iter().any(|r| r.name == name) && common.contains(&name) {
-            rows.push(PlannedRow {
-                name,
-                kind: Kind::Op,
-                layer: None,
-            });
-        }
-    }
+    let from = RowsFrom {
+        held: &common,
+        layer_types,
+        layers,
+    };
+    let mode = RowMode::Files {
+        without_final,
+        mapped: extra,
+    };
+    let rows = plan_rows(from, mode);
     if rows.is_empty() {
         return Err(nothing_in_common(a, b));
     }

@@ -1,5 +1,6 @@
 // hsdiff: fused CUDA kernels of the Gated DeltaNet layer (forward only), compiled to PTX by
-// build.rs (nvcc -ptx -arch=sm_90) and launched from src/backends/fused/cuda/mod.rs.
+// build.rs (nvcc -ptx -arch=sm_90) and launched from src/backends/fused/cuda/ (conv_norm.rs,
+// rule.rs, shell.rs).
 //
 // Precision policy (gdn-spec §6.2, same as the fused CPU kernels): bf16/f16/f32 storage is read
 // and written in that dtype, every sum and the state are f32, and each fused step rounds once

@@ -14,7 +14,8 @@ use candle_core::cuda_backend::cudarc::driver::sys::{CUdevice_attribute, CUfunct
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::{DType, Tensor, WithDType};
 
-use super::{Input, MODULE, PTX, alloc_out, err, grid_for, i32_arg, launch, wrap};
+use super::launch::{Input, alloc_out, grid_for, i32_arg, launch, wrap};
+use super::{MODULE, PTX, err};
 use crate::error::Result;
 
 /// Value columns per block of `gdn_recurrent_*` (`REC_COLS` in gdn.cu: one warp).
