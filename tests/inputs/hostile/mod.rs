@@ -45,6 +45,7 @@ mod escaping;
 mod limits;
 mod loss_mask;
 mod nan_weights;
+mod no_evidence;
 mod numpy;
 mod outputs;
 mod pickle;
