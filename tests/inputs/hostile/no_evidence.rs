@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::harness::{Expect, args, expect, note_with, refused_after_notes, report, s};
+use super::harness::{Expect, args, expect, note_with, refused, refused_after_notes, report, s};
 use crate::common::{hsdiff, repo_root, stderr_of, stdout_of};
 
 fn lie(name: &str) -> PathBuf {
@@ -77,6 +77,18 @@ hostile!(
         ]
     )
 );
+
+hostile!(a_side_whose_every_file_fails_names_the_field, |d| {
+    let a = side_of(&d.join("A"), &lie("ge_data_float_ids.ckpt"), 2);
+    let b = side_of(&d.join("B"), &ge_data(), 2);
+    refused(
+        args(&["compare", &s(&a), &s(&b)]),
+        &[
+            "0 samples; 2 file(s) could not be read, the first: ",
+            "data_0.ckpt: tensor `input_ids`: must be integer token ids",
+        ],
+    )
+});
 
 /// Every pair of a dataset fails (hidden states zero everywhere): "nothing compared", exit 2,
 /// each pair named with why — never "ok: all 0 compared samples".
