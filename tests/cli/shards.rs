@@ -417,3 +417,23 @@ fn merge_refuses_tampered_foreign_missing_and_repeated_parts() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("--layers"), "{}", stderr(&o));
 }
+
+/// Parts of two runs that differ only in `--dtype-hint` (each written by a real `--shard` run)
+/// are refused, the option named — never merged into one verdict.
+#[test]
+fn merge_refuses_parts_of_another_dtype_hint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (p0, p1) = (
+        dir.path().join("part0.json"),
+        dir.path().join("hinted.json"),
+    );
+    let o = part("0/2", &p0, &[], &[]);
+    assert!(matches!(code(&o), 0 | 1), "{}", stderr(&o));
+    let o = part("1/2", &p1, &["--dtype-hint", "bf16"], &[]);
+    assert!(matches!(code(&o), 0 | 1), "{}", stderr(&o));
+    refused(
+        &merge(&[&p0, &p1], &[]),
+        &["hinted.json", "another run", "options.dtype_hint"],
+        "different --dtype-hint",
+    );
+}

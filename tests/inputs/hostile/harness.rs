@@ -15,6 +15,9 @@ const TIMEOUT_S: &str = "120";
 pub enum Expect {
     /// Exit 2, one line, containing every needle.
     Refused(Vec<String>),
+    /// Exit 2 after what the run said of its sides (`hsdiff: A (…): …` lines): the last stderr
+    /// line the error, containing every needle.
+    RefusedAfterNotes(Vec<String>),
     /// Exit 1: a divergence flagged.
     Flagged,
     /// Exit 0.
@@ -37,6 +40,15 @@ pub fn refused(args: Vec<String>, needles: &[&str]) -> Case {
     expect(
         args,
         Expect::Refused(needles.iter().map(|s| s.to_string()).collect()),
+    )
+}
+
+/// A case refused after the run said what it read of each side: exit 2, the last stderr line
+/// the one error line, holding every needle.
+pub fn refused_after_notes(args: Vec<String>, needles: &[&str]) -> Case {
+    expect(
+        args,
+        Expect::RefusedAfterNotes(needles.iter().map(|s| s.to_string()).collect()),
     )
 }
 
@@ -116,6 +128,19 @@ impl Case {
                         "output {} written despite the error\n{ctx}",
                         out.display()
                     ));
+                }
+            }
+            Expect::RefusedAfterNotes(needles) => {
+                if code != Some(2) {
+                    return Err(format!("expected exit 2\n{ctx}"));
+                }
+                let (notes, last) = err.trim_end().rsplit_once('\n').unwrap_or(("", &err));
+                if let Some(other) = notes.lines().find(|l| !l.starts_with("hsdiff: ")) {
+                    return Err(format!("a stderr line that is no note: {other}\n{ctx}"));
+                }
+                one_error_line(last, needles).map_err(|e| format!("{e}\n{ctx}"))?;
+                if !o.stdout.is_empty() {
+                    return Err(format!("stdout not empty\n{ctx}"));
                 }
             }
             Expect::Flagged if code != Some(1) => return Err(format!("expected exit 1\n{ctx}")),

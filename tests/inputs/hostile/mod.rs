@@ -46,6 +46,7 @@ mod filtered_pass;
 mod limits;
 mod loss_mask;
 mod nan_weights;
+mod no_evidence;
 mod numpy;
 mod outputs;
 mod pickle;

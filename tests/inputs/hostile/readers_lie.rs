@@ -2,12 +2,14 @@
 //! transformers-made fixtures saved again by torch with one field changed): SGLang tensor-parallel
 //! meta (tp_size 2⁴⁰ / 2⁶², a rank past tp_size, whole copies declared partial sums), `seq_lens`
 //! against the pass, router expert ids against the model, the "identical" headline against the
-//! router data, and the `.ckpt.gz` inflate bound.
+//! router data, pipeline files whose ids or shapes disagree with their tool (float or negative
+//! `input_ids`, 4-D hidden states, speculators `token_ids` one short), and the `.ckpt.gz`
+//! inflate bound.
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use super::harness::{Expect, args, expect, refused, s, write};
+use super::harness::{Expect, args, expect, refused, refused_after_notes, s, write};
 use crate::common::{golden_model_dir, hsdiff, repo_root, stderr_of, stdout_of};
 
 fn lie(rel: &str) -> PathBuf {
@@ -242,6 +244,68 @@ hostile!(a_4d_dflash_hidden_states_named_by_shape, |_d| {
             "specforge-dflash",
             "`hidden_states` has shape [1, 1, 10, 320]",
             "writes [1, T, k·H]",
+        ],
+    )
+});
+
+hostile!(a_4d_eagle3_hidden_state_named_by_shape, |_d| {
+    refused(
+        args(&[
+            "compare",
+            &s(&lie("pipelines/eagle3_4d.ckpt")),
+            &pipeline_fixture("specforge_eagle3/rows_0-5000/data_0.ckpt"),
+            "--layer-ids",
+            "1,2,4",
+        ]),
+        &[
+            "eagle3_4d.ckpt",
+            "specforge-eagle3",
+            "`hidden_state` has shape [1, 1, 10, 64]",
+            "writes [1, T, H]",
+        ],
+    )
+});
+
+hostile!(speculators_token_ids_one_short_refused, |_d| {
+    refused(
+        args(&[
+            "compare",
+            &s(&lie("pipelines/hs_0_short_ids.safetensors")),
+            &pipeline_fixture("speculators/hs_0.safetensors"),
+        ]),
+        &[
+            "hs_0_short_ids.safetensors",
+            "`hidden_states` holds 10 states for 9 token ids",
+        ],
+    )
+});
+
+hostile!(ge_data_float_input_ids_named, |_d| {
+    refused_after_notes(
+        args(&[
+            "compare",
+            &s(&lie("pipelines/ge_data_float_ids.ckpt")),
+            &pipeline_fixture("ge_data/0/data_0.ckpt"),
+        ]),
+        &[
+            "ge_data_float_ids.ckpt",
+            "tensor `input_ids`",
+            "must be integer token ids",
+        ],
+    )
+});
+
+hostile!(ge_data_negative_input_id_named, |_d| {
+    refused_after_notes(
+        args(&[
+            "compare",
+            &s(&lie("pipelines/ge_data_negative_ids.ckpt")),
+            &pipeline_fixture("ge_data/0/data_0.ckpt"),
+        ]),
+        &[
+            "ge_data_negative_ids.ckpt",
+            "tensor `input_ids`",
+            "token id -1 out of range",
         ],
     )
 });

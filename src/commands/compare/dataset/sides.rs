@@ -50,12 +50,12 @@ pub fn find(
     )?;
     if matching.pairs.is_empty() && matching.token_mismatches.is_empty() {
         return Err(Error::Compare(format!(
-            "no sample of {} ({} samples) pairs with one of {} ({}): no id is on both sides and \
-             no two samples carry the same token ids",
+            "no sample of {} ({}) pairs with one of {} ({}): no id is on both sides and no two \
+             samples carry the same token ids",
             path_text(a),
-            side_a.samples.len(),
+            held(&side_a, &failed_a),
             path_text(b),
-            side_b.samples.len()
+            held(&side_b, &failed_b)
         )));
     }
     tell((a, b), (&side_a, &side_b));
@@ -66,6 +66,21 @@ pub fn find(
         prefix_hits,
         failed: failed_a.iter().chain(&failed_b).map(failed_file).collect(),
     })
+}
+
+/// How many samples a side holds and, where some of its files could not be read, how many and
+/// why the first could not: a side whose every file failed is named by its files' errors, never
+/// as a bare "0 samples".
+fn held(side: &Side, failed: &[(PathBuf, Error)]) -> String {
+    let samples = side.samples.len();
+    match failed.first() {
+        None => format!("{samples} samples"),
+        Some((_, e)) => format!(
+            "{samples} samples; {} file(s) could not be read, the first: {}",
+            failed.len(),
+            one_line(&e.to_string())
+        ),
+    }
 }
 
 fn failed_file((path, e): &(PathBuf, Error)) -> Failed {
