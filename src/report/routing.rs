@@ -246,9 +246,13 @@ mod tests {
         let held: Vec<(usize, Vec<f64>)> = [1, 3, 5].map(|l| (l, errors(&mut rng, 9))).into();
         assert_eq!(side_noise(&held, 3), held[1].1);
         let between = side_noise(&held, 4);
-        for t in 0..9 {
-            assert_eq!(between[t], held[1].1[t].max(held[2].1[t]));
-        }
+        let larger: Vec<f64> = held[1]
+            .1
+            .iter()
+            .zip(&held[2].1)
+            .map(|(a, b)| a.max(*b))
+            .collect();
+        assert_eq!(between, larger);
         assert_eq!(
             side_noise(&held, 0),
             held[0].1,
