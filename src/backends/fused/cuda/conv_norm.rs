@@ -1,7 +1,7 @@
 //! Causal conv + SiLU and the gated RMSNorm.
 
-use candle_core::Tensor;
 use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
+use candle_core::{DType, Tensor, WithDType};
 
 use super::launch::{Input, alloc_out, grid_for, i32_arg, launch, wrap};
 use super::{Kernel, MODULE, NAME, PTX, err};

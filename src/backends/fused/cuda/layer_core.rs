@@ -1,7 +1,7 @@
 //! The fused core of a layer: conv + SiLU, then the delta rule on q | k | v read strided out
 //! of the conv output.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use super::launch::Input;
 use super::rule::{RuleArgs, empty_seq, rule_tensors, run_rule};

@@ -4,7 +4,7 @@
 use candle_core::cuda_backend::WrapErr;
 use candle_core::cuda_backend::cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
-use candle_core::{CudaDevice, Tensor};
+use candle_core::{CudaDevice, DType, Tensor, WithDType};
 
 use super::launch::{Input, alloc_out, i32_arg, launch, wrap};
 use super::{
