@@ -74,13 +74,18 @@ fn unit_roundoff(d: DType) -> f64 {
 
 /// The MoE layers whose router choices (`router.{i}.topk_ids`) `source` carries, ascending.
 pub(super) fn router_layers(source: &dyn TensorSource) -> Vec<usize> {
+    layers_of(source, |k| match k {
+        Key::Router(i, RouterField::TopkIds) => Some(i),
+        _ => None,
+    })
+}
+
+/// The layers `layer` picks out of `source`'s keys, ascending.
+fn layers_of(source: &dyn TensorSource, layer: impl Fn(Key) -> Option<usize>) -> Vec<usize> {
     let mut layers: Vec<usize> = source
         .names()
         .iter()
-        .filter_map(|n| match Key::of(n)? {
-            Key::Router(i, RouterField::TopkIds) => Some(i),
-            _ => None,
-        })
+        .filter_map(|n| layer(Key::of(n)?))
         .collect();
     layers.sort_unstable();
     layers
@@ -95,16 +100,10 @@ fn row_f64(src: &dyn TensorSource, key: Key) -> Result<Option<Vec<f64>>> {
 
 /// The layers whose outputs (`layers.{i}`) `source` carries, ascending.
 fn held_layers(source: &dyn TensorSource) -> Vec<usize> {
-    let mut layers: Vec<usize> = source
-        .names()
-        .iter()
-        .filter_map(|n| match Key::of(n)? {
-            Key::Layer(i) => Some(i),
-            _ => None,
-        })
-        .collect();
-    layers.sort_unstable();
-    layers
+    layers_of(source, |k| match k {
+        Key::Layer(i) => Some(i),
+        _ => None,
+    })
 }
 
 /// Per token, the side's own relative error against its routed truth at the router's input of
