@@ -13,6 +13,7 @@ use crate::report::{
     Alignment, Calibrated, ComparedInput, Comparison, DisjointLayers, Floor, Report, Side,
     build_report,
 };
+use crate::weights::non_finite::NonFiniteTensor;
 
 /// What the command knows that the runs do not: the given sides' captures, how each side is
 /// described, the rows and the input.
@@ -212,6 +213,8 @@ impl Executed<'_> {
             (self.job.plan.a, parts.given.side(Role::A).is_some()),
             (Source::Given, true) | (Source::Run(_), false)
         ));
+        let mut notes = findings.notes;
+        notes.extend(non_finite_note(self.non_finite_weights()));
         build_report(&Comparison {
             a,
             b,
@@ -226,7 +229,7 @@ impl Executed<'_> {
             input: parts.input,
             command: parts.command,
             alignment: findings.alignment,
-            notes: findings.notes,
+            notes,
             closing_notes: findings.closing_notes,
             leading_findings: findings.leading_findings,
             routing_recovered: findings.routing_recovered,
@@ -234,4 +237,28 @@ impl Executed<'_> {
             logits_offset,
         })
     }
+}
+
+/// Tensors named in full by the note on non-finite weights; the rest are counted.
+const NON_FINITE_SHOWN: usize = 4;
+
+/// The note on weights stored with NaN or ±Inf: a run reads only its tokens' embedding rows and
+/// its routed experts, so its rows can be finite and its verdict benign while the checkpoint
+/// gives NaN to every input that reads them.
+fn non_finite_note(found: &[NonFiniteTensor]) -> Option<String> {
+    if found.is_empty() {
+        return None;
+    }
+    let shown: Vec<String> = (found.iter().take(NON_FINITE_SHOWN))
+        .map(NonFiniteTensor::describe)
+        .collect();
+    let more = match found.len().saturating_sub(NON_FINITE_SHOWN) {
+        0 => String::new(),
+        n => format!("; and {n} more tensor(s)"),
+    };
+    Some(format!(
+        "the checkpoint stores non-finite weights: {}{more}. A run whose input reads them \
+         computes NaN; where this run's rows are finite, its input never did",
+        shown.join("; ")
+    ))
 }

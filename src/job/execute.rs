@@ -14,6 +14,7 @@ use crate::model::{Recorder, Routes, RunOptions};
 use crate::report::{Calibrated, Floor};
 use crate::util::device::dtype_label;
 use crate::util::progress::Progress;
+use crate::weights::non_finite::NonFiniteTensor;
 
 /// A job whose runs are made: their captures, and the input they were made on.
 pub struct Executed<'a> {
@@ -295,6 +296,14 @@ impl<'a> Executed<'a> {
         };
         let run = self.job.plan.runs.get(i)?;
         Some(input.fingerprint(self.backends.get(i)?.get(), run.dtype))
+    }
+
+    /// The stored weights of the model the runs were made on that hold NaN or ±Inf (none
+    /// without a model).
+    pub fn non_finite_weights(&self) -> &[NonFiniteTensor] {
+        self.input
+            .as_ref()
+            .map_or(&[], |input| input.model.weights.non_finite())
     }
 
     /// The name of the backend that made a live side's run (None: a given side).

@@ -45,6 +45,14 @@ impl WeightSource {
         }
     }
 
+    /// The stored weights holding NaN or ±Inf (generated weights are finite by construction).
+    pub fn non_finite(&self) -> &[crate::weights::non_finite::NonFiniteTensor] {
+        match self {
+            WeightSource::Checkpoint(c) => c.non_finite(),
+            WeightSource::Random(_) => &[],
+        }
+    }
+
     /// Whether any weight is stored in an FP8 format (generated weights are bf16).
     pub fn holds_fp8(&self) -> bool {
         match self {

@@ -4,6 +4,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod non_finite;
 pub mod random_weights;
 pub mod safetensors_file;
 pub mod tensor_list;

@@ -7,12 +7,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use candle_core::{DType, Device, Tensor};
 use safetensors::tensor::TensorInfo;
 
 use crate::error::{Error, Result};
 use crate::fp8::Fp8Scheme;
+use crate::weights::non_finite::{NonFiniteTensor, scan_tensor};
 use crate::weights::safetensors_file::{SafetensorsFile, candle_dtype};
 
 mod fp8;
@@ -60,6 +62,8 @@ pub struct Checkpoint {
     /// The FP8 scheme of config.json, once [`Checkpoint::check_quantization`] accepted the
     /// tensors against it; FP8 tensors are refused without one.
     fp8: Option<Fp8Scheme>,
+    /// What [`Checkpoint::non_finite`] found, scanned once however many runs ask.
+    non_finite: OnceLock<Vec<NonFiniteTensor>>,
 }
 
 impl Checkpoint {
@@ -134,6 +138,7 @@ impl Checkpoint {
             declared: BTreeMap::new(),
             layout,
             fp8: None,
+            non_finite: OnceLock::new(),
         })
     }
 
@@ -290,6 +295,22 @@ impl Checkpoint {
         self.index
             .iter()
             .map(|(name, &i)| (name.as_str(), self.files[i].raw(name)))
+    }
+
+    /// Every float tensor holding NaN or ±Inf, in name order ([`crate::weights::non_finite`]); a
+    /// tensor whose bytes cannot be read is left to the load that needs it, which names it.
+    pub fn non_finite(&self) -> &[NonFiniteTensor] {
+        self.non_finite.get_or_init(|| {
+            self.index
+                .iter()
+                .filter_map(|(name, &i)| {
+                    let file = &self.files[i];
+                    let (info, data) = file.raw(name).ok()?;
+                    let stored = (info.dtype, info.shape.as_slice());
+                    scan_tensor(name, file.path().to_path_buf(), stored, data)
+                })
+                .collect()
+        })
     }
 
     /// [`SafetensorsFile::advise_random`] for every file.

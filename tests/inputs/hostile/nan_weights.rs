@@ -1,5 +1,6 @@
 //! A checkpoint holding NaN where the forward reads it: the headline names the NaN as the
-//! cause, not "N of N paths depart".
+//! cause, not "N of N paths depart". Where the run never reads it (an embedding row of a token
+//! not in the input), a note names the tensor and the element.
 
 use std::path::Path;
 
@@ -8,9 +9,14 @@ use crate::common::{self, Edit};
 
 /// A copy of the tiny Qwen3.5 at `d/model` whose layer 4 `A_log` holds NaN at head 0.
 fn nan_a_log(d: &Path) -> std::path::PathBuf {
+    with_nan(d, "model.language_model.layers.4.linear_attn.A_log", 0)
+}
+
+/// A copy of the tiny Qwen3.5 at `d/model` whose bf16 tensor `name` holds NaN at flat index
+/// `at`.
+fn with_nan(d: &Path, name: &str, at: usize) -> std::path::PathBuf {
     let dir = d.join("model");
     common::copy_dir(&common::golden_model_dir("qwen3_5_tiny"), &dir);
-    let name = "model.language_model.layers.4.linear_attn.A_log";
     let file = dir.join("model.safetensors");
     let bytes = std::fs::read(&file).expect("read checkpoint");
     let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
@@ -18,10 +24,10 @@ fn nan_a_log(d: &Path) -> std::path::PathBuf {
     assert_eq!(
         t.dtype(),
         safetensors::Dtype::BF16,
-        "the fixture's A_log is bf16"
+        "the fixture's {name} is bf16"
     );
     let mut data = t.data().to_vec();
-    data[..2].copy_from_slice(&0x7fc0u16.to_le_bytes());
+    data[2 * at..2 * at + 2].copy_from_slice(&0x7fc0u16.to_le_bytes());
     common::rewrite_safetensors(&file, |n| {
         if n == name {
             Edit::Bytes(data.clone())
@@ -60,4 +66,49 @@ hostile!(
             "headline does not name the NaN: {headline}"
         );
     }
+);
+
+/// Embedding row 300, channel 5 of the tiny model (64 channels).
+const EMBED: &str = "model.language_model.embed_tokens.weight";
+const ROW_300_CH_5: usize = 300 * 64 + 5;
+
+/// The note that names the stored NaN.
+fn names_the_stored_nan(d: &Path) {
+    let text = std::fs::read_to_string(d.join("r.json")).expect("report written");
+    let r: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let notes = r["notes"].to_string();
+    assert!(
+        notes.contains("1 NaN in `model.language_model.embed_tokens.weight` (first at [300, 5]"),
+        "no note names the stored NaN: {notes}"
+    );
+}
+
+hostile!(
+    a_nan_in_an_embedding_row_the_input_never_reads_is_named_in_a_note,
+    |d| {
+        let model = with_nan(d, EMBED, ROW_300_CH_5);
+        expect(
+            args(&[
+                "--model", &s(&model), "--tokens", "1,2,3,4", "--a", "reference", "--b",
+                "chunked", "--format", "json", "--out", &s(&d.join("r.json")),
+            ]),
+            Expect::Clean,
+        )
+    },
+    then names_the_stored_nan
+);
+
+hostile!(
+    the_same_nan_read_by_the_input_is_flagged_and_named,
+    |d| {
+        let model = with_nan(d, EMBED, ROW_300_CH_5);
+        expect(
+            args(&[
+                "--model", &s(&model), "--tokens", "1,300,3,4", "--a", "reference", "--b",
+                "chunked", "--format", "json", "--out", &s(&d.join("r.json")),
+            ]),
+            Expect::Flagged,
+        )
+    },
+    then names_the_stored_nan
 );
