@@ -35,6 +35,10 @@ pub enum Key {
     DecodeLogits,
     /// Output of decoder layer `i` at the decoded positions, `[1, K, H]`.
     DecodeLayer(usize),
+    /// A tensor that `--map A_NAME=B_NAME` names when neither name is one of the above: compared
+    /// under A's name, after every other key. Never read from a name ([`Key::of`]); made only
+    /// by [`Key::mapped`].
+    Mapped(&'static str),
 }
 
 /// The intermediate values inside a layer ([`Key::Op`]), captured with `--ops`: the Gated
@@ -173,6 +177,17 @@ impl Key {
         name.parse().ok()
     }
 
+    /// The key `--map` names by `name`: hsdiff's own, else a [`Key::Mapped`] of it.
+    pub fn mapped(name: &str) -> Key {
+        Key::of(name).unwrap_or_else(|| Key::Mapped(intern(name)))
+    }
+
+    /// The key a file's tensor is compared under, `name`: hsdiff's own, a name `--map` gave
+    /// ([`Key::mapped`]), else None (the file's other names are no keys).
+    pub fn named(name: &str) -> Option<Key> {
+        Key::of(name).or_else(|| mapped_names().get(name).map(|&kept| Key::Mapped(kept)))
+    }
+
     /// The decoder layer a key belongs to (its op, router, state or output); None for the
     /// tensors outside the layers.
     pub fn layer(self) -> Option<usize> {
@@ -182,7 +197,12 @@ impl Key {
             | Key::State(i, _)
             | Key::Router(i, _)
             | Key::DecodeLayer(i) => Some(i),
-            Key::InputIds | Key::Embed | Key::FinalNorm | Key::Logits | Key::DecodeLogits => None,
+            Key::InputIds
+            | Key::Embed
+            | Key::FinalNorm
+            | Key::Logits
+            | Key::DecodeLogits
+            | Key::Mapped(_) => None,
         }
     }
 
@@ -207,13 +227,20 @@ impl Key {
             Key::Logits => (5, 0, 0, 0),
             Key::DecodeLayer(i) => (6, i, 0, 0),
             Key::DecodeLogits => (7, 0, 0, 0),
+            Key::Mapped(_) => (8, 0, 0, 0),
         }
     }
 }
 
 impl Ord for Key {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.rank().cmp(&other.rank())
+        let name = |k: &Key| match k {
+            Key::Mapped(n) => Some(*n),
+            _ => None,
+        };
+        self.rank()
+            .cmp(&other.rank())
+            .then_with(|| name(self).cmp(&name(other)))
     }
 }
 
@@ -236,8 +263,33 @@ impl fmt::Display for Key {
             Key::Logits => f.write_str(LOGITS),
             Key::DecodeLogits => f.write_str(DECODE_LOGITS),
             Key::DecodeLayer(i) => write!(f, "{DECODE_LAYERS}{i}"),
+            Key::Mapped(name) => f.write_str(name),
         }
     }
+}
+
+/// The names `--map` gave that are none of hsdiff's, kept for the rest of the process so that a
+/// [`Key::Mapped`] is `Copy` like every key. Only the command line adds to it ([`Key::mapped`]):
+/// a file's own names are looked up ([`Key::named`]), never added, so a file of a million names
+/// cannot grow it.
+static MAPPED_NAMES: std::sync::Mutex<std::collections::BTreeSet<&'static str>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+fn mapped_names() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<&'static str>> {
+    MAPPED_NAMES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// `name` kept for the rest of the process, once however often it is asked for.
+fn intern(name: &str) -> &'static str {
+    let mut names = mapped_names();
+    if let Some(&kept) = names.get(name) {
+        return kept;
+    }
+    let kept: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.insert(kept);
+    kept
 }
 
 /// A key's name, for messages and files.

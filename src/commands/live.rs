@@ -77,7 +77,7 @@ pub fn report_instead(session: &Session, run: &LiveRun, instead: Instead) -> Res
     let caps_a = done
         .side(Role::A)
         .ok_or_else(|| Error::Internal("live run: side A is not a run".to_string()))?;
-    let held = TensorSource::names(caps_a);
+    let held = TensorSource::keys(caps_a);
     let from = RowsFrom {
         held: &held,
         layer_types: Some(&session.model.config.layer_types),

@@ -53,18 +53,19 @@ pub struct OffsetScore {
 }
 
 /// `embed` → −1, `layers.{i}` → i.
-pub fn layer_index(name: &str) -> Option<i64> {
-    match Key::of(name)? {
+fn layer_index(key: Key) -> Option<i64> {
+    match key {
         Key::Embed => Some(-1),
         Key::Layer(i) => Some(i as i64),
         _ => None,
     }
 }
 
-fn layer_name(i: i64) -> Option<String> {
+/// −1 → `embed`, i → `layers.{i}`.
+fn layer_key(i: i64) -> Option<Key> {
     match i {
-        -1 => Some(Key::Embed.to_string()),
-        i if i >= 0 => Some(Key::Layer(i as usize).to_string()),
+        -1 => Some(Key::Embed),
+        i if i >= 0 => Some(Key::Layer(i as usize)),
         _ => None,
     }
 }
@@ -139,8 +140,8 @@ struct Scores<'s> {
 
 impl<'s> Scores<'s> {
     fn new(a: &'s dyn TensorSource, b: &'s dyn TensorSource) -> Scores<'s> {
-        let a_layers: Vec<i64> = a.names().iter().filter_map(|n| layer_index(n)).collect();
-        let mut b_layers: Vec<i64> = b.names().iter().filter_map(|n| layer_index(n)).collect();
+        let a_layers: Vec<i64> = a.keys().into_iter().filter_map(layer_index).collect();
+        let mut b_layers: Vec<i64> = b.keys().into_iter().filter_map(layer_index).collect();
         b_layers.sort_unstable();
         Scores {
             a,
@@ -187,8 +188,8 @@ impl<'s> Scores<'s> {
 
 /// The first [`SAMPLE_TOKENS`] tokens of layer `i` (−1: `embed`) of `source`, where it has it.
 fn head_of(source: &dyn TensorSource, i: i64) -> Result<Option<candle_core::Tensor>> {
-    Ok(layer_name(i)
-        .map(|n| source.tensor_head(&n, SAMPLE_TOKENS))
+    Ok(layer_key(i)
+        .map(|k| source.tensor_head(k, SAMPLE_TOKENS))
         .transpose()?
         .flatten())
 }
@@ -286,18 +287,14 @@ pub fn index_reading(
     reference: &dyn TensorSource,
 ) -> Result<Option<IndexReading>> {
     let (mut out, mut inp) = (Vec::new(), Vec::new());
-    for i in src
-        .names()
-        .iter()
-        .filter_map(|n| Key::of(n)?.layer_output())
-    {
-        let name = Key::Layer(i).to_string();
-        let Some(t) = src.tensor_head(&name, SAMPLE_TOKENS)? else {
+    for i in src.keys().into_iter().filter_map(Key::layer_output) {
+        let key = Key::Layer(i);
+        let Some(t) = src.tensor_head(key, SAMPLE_TOKENS)? else {
             continue;
         };
-        let as_output = reference.tensor_head(&name, SAMPLE_TOKENS)?;
-        let as_input = match layer_name(i as i64 - 1) {
-            Some(n) => reference.tensor_head(&n, SAMPLE_TOKENS)?,
+        let as_output = reference.tensor_head(key, SAMPLE_TOKENS)?;
+        let as_input = match layer_key(i as i64 - 1) {
+            Some(k) => reference.tensor_head(k, SAMPLE_TOKENS)?,
             None => None,
         };
         if let (Some(o), Some(p)) = (as_output, as_input)
@@ -330,19 +327,14 @@ pub fn last_entry_reading(
     src: &dyn TensorSource,
     truth: &dyn TensorSource,
 ) -> Result<Option<(bool, f64, f64)>> {
-    let Some(last) = truth
-        .names()
-        .iter()
-        .filter_map(|n| Key::of(n)?.layer_output())
-        .max()
-    else {
+    let Some(last) = truth.keys().into_iter().filter_map(Key::layer_output).max() else {
         return Ok(None);
     };
-    let name = Key::Layer(last).to_string();
+    let key = Key::Layer(last);
     let (Some(t), Some(raw), Some(normed)) = (
-        src.tensor_head(&name, SAMPLE_TOKENS)?,
-        truth.tensor_head(&name, SAMPLE_TOKENS)?,
-        truth.tensor_head(&Key::FinalNorm.to_string(), SAMPLE_TOKENS)?,
+        src.tensor_head(key, SAMPLE_TOKENS)?,
+        truth.tensor_head(key, SAMPLE_TOKENS)?,
+        truth.tensor_head(Key::FinalNorm, SAMPLE_TOKENS)?,
     ) else {
         return Ok(None);
     };

@@ -7,6 +7,8 @@ pub mod metrics;
 pub mod softmax_equal;
 pub mod verdict;
 
+use std::fmt;
+
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
@@ -15,22 +17,22 @@ use crate::compare::metrics::StoredRows;
 use crate::error::Result;
 use crate::weights::config::LayerType;
 
-/// Somewhere captured tensors can be read by name, one at a time.
+/// Somewhere captured tensors can be read by key, one at a time.
 pub trait TensorSource {
-    fn tensor(&self, name: &str) -> Result<Option<Tensor>>;
-    fn names(&self) -> Vec<String>;
+    fn tensor(&self, key: Key) -> Result<Option<Tensor>>;
+    fn keys(&self) -> Vec<Key>;
 
-    /// The first `n` token rows of a `[1, T, …]` (or `[T, …]`) capture, all of them when T ≤ n.
-    /// Sources that can read a prefix without the rest (memory-mapped files) override this.
-    /// The token rows of `name` where they are stored (a file's map), for statistics summed
+    /// The token rows of `key` where they are stored (a file's map), for statistics summed
     /// without a copy; None when they cannot be lent (the caller reads [`tensor`](Self::tensor)).
     /// Lent rows are trusted only after [`crate::util::mapped::check`].
-    fn stored_rows(&self, _name: &str) -> Result<Option<StoredRows<'_>>> {
+    fn stored_rows(&self, _key: Key) -> Result<Option<StoredRows<'_>>> {
         Ok(None)
     }
 
-    fn tensor_head(&self, name: &str, n: usize) -> Result<Option<Tensor>> {
-        match self.tensor(name)? {
+    /// The first `n` token rows of a `[1, T, …]` (or `[T, …]`) capture, all of them when T ≤ n.
+    /// Sources that can read a prefix without the rest (memory-mapped files) override this.
+    fn tensor_head(&self, key: Key, n: usize) -> Result<Option<Tensor>> {
+        match self.tensor(key)? {
             Some(t) => {
                 let axis = usize::from(t.rank() >= 3);
                 let rows = t.dim(axis)?;
@@ -42,24 +44,29 @@ pub trait TensorSource {
 }
 
 impl TensorSource for Captures {
-    fn tensor(&self, name: &str) -> Result<Option<Tensor>> {
-        Ok(Key::of(name).and_then(|k| self.get(k)).cloned())
+    fn tensor(&self, key: Key) -> Result<Option<Tensor>> {
+        Ok(self.get(key).cloned())
     }
-    fn names(&self) -> Vec<String> {
-        self.keys().map(String::from).collect()
+    fn keys(&self) -> Vec<Key> {
+        Captures::keys(self).collect()
     }
 }
 
+/// A dump's tensors by their keys (its names that are none of hsdiff's are no rows).
 impl TensorSource for Dump {
-    fn tensor(&self, name: &str) -> Result<Option<Tensor>> {
-        if self.contains(name) {
-            Dump::tensor(self, name).map(Some)
+    fn tensor(&self, key: Key) -> Result<Option<Tensor>> {
+        let name = key.to_string();
+        if self.contains(&name) {
+            Dump::tensor(self, &name).map(Some)
         } else {
             Ok(None)
         }
     }
-    fn names(&self) -> Vec<String> {
+    fn keys(&self) -> Vec<Key> {
         Dump::names(self)
+            .iter()
+            .filter_map(|n| Key::of(n))
+            .collect()
     }
 }
 
@@ -82,22 +89,23 @@ pub enum Kind {
 /// A row of the table to come: which tensor is compared, what it is, and its decoder layer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlannedRow {
-    pub name: String,
+    pub key: Key,
     pub kind: Kind,
     pub layer: Option<usize>,
 }
 
 /// Rows in forward order ([`Key`]'s order): `embed`, then per layer its op captures and
 /// `layers.{i}`, then the final recurrent states (`state.layers.{i}.recurrent`, by layer), then
-/// `final_norm`, `logits`. Only names present in `available` are planned, a layer's ops only
-/// with its output; `layers` keeps only those decoder layers (and their ops and states). Conv
-/// windows, routers and the decode path's captures are not rows ([`conv_window_note`]).
+/// `final_norm`, `logits`. Only keys in `available` are planned, a layer's ops only with its
+/// output; `layers` keeps only those decoder layers (and their ops and states). Conv windows,
+/// routers, the decode path's captures and `--map`'s own names are not rows here
+/// ([`conv_window_note`]).
 pub fn forward_rows(
-    available: &[String],
+    available: &[Key],
     layer_types: Option<&[LayerType]>,
     layers: Option<&[usize]>,
 ) -> Vec<PlannedRow> {
-    let mut keys: Vec<Key> = available.iter().filter_map(|n| Key::of(n)).collect();
+    let mut keys: Vec<Key> = available.to_vec();
     keys.sort_unstable();
     keys.dedup();
     let has_output = |i: usize| keys.binary_search(&Key::Layer(i)).is_ok();
@@ -119,33 +127,25 @@ pub fn forward_rows(
         if layer.is_some_and(|i| layers.is_some_and(|keep| !keep.contains(&i))) {
             return None;
         }
-        Some(PlannedRow {
-            name: key.to_string(),
-            kind,
-            layer,
-        })
+        Some(PlannedRow { key, kind, layer })
     };
     keys.iter().filter_map(|&k| row(k)).collect()
 }
 
-/// Whether `name` is a final recurrent state, `state.layers.{i}.recurrent`.
-fn is_recurrent_state(name: &str) -> bool {
-    matches!(Key::of(name), Some(Key::State(_, StateKind::Recurrent)))
+/// Whether `key` is a final recurrent state, `state.layers.{i}.recurrent`.
+fn is_recurrent_state(key: &Key) -> bool {
+    matches!(key, Key::State(_, StateKind::Recurrent))
 }
 
 /// The tensors that would be rows (see [`forward_rows`]; final states included) which `x` holds
 /// and `y` does not, in forward order; only those decoder layers with `layers`.
-pub fn only_in(x: &[String], y: &[String], layers: Option<&[usize]>) -> Vec<String> {
-    // A set: a file of N tensors is not N² string comparisons.
-    let y: std::collections::HashSet<&str> = y.iter().map(String::as_str).collect();
-    let missing: Vec<String> = x
-        .iter()
-        .filter(|n| !y.contains(n.as_str()))
-        .cloned()
-        .collect();
+pub fn only_in(x: &[Key], y: &[Key], layers: Option<&[usize]>) -> Vec<Key> {
+    // A set: a file of N tensors is not N² comparisons.
+    let y: std::collections::HashSet<&Key> = y.iter().collect();
+    let missing: Vec<Key> = x.iter().filter(|k| !y.contains(k)).copied().collect();
     forward_rows(&missing, None, layers)
         .into_iter()
-        .map(|r| r.name)
+        .map(|r| r.key)
         .collect()
 }
 
@@ -154,17 +154,17 @@ pub fn only_in(x: &[String], y: &[String], layers: Option<&[usize]>) -> Vec<Stri
 /// final_norm, logits).
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct HeldByOneSide {
-    pub states_a: Vec<String>,
-    pub states_b: Vec<String>,
-    pub tensors_a: Vec<String>,
-    pub tensors_b: Vec<String>,
+    pub states_a: Vec<Key>,
+    pub states_b: Vec<Key>,
+    pub tensors_a: Vec<Key>,
+    pub tensors_b: Vec<Key>,
 }
 
 impl HeldByOneSide {
-    pub fn of(a: &[String], b: &[String], layers: Option<&[usize]>) -> Self {
+    pub fn of(a: &[Key], b: &[Key], layers: Option<&[usize]>) -> Self {
         let (in_a, in_b) = (only_in(a, b, layers), only_in(b, a, layers));
-        let (states_a, tensors_a) = in_a.into_iter().partition(|n| is_recurrent_state(n));
-        let (states_b, tensors_b) = in_b.into_iter().partition(|n| is_recurrent_state(n));
+        let (states_a, tensors_a) = in_a.into_iter().partition(is_recurrent_state);
+        let (states_b, tensors_b) = in_b.into_iter().partition(is_recurrent_state);
         HeldByOneSide {
             states_a,
             states_b,
@@ -199,7 +199,7 @@ pub fn unnamed_note(in_a: &[String], in_b: &[String]) -> Option<String> {
 
 /// "N WHATs only in A (x, y, … and K more), not compared: B holds no such tensor" for each side
 /// that has some, joined by "; ".
-pub fn one_sided_note(what: &str, in_a: &[String], in_b: &[String]) -> Option<String> {
+pub fn one_sided_note<T: fmt::Display>(what: &str, in_a: &[T], in_b: &[T]) -> Option<String> {
     per_side(in_a, in_b, |side, other, list, s| {
         format!(
             "{} {what}{s} only in {side} ({}), not compared: {other} holds no such tensor",
@@ -211,10 +211,10 @@ pub fn one_sided_note(what: &str, in_a: &[String], in_b: &[String]) -> Option<St
 
 /// `part(side, other side, list, plural "s" or "")` for each side whose list is not empty, A's
 /// then B's, joined by "; "; None when both are empty.
-fn per_side(
-    in_a: &[String],
-    in_b: &[String],
-    part: impl Fn(&str, &str, &[String], &str) -> String,
+fn per_side<T>(
+    in_a: &[T],
+    in_b: &[T],
+    part: impl Fn(&str, &str, &[T], &str) -> String,
 ) -> Option<String> {
     let parts: Vec<String> = [("A", "B", in_a), ("B", "A", in_b)]
         .into_iter()
@@ -225,8 +225,8 @@ fn per_side(
 }
 
 /// The first four of `list`, and how many more.
-fn shown_list(list: &[String]) -> String {
-    let shown: Vec<&str> = list.iter().take(4).map(String::as_str).collect();
+fn shown_list<T: fmt::Display>(list: &[T]) -> String {
+    let shown: Vec<String> = list.iter().take(4).map(T::to_string).collect();
     match list.len().saturating_sub(shown.len()) {
         0 => shown.join(", "),
         more => format!("{} and {more} more", shown.join(", ")),
@@ -237,10 +237,10 @@ fn shown_list(list: &[String]) -> String {
 /// a window is the layer input's projection at the last `conv_kernel` tokens — already judged
 /// in the `layers.{i}` rows — and too few values to judge against a rounding floor (on the
 /// built-in model at bf16 a benign fused/reference pair read 2.0× the floor there).
-pub fn conv_window_note(a: &[String], b: &[String]) -> Option<String> {
+pub fn conv_window_note(a: &[Key], b: &[Key]) -> Option<String> {
     let both = a
         .iter()
-        .filter(|n| matches!(Key::of(n), Some(Key::State(_, StateKind::Conv))) && b.contains(n))
+        .filter(|k| matches!(k, Key::State(_, StateKind::Conv)) && b.contains(k))
         .count();
     (both > 0).then(|| {
         format!(
@@ -255,13 +255,22 @@ pub fn conv_window_note(a: &[String], b: &[String]) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// The keys of those names that are hsdiff's (a file's other names are no keys).
+    fn keys(v: &[&str]) -> Vec<Key> {
+        v.iter().filter_map(|s| Key::of(s)).collect()
+    }
+
+    fn names(v: &[Key]) -> Vec<String> {
+        v.iter().map(Key::to_string).collect()
+    }
+
     fn owned(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
     }
 
     #[test]
     fn state_rows_follow_the_layers_and_precede_final_norm() {
-        let available = owned(&[
+        let available = keys(&[
             "logits",
             "state.layers.2.recurrent",
             "final_norm",
@@ -273,20 +282,20 @@ mod tests {
             "state.layers.1.other",
         ]);
         let rows = forward_rows(&available, None, None);
-        let got: Vec<(&str, Kind)> = rows.iter().map(|r| (r.name.as_str(), r.kind)).collect();
+        let got: Vec<(String, Kind)> = rows.iter().map(|r| (r.key.to_string(), r.kind)).collect();
         assert_eq!(
             got,
             vec![
-                ("layers.0", Kind::Layer),
-                ("layers.2", Kind::Layer),
-                ("state.layers.0.recurrent", Kind::State),
-                ("state.layers.2.recurrent", Kind::State),
-                ("final_norm", Kind::FinalNorm),
-                ("logits", Kind::Logits),
+                ("layers.0".into(), Kind::Layer),
+                ("layers.2".into(), Kind::Layer),
+                ("state.layers.0.recurrent".into(), Kind::State),
+                ("state.layers.2.recurrent".into(), Kind::State),
+                ("final_norm".into(), Kind::FinalNorm),
+                ("logits".into(), Kind::Logits),
             ]
         );
         let kept = forward_rows(&available, None, Some(&[2]));
-        let names: Vec<&str> = kept.iter().map(|r| r.name.as_str()).collect();
+        let names: Vec<String> = kept.iter().map(|r| r.key.to_string()).collect();
         assert_eq!(
             names,
             vec![
@@ -301,7 +310,7 @@ mod tests {
     #[test]
     fn rows_follow_the_forward_order_whatever_the_order_of_the_names() {
         // A file's names come sorted as strings: layers.10 before layers.2, beta before q.
-        let available = owned(&[
+        let available = keys(&[
             "embed",
             "layers.0",
             "layers.0.beta",
@@ -318,7 +327,7 @@ mod tests {
         ]);
         let names: Vec<String> = forward_rows(&available, None, None)
             .into_iter()
-            .map(|r| r.name)
+            .map(|r| r.key.to_string())
             .collect();
         // layers.3.g has no layer output to belong to; layers.03 and layers.2.mlp are not
         // hsdiff's names; routers and conv windows are not rows.
@@ -339,13 +348,13 @@ mod tests {
 
     #[test]
     fn one_sided_states_are_named() {
-        let a = owned(&[
+        let a = keys(&[
             "layers.0",
             "state.layers.0.recurrent",
             "state.layers.0.conv",
             "state.layers.1.recurrent",
         ]);
-        let b = owned(&[
+        let b = keys(&[
             "layers.0",
             "state.layers.0.conv",
             "state.layers.1.recurrent",
@@ -359,12 +368,12 @@ mod tests {
         );
         assert_eq!(HeldByOneSide::of(&b, &b, None).states_note(), None);
         assert!(
-            HeldByOneSide::of(&owned(&["layers.0"]), &a, None)
+            HeldByOneSide::of(&keys(&["layers.0"]), &a, None)
                 .states_note()
                 .is_some_and(|n| n.starts_with("2 final states only in B"))
         );
         assert!(conv_window_note(&a, &b).is_some_and(|n| n.starts_with("1 conv window ")));
-        assert_eq!(conv_window_note(&a, &owned(&["layers.0"])), None);
+        assert_eq!(conv_window_note(&a, &keys(&["layers.0"])), None);
     }
 
     #[test]
@@ -384,7 +393,7 @@ mod tests {
 
     #[test]
     fn one_sided_tensors_are_named_in_forward_order() {
-        let a = owned(&[
+        let a = keys(&[
             "input_ids",
             "embed",
             "layers.0",
@@ -394,10 +403,10 @@ mod tests {
             "final_norm",
             "logits",
         ]);
-        let b = owned(&["input_ids", "layers.0", "layers.2", "layers.9"]);
+        let b = keys(&["input_ids", "layers.0", "layers.2", "layers.9"]);
         let one = HeldByOneSide::of(&a, &b, None);
         assert_eq!(
-            one.tensors_a,
+            names(&one.tensors_a),
             owned(&[
                 "embed",
                 "layers.1.core_out",
@@ -416,7 +425,10 @@ mod tests {
         );
         // --layers keeps the note to the layers asked for.
         let kept = HeldByOneSide::of(&a, &b, Some(&[0, 2]));
-        assert_eq!(kept.tensors_a, owned(&["embed", "final_norm", "logits"]));
+        assert_eq!(
+            names(&kept.tensors_a),
+            owned(&["embed", "final_norm", "logits"])
+        );
         assert!(kept.tensors_b.is_empty());
         assert_eq!(HeldByOneSide::of(&b, &b, None).tensors_note(), None);
     }

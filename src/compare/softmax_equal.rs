@@ -26,8 +26,7 @@ pub struct Offset {
 
 /// The logits of `a` and `b` as `[T, V]`, when both hold logits of one shape.
 fn logits_of(a: &dyn TensorSource, b: &dyn TensorSource) -> Result<Option<(Tensor, Tensor)>> {
-    let name = Key::Logits.to_string();
-    let (Some(x), Some(y)) = (a.tensor(&name)?, b.tensor(&name)?) else {
+    let (Some(x), Some(y)) = (a.tensor(Key::Logits)?, b.tensor(Key::Logits)?) else {
         return Ok(None);
     };
     if x.dims() != y.dims() || x.rank() < 2 || x.elem_count() == 0 {
@@ -76,9 +75,9 @@ pub struct LogSoftmaxLogits<'s> {
 }
 
 impl TensorSource for LogSoftmaxLogits<'_> {
-    fn tensor(&self, name: &str) -> Result<Option<Tensor>> {
-        let t = self.inner.tensor(name)?;
-        if name != Key::Logits.to_string() {
+    fn tensor(&self, key: Key) -> Result<Option<Tensor>> {
+        let t = self.inner.tensor(key)?;
+        if key != Key::Logits {
             return Ok(t);
         }
         let Some(t) = t else { return Ok(None) };
@@ -91,15 +90,15 @@ impl TensorSource for LogSoftmaxLogits<'_> {
         Ok(Some(ls.to_dtype(keep)?))
     }
 
-    fn names(&self) -> Vec<String> {
-        self.inner.names()
+    fn keys(&self) -> Vec<Key> {
+        self.inner.keys()
     }
 
-    fn stored_rows(&self, name: &str) -> Result<Option<StoredRows<'_>>> {
-        if name == Key::Logits.to_string() {
+    fn stored_rows(&self, key: Key) -> Result<Option<StoredRows<'_>>> {
+        if key == Key::Logits {
             return Ok(None);
         }
-        self.inner.stored_rows(name)
+        self.inner.stored_rows(key)
     }
 }
 
@@ -120,11 +119,11 @@ mod tests {
 
     struct Logits(Tensor);
     impl TensorSource for Logits {
-        fn tensor(&self, name: &str) -> Result<Option<Tensor>> {
-            Ok((name == "logits").then(|| self.0.clone()))
+        fn tensor(&self, key: Key) -> Result<Option<Tensor>> {
+            Ok((key == Key::Logits).then(|| self.0.clone()))
         }
-        fn names(&self) -> Vec<String> {
-            vec!["logits".to_string()]
+        fn keys(&self) -> Vec<Key> {
+            vec![Key::Logits]
         }
     }
 
@@ -137,7 +136,7 @@ mod tests {
     }
 
     fn log_softmax_of(src: &Logits) -> Result<Tensor> {
-        let seen = LogSoftmaxLogits { inner: src }.tensor("logits")?;
+        let seen = LogSoftmaxLogits { inner: src }.tensor(Key::Logits)?;
         Ok(seen.expect("the source holds logits"))
     }
 

@@ -342,17 +342,99 @@ fn box_tensor<T: candle_core::WithDType>(
     Tensor::from_vec(values, shape, &Device::Cpu)
 }
 
+/// The file's tensors by the keys of the names they are read under ([`Key::named`]: hsdiff's
+/// names and those `--map` gave); a name is made from a key only to look it up here.
 impl crate::compare::TensorSource for FileSource {
-    fn tensor(&self, name: &str) -> Result<Option<Tensor>> {
-        self.get(name)
+    fn tensor(&self, key: Key) -> Result<Option<Tensor>> {
+        self.get(&key.to_string())
     }
-    fn names(&self) -> Vec<String> {
-        FileSource::names(self)
+    fn keys(&self) -> Vec<Key> {
+        self.names.keys().filter_map(|n| Key::named(n)).collect()
     }
-    fn tensor_head(&self, name: &str, n: usize) -> Result<Option<Tensor>> {
-        self.get_head(name, n)
+    fn tensor_head(&self, key: Key, n: usize) -> Result<Option<Tensor>> {
+        self.get_head(&key.to_string(), n)
     }
-    fn stored_rows(&self, name: &str) -> Result<Option<crate::compare::metrics::StoredRows<'_>>> {
-        Ok(self.mapped_rows(name)?.map(|r| r.stored()))
+    fn stored_rows(&self, key: Key) -> Result<Option<crate::compare::metrics::StoredRows<'_>>> {
+        Ok(self.mapped_rows(&key.to_string())?.map(|r| r.stored()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::compare::TensorSource;
+    use crate::formats::pipelines::{IdsFrom, LayerIds, ReadOptions};
+
+    fn fixture(rel: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(rel)
+    }
+
+    /// Every name a file is read under is a key that displays as that name and reads the same
+    /// tensor, for each reader: the names are mapped to keys once, and nothing is lost between.
+    #[test]
+    fn each_readers_names_are_keys_that_display_as_them() -> Result<()> {
+        let ids = LayerIds {
+            ids: vec![1, 2, 4, 5, 6],
+            from: IdsFrom::BothSides,
+        };
+        let with_ids = ReadOptions {
+            layer_ids: Some(ids),
+            ..ReadOptions::default()
+        };
+        let plain = ReadOptions::default();
+        let cases = [
+            ("compare/hooks.safetensors", &plain),
+            ("compare/hs.npz", &plain),
+            ("compare/hs_compressed.npz", &plain),
+            ("compare/hs_stacked.npy", &plain),
+            ("compare/hs_tuple.pt", &plain),
+            ("compare/hs_dict.pt", &plain),
+            ("vllm/pairs.bf16.safetensors", &plain),
+            (
+                "pipelines/qwen3_5_tiny/specforge_dflash/rows_0-5000/data_1.ckpt",
+                &with_ids,
+            ),
+            (
+                "sglang_ops/dumper/dump_20261201_120000_000000/step=0___rank=0___dump_index=13___name=non_intrusive__model.layers.1.output.0___recompute_status=disabled___layer_id=1.pt",
+                &plain,
+            ),
+        ];
+        for (rel, opts) in cases {
+            let src = FileSource::open_with(&fixture(rel), None, opts)?;
+            let keys = TensorSource::keys(&src);
+            let shown: Vec<String> = keys.iter().map(Key::to_string).collect();
+            assert!(!keys.is_empty(), "{rel}");
+            assert_eq!(shown, src.names(), "{rel}");
+            for (key, name) in keys.iter().zip(&shown) {
+                assert_eq!(Key::named(name), Some(*key), "{rel} {name}");
+                let (by_key, by_name) = (TensorSource::tensor(&src, *key)?, src.get(name)?);
+                let bits = |t: Option<Tensor>| -> Result<Vec<f64>> {
+                    let t = t.unwrap_or_else(|| panic!("{rel} {name}: not read"));
+                    Ok(t.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?)
+                };
+                let (x, y) = (bits(by_key)?, bits(by_name)?);
+                assert!(x.iter().zip(&y).all(|(a, b)| a.to_bits() == b.to_bits()));
+                assert_eq!(x.len(), y.len(), "{rel} {name}");
+            }
+        }
+        Ok(())
+    }
+
+    /// A name `--map` gives that is none of hsdiff's becomes a key of the file under that name;
+    /// the file's other names stay no keys.
+    #[test]
+    fn a_mapped_name_is_a_key_of_the_file() -> Result<()> {
+        let mut src = FileSource::open(&fixture("compare/hooks.safetensors"), None)?;
+        let from = src.names()[0].clone();
+        let key = Key::mapped("h4.mapped.block");
+        src.rename(&from, "h4.mapped.block")?;
+        assert!(TensorSource::keys(&src).contains(&key));
+        assert!(TensorSource::tensor(&src, key)?.is_some());
+        assert_eq!(Key::named("h4.never.mapped"), None);
+        Ok(())
     }
 }

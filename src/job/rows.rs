@@ -3,6 +3,7 @@
 //! The order is `compare::forward_rows`' (forward order, by `capture::Key`); what a table keeps of
 //! it is decided here, once for the live run, `check`, two files and sides of disjoint layers.
 
+use crate::capture::Key;
 use crate::compare::{Kind, PlannedRow, forward_rows};
 use crate::weights::config::LayerType;
 
@@ -16,7 +17,7 @@ pub enum RowMode {
     /// `--map`'s names the files hold that are no row yet, in the order given.
     Files {
         without_final: bool,
-        mapped: Vec<String>,
+        mapped: Vec<Key>,
     },
     /// Sides holding different decoder layers, each filled from the truth: no ops (a side's
     /// ops cannot be filled from the truth's).
@@ -27,7 +28,7 @@ pub enum RowMode {
 #[derive(Debug, Clone, Copy)]
 pub struct RowsFrom<'a> {
     /// The tensors every side holds (with what the truth fills in, for [`RowMode::Disjoint`]).
-    pub held: &'a [String],
+    pub held: &'a [Key],
     pub layer_types: Option<&'a [LayerType]>,
     /// Only these decoder layers (and their ops and states); None: all.
     pub layers: Option<&'a [usize]>,
@@ -46,10 +47,10 @@ pub fn plan(from: RowsFrom<'_>, mode: RowMode) -> Vec<PlannedRow> {
             if without_final {
                 rows.retain(|r| !matches!(r.kind, Kind::FinalNorm | Kind::Logits));
             }
-            for name in mapped {
-                if !rows.iter().any(|r| r.name == name) && from.held.contains(&name) {
+            for key in mapped {
+                if !rows.iter().any(|r| r.key == key) && from.held.contains(&key) {
                     rows.push(PlannedRow {
-                        name,
+                        key,
                         kind: Kind::Op,
                         layer: None,
                     });
@@ -68,13 +69,21 @@ mod tests {
         list.iter().map(|s| s.to_string()).collect()
     }
 
-    fn planned(held: &[String], layers: Option<&[usize]>, mode: RowMode) -> Vec<String> {
+    /// The keys `--map` would give these names (`lm.custom` is none of hsdiff's).
+    fn keys(list: &[&str]) -> Vec<Key> {
+        list.iter().map(|s| Key::mapped(s)).collect()
+    }
+
+    fn planned(held: &[Key], layers: Option<&[usize]>, mode: RowMode) -> Vec<String> {
         let from = RowsFrom {
             held,
             layer_types: None,
             layers,
         };
-        plan(from, mode).into_iter().map(|r| r.name).collect()
+        plan(from, mode)
+            .into_iter()
+            .map(|r| r.key.to_string())
+            .collect()
     }
 
     const HELD: &[&str] = &[
@@ -90,7 +99,7 @@ mod tests {
 
     #[test]
     fn every_row_in_forward_order_within_the_layers_asked_for() {
-        let held = names(HELD);
+        let held = keys(HELD);
         let all = planned(&held, None, RowMode::Every);
         assert_eq!(
             all,
@@ -110,7 +119,7 @@ mod tests {
 
     #[test]
     fn disjoint_sides_get_no_op_rows() {
-        let held = names(HELD);
+        let held = keys(HELD);
         let rows = planned(&held, None, RowMode::Disjoint);
         assert!(!rows.contains(&"layers.0.conv_out".to_string()), "{rows:?}");
         assert!(rows.contains(&"layers.0".to_string()), "{rows:?}");
@@ -118,10 +127,10 @@ mod tests {
 
     #[test]
     fn files_drop_the_final_rows_when_asked_and_add_mapped_names_they_hold() {
-        let held = names(HELD);
+        let held = keys(HELD);
         let mode = RowMode::Files {
             without_final: true,
-            mapped: names(&["lm.custom", "not.held", "layers.1"]),
+            mapped: keys(&["lm.custom", "not.held", "layers.1"]),
         };
         let rows = planned(&held, None, mode);
         assert_eq!(

@@ -206,8 +206,7 @@ fn logits_line(c: &Comparison, tie_margin: Option<f64>) -> Result<Option<LogitSt
     let Some(margin) = tie_margin else {
         return Ok(None);
     };
-    let name = Key::Logits.to_string();
-    match (c.a.tensor(&name)?, c.b.tensor(&name)?) {
+    match (c.a.tensor(Key::Logits)?, c.b.tensor(Key::Logits)?) {
         (Some(a), Some(b)) => Ok(Some(logit_stats(&a, &b, margin)?)),
         _ => Ok(None),
     }
@@ -305,7 +304,7 @@ fn headline(c: &Comparison, f: &Findings) -> Summary {
 /// FP8 serving and dropped scales.
 fn notes(c: &Comparison, tensors: &[TensorRow]) -> Vec<String> {
     let mut notes = c.notes.clone();
-    notes.extend(conv_window_note(&c.a.names(), &c.b.names()));
+    notes.extend(conv_window_note(&c.a.keys(), &c.b.keys()));
     if let Some(cal) = &c.calibration {
         let b_dtype = cal.floor_b.as_ref().map_or(cal.floor_a.dtype, |f| f.dtype);
         notes.extend(super::fp8_notes::serving_note(

@@ -5,6 +5,7 @@ use candle_core::{DType, Tensor};
 
 use super::TensorRow;
 use super::build::{Comparison, DisjointLayers, each_side};
+use crate::capture::Key;
 use crate::compare::judge::{Evidence, judge};
 use crate::compare::metrics::{DiffStats, diff_stats};
 use crate::compare::verdict::thresholds;
@@ -25,8 +26,8 @@ pub(super) fn judged_rows(c: &Comparison) -> Result<(Vec<TensorRow>, Option<f64>
     let mut tensors = Vec::with_capacity(c.rows.len());
     let mut tie_margin = None;
     for row in &c.rows {
-        let mut stats = pair_stats(c, &row.name)?;
-        let truth = from_truth(c, &row.name)?;
+        let mut stats = pair_stats(c, row.key)?;
+        let truth = from_truth(c, row.key)?;
         if row.kind == Kind::Logits {
             tie_margin = Some(truth.tie_margin(&stats, c.dtype));
         }
@@ -45,7 +46,7 @@ pub(super) fn judged_rows(c: &Comparison) -> Result<(Vec<TensorRow>, Option<f64>
             stats.per_token_rel.clear();
         }
         tensors.push(TensorRow {
-            name: row.name.clone(),
+            name: row.key.to_string(),
             kind: row.kind,
             layer: row.layer,
             stats,
@@ -81,31 +82,30 @@ impl FromTruth {
     }
 }
 
-fn from_truth(c: &Comparison, name: &str) -> Result<FromTruth> {
+fn from_truth(c: &Comparison, key: Key) -> Result<FromTruth> {
     let Some(cal) = &c.calibration else {
         return Ok(FromTruth::default());
     };
     let truth_b = cal.truth_b.unwrap_or(cal.truth);
-    let floor_a = stats_vs((cal.floor_a.src, "A's floor run"), cal.truth, name)?;
+    let floor_a = stats_vs((cal.floor_a.src, "A's floor run"), cal.truth, key)?;
     let floor_b = match &cal.floor_b {
-        Some(f) => stats_vs((f.src, "B's floor run"), truth_b, name)?,
+        Some(f) => stats_vs((f.src, "B's floor run"), truth_b, key)?,
         None => floor_a.clone(),
     };
     // A side standing in with the truth's value has no distance of its own.
+    let name = key.to_string();
     let stand_in = |side: fn(&DisjointLayers) -> &Vec<String>| {
-        c.disjoint
-            .as_ref()
-            .is_some_and(|o| side(o).iter().any(|n| n == name))
+        c.disjoint.as_ref().is_some_and(|o| side(o).contains(&name))
     };
     let a = if stand_in(|o| &o.truth_for_a) {
         None
     } else {
-        stats_vs((c.a, "side A"), cal.truth, name)?.map(|s| s.rel_l2)
+        stats_vs((c.a, "side A"), cal.truth, key)?.map(|s| s.rel_l2)
     };
     let b = if stand_in(|o| &o.truth_for_b) {
         None
     } else {
-        stats_vs((c.b, "side B"), truth_b, name)?.map(|s| s.rel_l2)
+        stats_vs((c.b, "side B"), truth_b, key)?.map(|s| s.rel_l2)
     };
     Ok(FromTruth {
         floor_a,
@@ -115,47 +115,47 @@ fn from_truth(c: &Comparison, name: &str) -> Result<FromTruth> {
     })
 }
 
-fn fetch(src: &dyn TensorSource, side: &str, name: &str) -> Result<Tensor> {
-    src.tensor(name)?
-        .ok_or_else(|| Error::Compare(format!("side {side} has no tensor `{name}`")))
+fn fetch(src: &dyn TensorSource, side: &str, key: Key) -> Result<Tensor> {
+    src.tensor(key)?
+        .ok_or_else(|| Error::Compare(format!("side {side} has no tensor `{key}`")))
 }
 
-/// The statistics of A against B at `name`: summed where both files store the rows when they
+/// The statistics of A against B at `key`: summed where both files store the rows when they
 /// can be lent (no copy of a layer into a tensor: most of a dataset compare's time), else from
 /// the tensors. The two ways give the same bits.
-fn pair_stats(c: &Comparison, name: &str) -> Result<DiffStats> {
-    if let (Some(a), Some(b)) = (c.a.stored_rows(name)?, c.b.stored_rows(name)?)
+fn pair_stats(c: &Comparison, key: Key) -> Result<DiffStats> {
+    if let (Some(a), Some(b)) = (c.a.stored_rows(key)?, c.b.stored_rows(key)?)
         && let Some(stats) = crate::compare::metrics::diff_stats_stored(&a, &b)
     {
         // Pages of a file truncated meanwhile read as zeros: never trust sums made from them.
         crate::util::mapped::check()?;
         return Ok(stats);
     }
-    let a = fetch(c.a, "A", name)?;
-    let b = fetch(c.b, "B", name)?;
-    let stats = diff_stats(name, &a, &b)?;
+    let a = fetch(c.a, "A", key)?;
+    let b = fetch(c.b, "B", key)?;
+    let stats = diff_stats(&key.to_string(), &a, &b)?;
     if stats.elements == 0 {
         return Err(Error::Compare(format!(
-            "nothing to compare: `{name}` has shape {:?}, no elements",
+            "nothing to compare: `{key}` has shape {:?}, no elements",
             a.dims()
         )));
     }
     Ok(stats)
 }
 
-/// The statistics of `src` (named `what` in an error) against the truth at `name`.
+/// The statistics of `src` (named `what` in an error) against the truth at `key`.
 fn stats_vs(
     (src, what): (&dyn TensorSource, &str),
     truth: &dyn TensorSource,
-    name: &str,
+    key: Key,
 ) -> Result<Option<DiffStats>> {
-    match (src.tensor(name)?, truth.tensor(name)?) {
+    match (src.tensor(key)?, truth.tensor(key)?) {
         (Some(x), Some(y)) if x.dims() != y.dims() => Err(Error::Compare(format!(
-            "`{name}` has shape {:?} in {what} but {:?} in the model's f64 truth",
+            "`{key}` has shape {:?} in {what} but {:?} in the model's f64 truth",
             x.dims(),
             y.dims()
         ))),
-        (Some(x), Some(y)) => Ok(Some(diff_stats(name, &x, &y)?)),
+        (Some(x), Some(y)) => Ok(Some(diff_stats(&key.to_string(), &x, &y)?)),
         _ => Ok(None),
     }
 }

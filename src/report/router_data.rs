@@ -10,17 +10,14 @@ use crate::compare::TensorSource;
 use crate::error::Result;
 
 /// The router tensors of a source, in forward order.
-fn router_names(src: &dyn TensorSource) -> Vec<(Key, String)> {
-    let mut names: Vec<(Key, String)> = src
-        .names()
+fn router_keys(src: &dyn TensorSource) -> Vec<Key> {
+    let mut keys: Vec<Key> = src
+        .keys()
         .into_iter()
-        .filter_map(|n| match Key::of(&n)? {
-            k @ Key::Router(..) => Some((k, n)),
-            _ => None,
-        })
+        .filter(|k| matches!(k, Key::Router(..)))
         .collect();
-    names.sort();
-    names
+    keys.sort();
+    keys
 }
 
 /// The values' bits, NaN seen (None when a value is NaN).
@@ -38,11 +35,11 @@ pub(super) fn router_difference(
     a: &dyn TensorSource,
     b: &dyn TensorSource,
 ) -> Result<Option<String>> {
-    let (in_a, in_b) = (router_names(a), router_names(b));
-    let mut all: Vec<&(Key, String)> = in_a.iter().chain(&in_b).collect();
+    let (in_a, in_b) = (router_keys(a), router_keys(b));
+    let mut all: Vec<Key> = in_a.into_iter().chain(in_b).collect();
     all.sort();
     all.dedup();
-    for (_, name) in all {
+    for name in all {
         let (x, y) = match (a.tensor(name)?, b.tensor(name)?) {
             (Some(x), Some(y)) => (x, y),
             (Some(_), None) => return Ok(Some(format!("`{name}` is on A only"))),

@@ -10,9 +10,9 @@ use crate::error::Result;
 
 /// Both sides' router choices cover every token once with the same k: otherwise agreement over
 /// the rows that happen to exist would read as "100 % agree".
-fn check_router_pair(name: &str, a: &[Vec<i64>], b: &[Vec<i64>], tokens: usize) -> Result<()> {
+fn check_router_pair(key: Key, a: &[Vec<i64>], b: &[Vec<i64>], tokens: usize) -> Result<()> {
     let k = |rows: &[Vec<i64>]| rows.first().map_or(0, Vec::len);
-    let refuse = |msg: String| Err(crate::error::Error::Compare(format!("`{name}`: {msg}")));
+    let refuse = |msg: String| Err(crate::error::Error::Compare(format!("`{key}`: {msg}")));
     if k(a) != k(b) {
         return refuse(format!(
             "A chose {} experts per token, B {}: not the same router",
@@ -42,13 +42,13 @@ fn check_router_pair(name: &str, a: &[Vec<i64>], b: &[Vec<i64>], tokens: usize) 
 pub(super) fn router_rows(c: &Comparison) -> Result<Vec<RouterRow>> {
     let mut rows = Vec::new();
     for layer in router_layers(c.a) {
-        let name = Key::Router(layer, RouterField::TopkIds).to_string();
-        let (Some(a), Some(b)) = (c.a.tensor(&name)?, c.b.tensor(&name)?) else {
+        let key = Key::Router(layer, RouterField::TopkIds);
+        let (Some(a), Some(b)) = (c.a.tensor(key)?, c.b.tensor(key)?) else {
             continue;
         };
         let a: Vec<Vec<i64>> = a.squeeze(0)?.to_dtype(DType::I64)?.to_vec2()?;
         let b: Vec<Vec<i64>> = b.squeeze(0)?.to_dtype(DType::I64)?.to_vec2()?;
-        check_router_pair(&name, &a, &b, c.input.tokens)?;
+        check_router_pair(key, &a, &b, c.input.tokens)?;
         let flipped: Vec<usize> = a
             .iter()
             .zip(&b)
@@ -61,10 +61,7 @@ pub(super) fn router_rows(c: &Comparison) -> Result<Vec<RouterRow>> {
             })
             .map(|(t, _)| t)
             .collect();
-        let margins: Option<Vec<f64>> = match c
-            .b
-            .tensor(&Key::Router(layer, RouterField::Margin).to_string())?
-        {
+        let margins: Option<Vec<f64>> = match c.b.tensor(Key::Router(layer, RouterField::Margin))? {
             Some(m) => Some(m.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?),
             None => None,
         };

@@ -82,17 +82,13 @@ pub(super) fn router_layers(source: &dyn TensorSource) -> Vec<usize> {
 
 /// The layers `layer` picks out of `source`'s keys, ascending.
 fn layers_of(source: &dyn TensorSource, layer: impl Fn(Key) -> Option<usize>) -> Vec<usize> {
-    let mut layers: Vec<usize> = source
-        .names()
-        .iter()
-        .filter_map(|n| layer(Key::of(n)?))
-        .collect();
+    let mut layers: Vec<usize> = source.keys().into_iter().filter_map(layer).collect();
     layers.sort_unstable();
     layers
 }
 
 fn row_f64(src: &dyn TensorSource, key: Key) -> Result<Option<Vec<f64>>> {
-    match src.tensor(&key.to_string())? {
+    match src.tensor(key)? {
         Some(t) => Ok(Some(t.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?)),
         None => Ok(None),
     }
@@ -139,9 +135,9 @@ fn token_errors(
     truth: &dyn TensorSource,
     layer: usize,
 ) -> Result<Vec<f64>> {
-    let name = Key::Layer(layer).to_string();
-    Ok(match (run.tensor(&name)?, truth.tensor(&name)?) {
-        (Some(x), Some(y)) => diff_stats(&name, &x, &y)?.per_token_rel,
+    let key = Key::Layer(layer);
+    Ok(match (run.tensor(key)?, truth.tensor(key)?) {
+        (Some(x), Some(y)) => diff_stats(&key.to_string(), &x, &y)?.per_token_rel,
         _ => Vec::new(),
     })
 }
@@ -172,7 +168,7 @@ pub fn routing(
             .collect::<Result<Vec<_>>>()?;
         for layer in moe {
             let recorded = side
-                .tensor(&Key::Router(layer, RouterField::TopkIds).to_string())?
+                .tensor(Key::Router(layer, RouterField::TopkIds))?
                 .is_some();
             if !recorded {
                 match unseen.iter_mut().find(|(l, _)| *l == layer) {

@@ -207,3 +207,18 @@ fn layer_of_a_key() {
     assert_eq!(Key::Embed.layer(), None);
     assert_eq!(Key::of("router.7.margin").and_then(Key::layer), Some(7));
 }
+
+#[test]
+fn mapped_keys_are_their_names_and_follow_every_other_key() {
+    // hsdiff's own names stay themselves; any other is a Mapped key, displayed as given.
+    assert_eq!(Key::mapped("layers.3"), Key::Layer(3));
+    let (mlp, attn) = (Key::mapped("model.layers.3.mlp"), Key::mapped("attn_out"));
+    assert!(matches!(mlp, Key::Mapped(_)));
+    assert_eq!(mlp.to_string(), "model.layers.3.mlp");
+    assert_eq!(mlp, Key::mapped("model.layers.3.mlp"));
+    assert_ne!(mlp, attn);
+    // Ordered after the decode path's keys, by name among themselves; never read from a name.
+    assert!(mlp > Key::DecodeLogits && attn < mlp);
+    assert_eq!(Key::of("attn_out"), None);
+    assert_eq!(mlp.layer(), None);
+}

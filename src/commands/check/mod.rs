@@ -157,10 +157,9 @@ pub fn check_golden(
         check_layer_list(layers, model.config.num_hidden_layers, "the model")?;
     }
     let golden_dtype = golden.states_dtype()?;
-    let capture_ops = golden
-        .names()
+    let capture_ops = TensorSource::keys(golden)
         .iter()
-        .any(|n| matches!(Key::of(n), Some(Key::Op(..))));
+        .any(|k| matches!(k, Key::Op(..)));
     for &backend in &run.backends {
         let b = Live {
             backend,
@@ -172,7 +171,7 @@ pub fn check_golden(
         let ours = done
             .side(Role::B)
             .ok_or_else(|| Error::Internal("check: side B is not a run".to_string()))?;
-        let rows = golden_rows(golden, &TensorSource::names(ours), model, run)?;
+        let rows = golden_rows(golden, &TensorSource::keys(ours), model, run)?;
         each(done.report(Parts {
             given: Given::A(golden),
             a_side: golden_side(golden),
@@ -208,7 +207,7 @@ fn check_spec(run: &CheckRun, golden_dtype: DType, b: Live, ops: bool) -> Spec {
 /// none is an error naming the golden file.
 fn golden_rows(
     golden: &Dump,
-    ours: &[String],
+    ours: &[Key],
     model: &Model,
     run: &CheckRun,
 ) -> Result<Vec<PlannedRow>> {
@@ -237,16 +236,13 @@ pub struct CheckOutcome {
 /// The golden states the recomputed run also captured (`ours`), in the golden file's order.
 /// A hidden state (embed, layers.N, final_norm, logits) that the run does not produce means
 /// another model: an error rather than a shorter table.
-pub fn shared_states(golden: &Dump, ours: &[String]) -> Result<Vec<String>> {
-    let golden_names = golden.names();
-    let missing: Vec<&String> = golden_names
+pub fn shared_states(golden: &Dump, ours: &[Key]) -> Result<Vec<Key>> {
+    let golden_keys = TensorSource::keys(golden);
+    let missing: Vec<&Key> = golden_keys
         .iter()
-        .filter(|n| {
-            !ours.contains(n)
-                && matches!(
-                    Key::of(n),
-                    Some(Key::Embed | Key::FinalNorm | Key::Logits | Key::Layer(_))
-                )
+        .filter(|k| {
+            !ours.contains(k)
+                && matches!(k, Key::Embed | Key::FinalNorm | Key::Logits | Key::Layer(_))
         })
         .collect();
     if let Some(first) = missing.first() {
@@ -257,9 +253,9 @@ pub fn shared_states(golden: &Dump, ours: &[String]) -> Result<Vec<String>> {
             missing.len(),
         )));
     }
-    Ok(golden_names
+    Ok(golden_keys
         .into_iter()
-        .filter(|n| ours.contains(n))
+        .filter(|k| ours.contains(k))
         .collect())
 }
 
@@ -331,7 +327,7 @@ mod tests {
             let golden = builtin_golden(name, bytes)?;
             assert!(!golden.required_input_ids()?.is_empty());
             assert_eq!(golden.states_dtype()?, dtype, "{name}");
-            assert!(shared_states(&golden, &golden.names())?.len() > 2);
+            assert!(shared_states(&golden, &TensorSource::keys(&golden))?.len() > 2);
             assert!(shared_states(&golden, &[]).is_err());
         }
         Ok(())

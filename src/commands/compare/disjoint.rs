@@ -19,30 +19,26 @@ pub struct TruthFilled<'a> {
     pub side: &'a dyn TensorSource,
     pub truth: &'a dyn TensorSource,
     /// The rows this side lacks, read from the truth.
-    pub filled: Vec<String>,
+    pub filled: Vec<Key>,
 }
 
 impl TensorSource for TruthFilled<'_> {
-    fn tensor(&self, name: &str) -> Result<Option<Tensor>> {
-        if self.filled.iter().any(|n| n == name) {
-            self.truth.tensor(name)
+    fn tensor(&self, key: Key) -> Result<Option<Tensor>> {
+        if self.filled.contains(&key) {
+            self.truth.tensor(key)
         } else {
-            self.side.tensor(name)
+            self.side.tensor(key)
         }
     }
-    fn names(&self) -> Vec<String> {
-        let mut n = self.side.names();
-        n.extend(self.filled.iter().cloned());
-        n
+    fn keys(&self) -> Vec<Key> {
+        let mut k = self.side.keys();
+        k.extend(&self.filled);
+        k
     }
 }
 
 fn layers(src: &dyn TensorSource) -> Vec<usize> {
-    let mut l: Vec<usize> = src
-        .names()
-        .iter()
-        .filter_map(|n| Key::of(n)?.layer_output())
-        .collect();
+    let mut l: Vec<usize> = src.keys().iter().filter_map(|k| k.layer_output()).collect();
     l.sort_unstable();
     l.dedup();
     l
@@ -66,19 +62,19 @@ pub fn fill<'a>(
     truth: &'a dyn TensorSource,
     layer_types: Option<&[LayerType]>,
 ) -> (Vec<PlannedRow>, TruthFilled<'a>, TruthFilled<'a>) {
-    let (na, nb, nt) = (a.names(), b.names(), truth.names());
-    let row_name = |n: &String| matches!(Key::of(n), Some(Key::Embed | Key::Layer(_)));
-    let missing = |have: &[String], other: &[String]| -> Vec<String> {
+    let (na, nb, nt) = (a.keys(), b.keys(), truth.keys());
+    let row_key = |k: &Key| matches!(k, Key::Embed | Key::Layer(_));
+    let missing = |have: &[Key], other: &[Key]| -> Vec<Key> {
         other
             .iter()
-            .filter(|n| row_name(n) && !have.contains(n) && nt.contains(n))
-            .cloned()
+            .filter(|k| row_key(k) && !have.contains(k) && nt.contains(k))
+            .copied()
             .collect()
     };
     let (fill_a, fill_b) = (missing(&na, &nb), missing(&nb, &na));
-    let mut union: Vec<String> = na.iter().filter(|n| nb.contains(n)).cloned().collect();
-    union.extend(fill_a.iter().cloned());
-    union.extend(fill_b.iter().cloned());
+    let mut union: Vec<Key> = na.iter().filter(|k| nb.contains(k)).copied().collect();
+    union.extend(&fill_a);
+    union.extend(&fill_b);
     let from = RowsFrom {
         held: &union,
         layer_types,
@@ -125,8 +121,8 @@ pub fn judged_against<'a>(
     let one_sided = DisjointLayers {
         a_layers: la,
         b_layers: lb,
-        truth_for_a: fa.filled.clone(),
-        truth_for_b: fb.filled.clone(),
+        truth_for_a: fa.filled.iter().map(Key::to_string).collect(),
+        truth_for_b: fb.filled.iter().map(Key::to_string).collect(),
     };
     (rows, fa, fb, one_sided, note)
 }

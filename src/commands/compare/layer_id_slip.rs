@@ -58,14 +58,12 @@ pub fn find(
     let Some(info) = &src.pipeline else {
         return Ok(None);
     };
+    let last_state = info.last_state.as_deref().and_then(Key::of);
     let layers: Vec<usize> = src
-        .names()
-        .iter()
-        .filter(|n| info.last_state.as_deref() != Some(n.as_str()))
-        .filter_map(|n| match Key::of(n) {
-            Some(Key::Layer(i)) => Some(i),
-            _ => None,
-        })
+        .keys()
+        .into_iter()
+        .filter(|&k| Some(k) != last_state)
+        .filter_map(Key::layer_output)
         .collect();
     let Some(as_declared) = fit(src, truth, &layers, 0)? else {
         return Ok(None);
@@ -108,10 +106,10 @@ fn fit(
         let Some(j) = usize::try_from(l as i64 + s).ok() else {
             return Ok(None);
         };
-        let Some(x) = src.tensor_head(&Key::Layer(l).to_string(), SAMPLE_TOKENS)? else {
+        let Some(x) = src.tensor_head(Key::Layer(l), SAMPLE_TOKENS)? else {
             return Ok(None);
         };
-        let Some(rel) = rel_to_truth(&x, truth, &Key::Layer(j).to_string())? else {
+        let Some(rel) = rel_to_truth(&x, truth, Key::Layer(j))? else {
             return Ok(None);
         };
         rels.push(rel);

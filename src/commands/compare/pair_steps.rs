@@ -24,12 +24,8 @@ use crate::report::{Side, TokenIds};
 use crate::util::device::dtype_label;
 
 /// Applies the maps: both tensors take hsdiff's name when either side's name is one, else A's
-/// name. Returns the names that are none of hsdiff's (compared as extra rows).
-pub fn apply_maps(
-    a: &mut FileSource,
-    b: &mut FileSource,
-    maps: &[TensorMap],
-) -> Result<Vec<String>> {
+/// name. Returns the keys of the names that are none of hsdiff's (compared as extra rows).
+pub fn apply_maps(a: &mut FileSource, b: &mut FileSource, maps: &[TensorMap]) -> Result<Vec<Key>> {
     let mut extra_rows = Vec::new();
     for m in maps {
         let (x, y) = (m.a.as_str(), m.b.as_str());
@@ -38,7 +34,7 @@ pub fn apply_maps(
         } else if naming::is_ours(y) {
             y
         } else {
-            extra_rows.push(x.to_string());
+            extra_rows.push(Key::mapped(x));
             x
         };
         a.rename(x, target)?;
@@ -157,9 +153,9 @@ pub fn check_sequence_len(model: &Model, sources: [&FileSource; 2], mapped: bool
 pub fn check_layers_exist(sources: [&FileSource; 2], num_layers: usize) -> Result<()> {
     for src in sources {
         let beyond = src
-            .names()
-            .iter()
-            .filter_map(|n| Key::of(n)?.layer_output())
+            .keys()
+            .into_iter()
+            .filter_map(Key::layer_output)
             .find(|&l| l >= num_layers);
         if let Some(l) = beyond {
             return Err(Error::file(
@@ -248,11 +244,7 @@ pub fn read_layer_indices(
                 && !this.has(&Key::FinalNorm.to_string())
                 && let Some((normed, as_norm, as_raw)) = alignment::last_entry_reading(this, t)?
             {
-                let last = t
-                    .names()
-                    .iter()
-                    .filter_map(|n| Key::of(n)?.layer_output())
-                    .max();
+                let last = t.keys().filter_map(Key::layer_output).max();
                 if let (true, Some(last)) = (normed, last) {
                     this.rename(&Key::Layer(last).to_string(), &Key::FinalNorm.to_string())?;
                     notes.push(format!(
@@ -287,9 +279,9 @@ pub fn align(a: &FileSource, b: &mut FileSource, ok: f64, shift: i64) -> Result<
     };
     // A shift past every layer would pair nothing and read as agreement.
     let b_layers = b
-        .names()
-        .iter()
-        .filter_map(|n| Key::of(n)?.layer_output())
+        .keys()
+        .into_iter()
+        .filter_map(Key::layer_output)
         .max()
         .map_or(0, |l| l + 1);
     if shift.unsigned_abs() as usize > b_layers {
@@ -313,20 +305,19 @@ pub fn paired_rows(
     b: &FileSource,
     layers: Option<&[usize]>,
     layer_types: Option<&[crate::weights::config::LayerType]>,
-    extra: Vec<String>,
+    extra: Vec<Key>,
     without_final: bool,
 ) -> Result<Vec<PlannedRow>> {
-    let b_names = b.names();
-    let b_names: std::collections::HashSet<&str> = b_names.iter().map(String::as_str).collect();
-    let common: Vec<String> = a
-        .names()
+    let b_keys: std::collections::HashSet<Key> = b.keys().into_iter().collect();
+    let common: Vec<Key> = a
+        .keys()
         .into_iter()
-        .filter(|n| Key::of(n) != Some(Key::InputIds) && b_names.contains(n.as_str()))
+        .filter(|k| *k != Key::InputIds && b_keys.contains(k))
         .collect();
     if let Some(layers) = layers {
         let count = common
             .iter()
-            .filter_map(|n| Key::of(n)?.layer_output())
+            .filter_map(|k| k.layer_output())
             .max()
             .map_or(0, |l| l + 1);
         check_layer_list(layers, count, "what both files hold")?;
@@ -345,17 +336,17 @@ pub fn paired_rows(
         return Err(nothing_in_common(a, b));
     }
     for row in &rows {
-        let (sa, sb) = (a.shape(&row.name), b.shape(&row.name));
+        let name = row.key.to_string();
+        let (sa, sb) = (a.shape(&name), b.shape(&name));
         if sa != sb {
             return Err(Error::Compare(format!(
-                "`{}` has shape {:?} in {} (`{}`) but {:?} in {} (`{}`)",
-                row.name,
+                "`{name}` has shape {:?} in {} (`{}`) but {:?} in {} (`{}`)",
                 sa.unwrap_or_default(),
                 a.path().display(),
-                a.raw_name(&row.name).unwrap_or_default(),
+                a.raw_name(&name).unwrap_or_default(),
                 sb.unwrap_or_default(),
                 b.path().display(),
-                b.raw_name(&row.name).unwrap_or_default(),
+                b.raw_name(&name).unwrap_or_default(),
             )));
         }
     }

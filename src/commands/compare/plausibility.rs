@@ -96,9 +96,8 @@ impl SideEvidence {
 /// The first tensor of `side` the truth also holds: `embed`, else the lowest `layers.{i}`.
 fn first_shared(side: &dyn TensorSource, truth: &dyn TensorSource) -> Option<Key> {
     let hidden = |src: &dyn TensorSource| -> Vec<Key> {
-        src.names()
-            .iter()
-            .filter_map(|n| Key::of(n))
+        src.keys()
+            .into_iter()
             .filter(|k| matches!(k, Key::Embed | Key::Layer(_)))
             .collect()
     };
@@ -121,7 +120,7 @@ fn evidence(
         return Ok(None);
     };
     let name = key.to_string();
-    let (Some(x), Some(t)) = (side.tensor(&name)?, truth.tensor(&name)?) else {
+    let (Some(x), Some(t)) = (side.tensor(key)?, truth.tensor(key)?) else {
         return Ok(None);
     };
     if x.dims() != t.dims() {
@@ -148,7 +147,7 @@ fn evidence(
             plausible: rel <= thresholds(dtype).fail,
         }));
     }
-    let floor = match floor.tensor(&name)? {
+    let floor = match floor.tensor(key)? {
         Some(f) if f.dims() == t.dims() => Some(rel_l2_tensors(&f, &t)?),
         _ => None,
     };
@@ -169,19 +168,19 @@ fn far_at_every_layer(
     side: &dyn TensorSource,
     truth: &dyn TensorSource,
 ) -> Result<Option<FarEverywhere>> {
-    let in_truth = truth.names();
+    let in_truth = truth.keys();
     let mut far = FarEverywhere {
         layers: 0,
         min_rel_l2: f64::INFINITY,
         max_cosine: f64::NEG_INFINITY,
     };
-    for name in side.names() {
-        if !matches!(Key::of(&name), Some(Key::Layer(_))) || !in_truth.contains(&name) {
+    for key in side.keys() {
+        if !matches!(key, Key::Layer(_)) || !in_truth.contains(&key) {
             continue;
         }
         let (Some(x), Some(t)) = (
-            side.tensor_head(&name, HEAD_TOKENS)?,
-            truth.tensor_head(&name, HEAD_TOKENS)?,
+            side.tensor_head(key, HEAD_TOKENS)?,
+            truth.tensor_head(key, HEAD_TOKENS)?,
         ) else {
             continue;
         };

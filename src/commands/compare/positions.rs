@@ -62,32 +62,32 @@ impl<'s> Positions<'s> {
         }
     }
 
-    /// Whether `name` holds one row per position (routers and final states do not).
-    pub(super) fn per_token(name: &str) -> bool {
+    /// Whether `key` holds one row per position (routers and final states do not).
+    pub(super) fn per_token(key: Key) -> bool {
         matches!(
-            Key::of(name),
-            Some(Key::Embed | Key::FinalNorm | Key::Logits | Key::Layer(_) | Key::Op(..))
+            key,
+            Key::Embed | Key::FinalNorm | Key::Logits | Key::Layer(_) | Key::Op(..)
         )
     }
 }
 
 impl TensorSource for Positions<'_> {
-    fn tensor(&self, name: &str) -> Result<Option<Tensor>> {
-        if !Self::per_token(name) {
+    fn tensor(&self, key: Key) -> Result<Option<Tensor>> {
+        if !Self::per_token(key) {
             return Ok(None);
         }
-        let Some(t) = self.inner.tensor(name)? else {
+        let Some(t) = self.inner.tensor(key)? else {
             return Ok(None);
         };
         let axis = usize::from(t.rank() >= 3);
         let idx = Tensor::from_vec(self.index.clone(), self.index.len(), t.device())?;
         Ok(Some(t.index_select(&idx, axis)?.contiguous()?))
     }
-    fn names(&self) -> Vec<String> {
+    fn keys(&self) -> Vec<Key> {
         self.inner
-            .names()
+            .keys()
             .into_iter()
-            .filter(|n| Self::per_token(n))
+            .filter(|&k| Self::per_token(k))
             .collect()
     }
 }

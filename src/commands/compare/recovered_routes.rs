@@ -76,7 +76,10 @@ impl Recovered {
 /// Per token, `side`'s relative error against `truth` at `layers.{layer}`.
 fn token_errors(side: &dyn TensorSource, truth: &Captures, layer: usize) -> Result<Vec<f64>> {
     let name = Key::Layer(layer).to_string();
-    match (side.tensor(&name)?, truth.get(Key::Layer(layer))) {
+    match (
+        side.tensor(Key::Layer(layer))?,
+        truth.get(Key::Layer(layer)),
+    ) {
         (Some(x), Some(t)) if x.dims() == t.dims() => Ok(diff_stats(&name, &x, t)?.per_token_rel),
         _ => Ok(Vec::new()),
     }
@@ -306,9 +309,9 @@ pub fn recover(
         .0
         .unwrap_or(cfg.num_hidden_layers.saturating_sub(1));
     let moe: Vec<usize> = (0..=last).filter(|&i| cfg.is_moe_layer(i)).collect();
-    let names = side.names();
+    let keys = side.keys();
     let held: Vec<usize> = (0..=last)
-        .filter(|&i| names.contains(&Key::Layer(i).to_string()))
+        .filter(|&i| keys.contains(&Key::Layer(i)))
         .collect();
     if held.is_empty() || moe.is_empty() {
         return Ok(None);

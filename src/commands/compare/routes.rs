@@ -27,8 +27,9 @@ pub fn recorded(
     }
     let mut routes = Routes::default();
     for layer in moe_layers {
-        let name = Key::Router(layer, RouterField::TopkIds).to_string();
-        let Some(t) = src.tensor(&name)? else {
+        let key = Key::Router(layer, RouterField::TopkIds);
+        let name = key.to_string();
+        let Some(t) = src.tensor(key)? else {
             return Ok(None);
         };
         let t = if t.rank() == 3 { t.squeeze(0)? } else { t };

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::capture::Key;
+use crate::compare::TensorSource;
 use crate::error::{Error, Result};
 use crate::formats::FileSource;
 use crate::util::input::{
@@ -90,15 +91,10 @@ fn tokenised(
 
 /// The number of tokens `src`'s hidden states hold (the `T` of `[1, T, D]`), if it has any.
 pub fn sequence_length(src: &FileSource) -> Option<usize> {
-    src.names()
-        .iter()
-        .filter(|n| {
-            matches!(
-                Key::of(n),
-                Some(Key::Layer(_) | Key::Embed | Key::FinalNorm | Key::Logits)
-            )
-        })
-        .find_map(|n| src.shape(n).and_then(|s| s.get(1).copied()))
+    src.keys()
+        .into_iter()
+        .filter(|k| matches!(k, Key::Layer(_) | Key::Embed | Key::FinalNorm | Key::Logits))
+        .find_map(|k| src.shape(&k.to_string()).and_then(|s| s.get(1).copied()))
 }
 
 /// The ids to compare on: the files' own (`from_files`, checked equal already), or the given

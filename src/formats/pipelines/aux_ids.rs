@@ -74,7 +74,7 @@ pub fn check_aux_ids(
     let declared = declared_columns(src);
     let mut rel: [Vec<f64>; 3] = Default::default();
     for (id, name) in &declared {
-        let Some(t) = src.tensor_head(name, SAMPLE_TOKENS)? else {
+        let Some(t) = src.get_head(name, SAMPLE_TOKENS)? else {
             continue;
         };
         if let Some(row) = rel_under_shifts(&t, *id, truth, num_layers)? {
@@ -126,8 +126,8 @@ fn rel_under_shifts(
         if n < 0 || n as usize > num_layers {
             return Ok(None);
         }
-        let want = Convention::HiddenStatesIndex.name(n as usize);
-        match rel_to_truth(t, truth, &want)? {
+        let want = Convention::HiddenStatesIndex.key(n as usize);
+        match rel_to_truth(t, truth, want)? {
             Some(r) => row[k] = r,
             None => return Ok(None),
         }

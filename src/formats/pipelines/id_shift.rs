@@ -11,6 +11,7 @@ use candle_core::Tensor;
 
 use super::Pipeline;
 use super::layer_ids::Convention;
+use crate::capture::Key;
 use crate::compare::TensorSource;
 use crate::compare::alignment::{FAR_BETTER, SAMPLE_TOKENS};
 use crate::compare::metrics::stats::rel_l2_tensors_over_finite;
@@ -59,9 +60,9 @@ impl Convention {
 }
 
 /// rel L2 of `x` (a side's state, its first [`SAMPLE_TOKENS`] tokens) against the truth's
-/// `name`; None when the truth lacks it or holds it in another shape.
-pub fn rel_to_truth(x: &Tensor, truth: &dyn TensorSource, name: &str) -> Result<Option<f64>> {
-    match truth.tensor_head(name, SAMPLE_TOKENS)? {
+/// `key`; None when the truth lacks it or holds it in another shape.
+pub fn rel_to_truth(x: &Tensor, truth: &dyn TensorSource, key: Key) -> Result<Option<f64>> {
+    match truth.tensor_head(key, SAMPLE_TOKENS)? {
         Some(t) if t.dims() == x.dims() => Ok(Some(rel_l2_tensors_over_finite(x, &t)?)),
         _ => Ok(None),
     }

@@ -34,12 +34,15 @@ pub fn check_last_state(
         Key::FinalNorm.to_string()
     };
     let raw = src.raw_name(&claimed).unwrap_or_default().to_string();
-    let Some(t) = src.tensor_head(&claimed, SAMPLE_TOKENS)? else {
+    let Some(t) = src.get_head(&claimed, SAMPLE_TOKENS)? else {
+        return Ok(None);
+    };
+    let (Some(claimed_key), Some(other_key)) = (Key::of(&claimed), Key::of(&other)) else {
         return Ok(None);
     };
     let (Some(as_claimed), Some(as_other)) = (
-        truth.tensor_head(&claimed, SAMPLE_TOKENS)?,
-        truth.tensor_head(&other, SAMPLE_TOKENS)?,
+        truth.tensor_head(claimed_key, SAMPLE_TOKENS)?,
+        truth.tensor_head(other_key, SAMPLE_TOKENS)?,
     ) else {
         return Ok(None);
     };

@@ -26,10 +26,15 @@ pub enum Convention {
 impl Convention {
     /// The hsdiff name of id `id`.
     pub fn name(self, id: usize) -> String {
+        self.key(id).to_string()
+    }
+
+    /// The key of id `id` under this convention.
+    pub fn key(self, id: usize) -> Key {
         match (self, id) {
-            (Convention::OutputOf, n) => Key::Layer(n).to_string(),
-            (Convention::HiddenStatesIndex, 0) => Key::Embed.to_string(),
-            (Convention::HiddenStatesIndex, n) => Key::Layer(n - 1).to_string(),
+            (Convention::OutputOf, n) => Key::Layer(n),
+            (Convention::HiddenStatesIndex, 0) => Key::Embed,
+            (Convention::HiddenStatesIndex, n) => Key::Layer(n - 1),
         }
     }
 

@@ -4,7 +4,7 @@
 use candle_core::{DType, Tensor};
 
 use super::launch::Input;
-use super::rule::{RuleArgs, empty_seq, rule_tensors, run_rule};
+use super::rule::{RuleArgs, empty_seq, gate_inputs, rule_tensors, run_rule};
 use super::{Kernel, RuleKernel, conv1d_silu, err};
 use crate::backends::{GdnDims, accumulation_dtype};
 use crate::error::Result;
@@ -77,12 +77,7 @@ fn core_typed<T: Kernel>(
         return empty_seq::<T>(d, conv.device(), init);
     }
     let ci = Input::new(conv, "conv output")?;
-    let gi = Input::new(&g, "g")?;
-    let bi = Input::new(&beta, "beta")?;
-    let ii = init
-        .as_ref()
-        .map(|s| Input::new(s, "initial state"))
-        .transpose()?;
+    let (gi, bi, ii) = gate_inputs(&g, &beta, init.as_ref())?;
     let dev = ci.device()?;
     let cv = ci.view::<T>()?;
     let key_dim = d.k_heads * d.k_dim;

@@ -90,12 +90,7 @@ fn rule_typed<T: Kernel>(
     let qi = Input::new(&q, "q")?;
     let ki = Input::new(&k, "k")?;
     let vi = Input::new(&v, "v")?;
-    let gi = Input::new(&g, "g")?;
-    let bi = Input::new(&beta, "beta")?;
-    let ii = init
-        .as_ref()
-        .map(|s| Input::new(s, "initial state"))
-        .transpose()?;
+    let (gi, bi, ii) = gate_inputs(&g, &beta, init.as_ref())?;
     let dev = vi.device()?;
     let iv = ii.as_ref().map(|i| i.view::<T::Acc>()).transpose()?;
     let (out, state) = run_rule::<T>(
@@ -115,6 +110,20 @@ fn rule_typed<T: Kernel>(
         kernel,
     )?;
     Ok(rule_tensors(out, state, dev, &d))
+}
+
+/// The delta rule's gates g and beta and its initial state (when given), read-locked for a
+/// launch.
+pub(super) fn gate_inputs<'a>(
+    g: &'a Tensor,
+    beta: &'a Tensor,
+    init: Option<&'a Tensor>,
+) -> Result<(Input<'a>, Input<'a>, Option<Input<'a>>)> {
+    Ok((
+        Input::new(g, "g")?,
+        Input::new(beta, "beta")?,
+        init.map(|s| Input::new(s, "initial state")).transpose()?,
+    ))
 }
 
 pub(super) fn empty_seq<T: Kernel>(

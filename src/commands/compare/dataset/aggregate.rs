@@ -3,6 +3,7 @@
 //! (`headline`).
 //! `hsdiff merge` calls [`finish`] on the merged samples, so a merge equals the whole run.
 
+use crate::capture::Key;
 use crate::commands::compare::pair::PairOutcome;
 use crate::compare::metrics::stats::median;
 use crate::compare::verdict::Verdict;
@@ -111,8 +112,8 @@ pub fn sample_row(
 }
 
 /// One side's one-sided tensors: the rows first, then the final states.
-fn held_by_one(tensors: &[String], states: &[String]) -> Vec<String> {
-    tensors.iter().chain(states).cloned().collect()
+fn held_by_one(tensors: &[Key], states: &[Key]) -> Vec<String> {
+    tensors.iter().chain(states).map(Key::to_string).collect()
 }
 
 /// Nearest-rank quantile of sorted `xs` (`q` in (0, 1]).

@@ -9,6 +9,7 @@ use crate::capture::Key;
 use crate::commands::compare::layer_id_slip::LayerIdSlip;
 use crate::commands::compare::recovered_routes::recover;
 use crate::commands::compare::{pair_steps, plausibility, routes};
+use crate::compare::TensorSource;
 use crate::error::Result;
 use crate::formats::{FileSource, pipelines};
 use crate::job::prior::Prior;
@@ -124,9 +125,9 @@ pub(super) fn recovered_routes(
 /// Whether the job's runs capture the values inside linear-attention layers: when a file
 /// holds some.
 fn wants_ops(pair: &Pair) -> bool {
-    (pair.a.names().iter())
-        .chain(&pair.b.names())
-        .any(|n| matches!(Key::of(n), Some(Key::Op(..))))
+    (pair.a.keys().into_iter())
+        .chain(pair.b.keys())
+        .any(|k| matches!(k, Key::Op(..)))
 }
 
 /// The files as a job's sides, calibrated when `input` is at hand, and the job run, taking

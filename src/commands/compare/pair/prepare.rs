@@ -5,6 +5,7 @@
 use candle_core::DType;
 
 use super::context::Pair;
+use crate::capture::Key;
 use crate::commands::compare::{pair_steps, tokens};
 use crate::error::Result;
 use crate::formats::pipelines::{self, HeldPositions, ZeroPadding};
@@ -14,7 +15,7 @@ use crate::report::TokenIds;
 /// The pair made comparable.
 pub(super) struct Prepared {
     /// Names `--map` gave that are none of hsdiff's: compared as extra rows.
-    pub extra_rows: Vec<String>,
+    pub extra_rows: Vec<Key>,
     /// Positions both sides held as all-zero padding, left out.
     pub zero_padding: Option<ZeroPadding>,
     /// Positions one side lacks, left out of both.

@@ -102,7 +102,7 @@ fn untrained_note(side: &str, tokens: usize) -> String {
 fn compared_tokens(a: &FileSource, rows: &[PlannedRow], input_ids: &[u32]) -> usize {
     if input_ids.is_empty() {
         rows.iter()
-            .find_map(|r| a.shape(&r.name))
+            .find_map(|r| a.shape(&r.key.to_string()))
             .and_then(|s| s.get(1).copied())
             .unwrap_or(0)
     } else {
@@ -134,7 +134,7 @@ fn trained_report(
         rows: parts
             .rows
             .iter()
-            .filter(|r| Positions::per_token(&r.name) && r.kind != Kind::State)
+            .filter(|r| Positions::per_token(r.key) && r.kind != Kind::State)
             .cloned()
             .collect(),
         input: ComparedInput {

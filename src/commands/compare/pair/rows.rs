@@ -3,7 +3,7 @@
 //! holds and what no name rule read said rather than dropped.
 
 use super::context::Notes;
-use crate::capture::Captures;
+use crate::capture::{Captures, Key};
 use crate::commands::compare::disjoint::{self, TruthFilled};
 use crate::commands::compare::pair::PairOptions;
 use crate::commands::compare::pair_steps;
@@ -42,7 +42,7 @@ pub(super) struct Planning<'p> {
     pub truth: Option<&'p Captures>,
     pub layer_types: Option<&'p [LayerType]>,
     /// Rows `--map` named that are none of hsdiff's.
-    pub extra_rows: Vec<String>,
+    pub extra_rows: Vec<Key>,
     /// The last layer the truth ran through, when `--layers` cut it short.
     pub last_layer: Option<usize>,
     pub alignment: Option<Alignment>,
@@ -55,7 +55,7 @@ pub(super) fn plan<'p>(
     planning: Planning<'p>,
 ) -> Result<Planned<'p>> {
     let layers = opts.layers.as_deref();
-    let mut held_by_one = HeldByOneSide::of(&a.names(), &b.names(), layers);
+    let mut held_by_one = HeldByOneSide::of(&a.keys(), &b.keys(), layers);
     if let Some(note) = held_by_one.states_note() {
         notes.note(note);
     }
