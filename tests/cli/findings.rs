@@ -216,6 +216,34 @@ fn a_model_far_from_both_sides_at_every_layer_is_refused_whatever_its_floor() {
     );
 }
 
+/// Bit-identical copies (and two honest runs) of the dense model compared with its FP8 copy's
+/// folder — other weights, the same width, close enough to pass plausibility's absolute rule:
+/// the verdict stands (exit 0), but the headline says neither side is a correct run of that
+/// model, as both are beyond twice their floor from its truth at every layer. With the model
+/// they were captured from it says nothing of the kind.
+#[test]
+fn identical_files_with_a_model_that_fits_neither_say_so() {
+    let (a, b) = (fixture("plaus/a.bf16.pt"), fixture("plaus/b.bf16.pt"));
+    let fp8 = golden_model_dir("qwen3_5_tiny_fp8").display().to_string();
+    let warning = "but neither side is a correct run of this model: both are more than 2× their \
+                   rounding floor from its f64 truth at every one of the 8 layers";
+    for (x, y, model, warned) in [
+        (&a, &a, &fp8, true),
+        (&a, &b, &fp8, true),
+        (&a, &a, &dense(), false),
+        (&a, &b, &dense(), false),
+    ] {
+        let (code, r, err) = compare_json(x, y, &["--model", model]);
+        assert_eq!(code, 0, "{err}");
+        let text = summary(&r);
+        assert!(text.starts_with("benign: "), "{text}");
+        assert_eq!(text.contains(warning), warned, "{model}: {text}");
+        if x == y {
+            assert!(text.contains("are identical (bit for bit)"), "{text}");
+        }
+    }
+}
+
 /// `compare` of a DFlash dump declaring ids 1,2,4,5,6 against the eval box's capture of every
 /// layer, with the truth.
 fn slip(which: &str) -> (i32, serde_json::Value, String) {
