@@ -408,3 +408,67 @@ fn hooks_that_never_fired_are_named() {
     );
     assert!(!err.contains("--map"), "{err}");
 }
+
+/// The finding of `shift/`'s files: A holds one position before B's first.
+const A_LATER: &str = "A's states are B's one token later (A[t + 1] is B[t]) — a BOS B lacks, or \
+                       B's dropped first token: the captures are of inputs shifted by one position";
+
+/// A pipeline that dropped the first token's row, its file without ids: the lengths differ by
+/// one and the states show why (exit 2: nothing can be compared row for row).
+#[test]
+fn a_dropped_first_token_is_named_from_the_states() {
+    let (code, err) = compare_fails(
+        &fixture("tokens/a/s1.pt"),
+        &fixture("shift/dropped.pt"),
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("`layers.0` has shape [1, 27, 64]"), "{err}");
+    assert!(err.contains(A_LATER), "{err}");
+    assert!(
+        err.contains("A[t + 1] matches B[t]: median rel L2 "),
+        "{err}"
+    );
+}
+
+/// States stored one position later than their ids (aligned to next-token labels) against an
+/// honest capture of the same ids: the ids agree, the states show the shift, which leads the
+/// headline of a mismatch, with or without the model; two honest runs show none.
+#[test]
+fn states_one_token_later_than_their_ids_lead_the_headline() {
+    let (a, b) = (fixture("shift/short.pt"), fixture("shift/labels.pt"));
+    for extra in [vec![], vec!["--model".to_string(), dense()]] {
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let (code, r, err) = compare_json(&a, &b, &extra);
+        assert_eq!(code, 1, "{err}");
+        let text = summary(&r);
+        assert!(
+            text.starts_with(&format!("mismatch: {A_LATER}; ")),
+            "{text}"
+        );
+    }
+    let honest = (fixture("tokens/a/s1.pt"), fixture("tokens/b/s1.pt"));
+    let (code, r, err) = compare_json(&honest.0, &honest.1, &["--model", &dense()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!summary(&r).contains("one token later"), "{}", summary(&r));
+}
+
+/// In a dataset the shifted pair is flagged and the headline names it with its sample.
+#[test]
+fn a_token_shift_in_a_dataset_is_its_headline() {
+    let (a, b) = (tempdir(), tempdir());
+    for (dir, s0, s1) in [
+        (&a, "tokens/a/s0.pt", "shift/short.pt"),
+        (&b, "tokens/b/s0.pt", "shift/labels.pt"),
+    ] {
+        std::fs::copy(fixture(s0), dir.path().join("s0.pt")).expect("copy");
+        std::fs::copy(fixture(s1), dir.path().join("s1.pt")).expect("copy");
+    }
+    let (code, r, err) = compare_json(a.path(), b.path(), &["--model", &dense()]);
+    assert_eq!(code, 1, "{err}");
+    let text = summary(&r);
+    assert!(
+        text.starts_with(&format!("mismatch: {A_LATER} (in 1 of 2 samples: s1); ")),
+        "{text}"
+    );
+}
