@@ -472,3 +472,30 @@ fn a_token_shift_in_a_dataset_is_its_headline() {
         "{text}"
     );
 }
+
+/// A dataset with an all-NaN pair: its headline names the NaN where a bound would stand — never
+/// "(0.0× the floor)" or "(rel L2 0.00e0)", which the finite elements alone (none) would give.
+#[test]
+fn a_nan_sample_is_the_dataset_headline_as_nan() {
+    let (a, b) = (tempdir(), tempdir());
+    for (dir, s0, s1) in [
+        (&a, "tokens/a/s0.pt", "nan/a.pt"),
+        (&b, "tokens/b/s0.pt", "nan/b.pt"),
+    ] {
+        std::fs::copy(fixture(s0), dir.path().join("s0.pt")).expect("copy");
+        std::fs::copy(fixture(s1), dir.path().join("s1.pt")).expect("copy");
+    }
+    for extra in [vec![], vec!["--model".to_string(), dense()]] {
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let (code, r, err) = compare_json(a.path(), b.path(), &extra);
+        assert_eq!(code, 1, "{err}");
+        let text = summary(&r);
+        assert!(
+            text.starts_with(
+                "mismatch: 1 of 2 compared samples flagged — worst sample s1: mismatch from \
+                 layers.0 (NaN/Inf values: no distance is measured)"
+            ),
+            "{text}"
+        );
+    }
+}
