@@ -5,6 +5,7 @@ pub mod alignment;
 pub mod judge;
 pub mod metrics;
 pub mod softmax_equal;
+pub mod token_shift;
 pub mod verdict;
 
 use std::fmt;

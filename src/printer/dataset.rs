@@ -180,12 +180,17 @@ fn lists(r: &DatasetReport, e: &Escape) -> Vec<String> {
             ));
         }
     }
+    // A sample one side could not read may have no sample of its id on the other side.
+    let file = |name: &str, side: &str| match name {
+        "" => format!("none in {side}"),
+        name => (e.short)(name),
+    };
     for f in &r.failed {
         out.push(format!(
             "could not be compared: {} ({} vs {}): {}",
             (e.short)(&f.id),
-            (e.short)(&f.file_a),
-            (e.short)(&f.file_b),
+            file(&f.file_a, "A"),
+            file(&f.file_b, "B"),
             (e.long)(&f.error)
         ));
     }

@@ -1,6 +1,7 @@
 //! Which side of a report is closer to the f64 truth, in words, for its summary.
 
 use super::TensorRow;
+use crate::compare::Kind;
 use crate::compare::verdict::K_DRIFT;
 
 /// Which side is closer to the f64 truth at row `r` (the first flagged row, or the last hidden
@@ -61,6 +62,41 @@ pub fn who_is_right(a: &str, b: &str, r: &TensorRow, rows: &[TensorRow]) -> Opti
             }
         }
     })
+}
+
+/// When both sides are farther than [`K_DRIFT`] × their own floor from the f64 truth at every
+/// decoder layer: neither is a correct run of the model that calibrates them, however close
+/// they are to each other (bit-identical copies included). The rule is relative to the floor,
+/// so a model whose weights differ only slightly (a quantised copy, a fine-tune) is caught where
+/// plausibility's absolute rule (half the signal) is not. None when a layer lacks a floor or
+/// holds NaN/Inf (that is the report's own finding).
+pub fn neither_near_truth(rows: &[TensorRow]) -> Option<String> {
+    let layers = rows.iter().filter(|r| {
+        matches!(
+            r.kind,
+            Kind::LinearAttention | Kind::FullAttention | Kind::Layer
+        )
+    });
+    let mut nearest: Option<(f64, &str)> = None;
+    let mut count = 0;
+    for r in layers {
+        let j = &r.judgement;
+        let ratio = |d: Option<f64>, f: Option<f64>| Some(d? / f.filter(|f| *f > 0.0)?);
+        let x = ratio(j.a_vs_truth, j.floor_a)?.min(ratio(j.b_vs_truth, j.floor_b)?);
+        if r.non_finite() != (0, 0) || !x.is_finite() || x <= K_DRIFT {
+            return None;
+        }
+        count += 1;
+        if nearest.is_none_or(|(n, _)| x < n) {
+            nearest = Some((x, &r.name));
+        }
+    }
+    let (x, at) = nearest?;
+    Some(format!(
+        "but neither side is a correct run of this model: both are more than \
+         {K_DRIFT}× their rounding floor from its f64 truth at every one of the {count} \
+         layers ({x:.1}× at {at}) — another model's weights, or the same bug on both sides"
+    ))
 }
 
 /// rel L2 below which a side counts as the f64 truth itself (f64 rounding over a deep model).

@@ -23,7 +23,7 @@ use super::RoutingFlip;
 use crate::capture::{Key, RouterField};
 use crate::compare::TensorSource;
 use crate::compare::metrics::diff_stats;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The smallest near-tie bound, in units of the dtype's unit roundoff: router logits are
 /// rounded to the dtype, so a gap a few roundoffs wide is a tie at that precision.
@@ -128,15 +128,23 @@ fn side_noise(errors: &[(usize, Vec<f64>)], layer: usize) -> Vec<f64> {
     noise
 }
 
-/// Per token, the relative error of `run` against `truth` at `layers.{layer}` (empty when
-/// either lacks it).
+/// Per token, the relative error of `run` (named `what` in an error) against `truth` at
+/// `layers.{layer}` (empty when either lacks it).
 fn token_errors(
-    run: &dyn TensorSource,
+    (run, what): (&dyn TensorSource, &str),
     truth: &dyn TensorSource,
     layer: usize,
 ) -> Result<Vec<f64>> {
     let key = Key::Layer(layer);
     Ok(match (run.tensor(key)?, truth.tensor(key)?) {
+        // The truth's shape is the model's, never a side's.
+        (Some(x), Some(y)) if x.dims() != y.dims() => {
+            return Err(Error::Compare(format!(
+                "`{key}` has shape {:?} in {what} but {:?} in the model's f64 truth",
+                x.dims(),
+                y.dims()
+            )));
+        }
         (Some(x), Some(y)) => diff_stats(&key.to_string(), &x, &y)?.per_token_rel,
         _ => Vec::new(),
     })
@@ -164,7 +172,7 @@ pub fn routing(
         }
         let side_errors = held_layers(side)
             .into_iter()
-            .map(|l| Ok((l, token_errors(side, truth, l)?)))
+            .map(|l| Ok((l, token_errors((side, &format!("side {label}")), truth, l)?)))
             .collect::<Result<Vec<_>>>()?;
         for layer in moe {
             let recorded = side
@@ -186,7 +194,7 @@ pub fn routing(
             // under the same routing, which holds every layer).
             let noise = [
                 side_noise(&side_errors, layer),
-                token_errors(floor, truth, layer)?,
+                token_errors((floor, &format!("{label}'s floor run")), truth, layer)?,
             ];
             for (token, &gap) in gaps.iter().enumerate() {
                 // −1: the side's experts are the exact router's own choice there.

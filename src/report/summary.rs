@@ -3,7 +3,7 @@
 //! `closer_to_truth`; the logits line: `logits_words`). Shared by every renderer.
 
 use super::TensorRow;
-use super::closer_to_truth::who_is_right;
+use super::closer_to_truth::{neither_near_truth, who_is_right};
 use super::logits_words::logits_sentence;
 use crate::compare::Kind;
 use crate::compare::metrics::Location;
@@ -178,7 +178,9 @@ fn within_rounding(
                  bit), but not their router data: {why}"
             ),
         };
-        return Summary::new(Some(Lead::Benign), words);
+        let mut out = Summary::new(Some(Lead::Benign), words);
+        out.clauses.extend(neither_near_truth(rows));
+        return out;
     }
     if !s.calibrated {
         let mut out = Summary::new(Some(Lead::Uncalibrated), uncalibrated(s));
@@ -209,6 +211,7 @@ fn within_rounding(
     );
     out.clauses
         .extend(last.and_then(|r| who_is_right(a, b, r, rows)));
+    out.clauses.extend(neither_near_truth(rows));
     out.clauses.extend(flips);
     out
 }

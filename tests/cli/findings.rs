@@ -216,6 +216,34 @@ fn a_model_far_from_both_sides_at_every_layer_is_refused_whatever_its_floor() {
     );
 }
 
+/// Bit-identical copies (and two honest runs) of the dense model compared with its FP8 copy's
+/// folder — other weights, the same width, close enough to pass plausibility's absolute rule:
+/// the verdict stands (exit 0), but the headline says neither side is a correct run of that
+/// model, as both are beyond twice their floor from its truth at every layer. With the model
+/// they were captured from it says nothing of the kind.
+#[test]
+fn identical_files_with_a_model_that_fits_neither_say_so() {
+    let (a, b) = (fixture("plaus/a.bf16.pt"), fixture("plaus/b.bf16.pt"));
+    let fp8 = golden_model_dir("qwen3_5_tiny_fp8").display().to_string();
+    let warning = "but neither side is a correct run of this model: both are more than 2× their \
+                   rounding floor from its f64 truth at every one of the 8 layers";
+    for (x, y, model, warned) in [
+        (&a, &a, &fp8, true),
+        (&a, &b, &fp8, true),
+        (&a, &a, &dense(), false),
+        (&a, &b, &dense(), false),
+    ] {
+        let (code, r, err) = compare_json(x, y, &["--model", model]);
+        assert_eq!(code, 0, "{err}");
+        let text = summary(&r);
+        assert!(text.starts_with("benign: "), "{text}");
+        assert_eq!(text.contains(warning), warned, "{model}: {text}");
+        if x == y {
+            assert!(text.contains("are identical (bit for bit)"), "{text}");
+        }
+    }
+}
+
 /// `compare` of a DFlash dump declaring ids 1,2,4,5,6 against the eval box's capture of every
 /// layer, with the truth.
 fn slip(which: &str) -> (i32, serde_json::Value, String) {
@@ -379,4 +407,95 @@ fn hooks_that_never_fired_are_named() {
         "{err}"
     );
     assert!(!err.contains("--map"), "{err}");
+}
+
+/// The finding of `shift/`'s files: A holds one position before B's first.
+const A_LATER: &str = "A's states are B's one token later (A[t + 1] is B[t]) — a BOS B lacks, or \
+                       B's dropped first token: the captures are of inputs shifted by one position";
+
+/// A pipeline that dropped the first token's row, its file without ids: the lengths differ by
+/// one and the states show why (exit 2: nothing can be compared row for row).
+#[test]
+fn a_dropped_first_token_is_named_from_the_states() {
+    let (code, err) = compare_fails(
+        &fixture("tokens/a/s1.pt"),
+        &fixture("shift/dropped.pt"),
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("`layers.0` has shape [1, 27, 64]"), "{err}");
+    assert!(err.contains(A_LATER), "{err}");
+    assert!(
+        err.contains("A[t + 1] matches B[t]: median rel L2 "),
+        "{err}"
+    );
+}
+
+/// States stored one position later than their ids (aligned to next-token labels) against an
+/// honest capture of the same ids: the ids agree, the states show the shift, which leads the
+/// headline of a mismatch, with or without the model; two honest runs show none.
+#[test]
+fn states_one_token_later_than_their_ids_lead_the_headline() {
+    let (a, b) = (fixture("shift/short.pt"), fixture("shift/labels.pt"));
+    for extra in [vec![], vec!["--model".to_string(), dense()]] {
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let (code, r, err) = compare_json(&a, &b, &extra);
+        assert_eq!(code, 1, "{err}");
+        let text = summary(&r);
+        assert!(
+            text.starts_with(&format!("mismatch: {A_LATER}; ")),
+            "{text}"
+        );
+    }
+    let honest = (fixture("tokens/a/s1.pt"), fixture("tokens/b/s1.pt"));
+    let (code, r, err) = compare_json(&honest.0, &honest.1, &["--model", &dense()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!summary(&r).contains("one token later"), "{}", summary(&r));
+}
+
+/// In a dataset the shifted pair is flagged and the headline names it with its sample.
+#[test]
+fn a_token_shift_in_a_dataset_is_its_headline() {
+    let (a, b) = (tempdir(), tempdir());
+    for (dir, s0, s1) in [
+        (&a, "tokens/a/s0.pt", "shift/short.pt"),
+        (&b, "tokens/b/s0.pt", "shift/labels.pt"),
+    ] {
+        std::fs::copy(fixture(s0), dir.path().join("s0.pt")).expect("copy");
+        std::fs::copy(fixture(s1), dir.path().join("s1.pt")).expect("copy");
+    }
+    let (code, r, err) = compare_json(a.path(), b.path(), &["--model", &dense()]);
+    assert_eq!(code, 1, "{err}");
+    let text = summary(&r);
+    assert!(
+        text.starts_with(&format!("mismatch: {A_LATER} (in 1 of 2 samples: s1); ")),
+        "{text}"
+    );
+}
+
+/// A dataset with an all-NaN pair: its headline names the NaN where a bound would stand — never
+/// "(0.0× the floor)" or "(rel L2 0.00e0)", which the finite elements alone (none) would give.
+#[test]
+fn a_nan_sample_is_the_dataset_headline_as_nan() {
+    let (a, b) = (tempdir(), tempdir());
+    for (dir, s0, s1) in [
+        (&a, "tokens/a/s0.pt", "nan/a.pt"),
+        (&b, "tokens/b/s0.pt", "nan/b.pt"),
+    ] {
+        std::fs::copy(fixture(s0), dir.path().join("s0.pt")).expect("copy");
+        std::fs::copy(fixture(s1), dir.path().join("s1.pt")).expect("copy");
+    }
+    for extra in [vec![], vec!["--model".to_string(), dense()]] {
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let (code, r, err) = compare_json(a.path(), b.path(), &extra);
+        assert_eq!(code, 1, "{err}");
+        let text = summary(&r);
+        assert!(
+            text.starts_with(
+                "mismatch: 1 of 2 compared samples flagged — worst sample s1: mismatch from \
+                 layers.0 (NaN/Inf values: no distance is measured)"
+            ),
+            "{text}"
+        );
+    }
 }

@@ -14,7 +14,7 @@ use crate::capture::{Captures, Key};
 use crate::commands::compare::layer_id_slip::{self, LayerIdSlip};
 use crate::commands::compare::pair::TensorMap;
 use crate::compare::alignment::{self, Alignment};
-use crate::compare::{PlannedRow, TensorSource};
+use crate::compare::{PlannedRow, TensorSource, token_shift};
 use crate::error::{Error, Result};
 use crate::formats::{FileSource, naming};
 use crate::job::session::{check_layer_list, find_model};
@@ -339,8 +339,12 @@ pub fn paired_rows(
         let name = row.key.to_string();
         let (sa, sb) = (a.shape(&name), b.shape(&name));
         if sa != sb {
+            // Lengths one apart: the states may show the one-token shift that explains them.
+            let shift = token_shift::detect(a, b, 0.0)?
+                .map(|s| format!(": {} ({})", s.finding(), s.evidence()))
+                .unwrap_or_default();
             return Err(Error::Compare(format!(
-                "`{name}` has shape {:?} in {} (`{}`) but {:?} in {} (`{}`)",
+                "`{name}` has shape {:?} in {} (`{}`) but {:?} in {} (`{}`){shift}",
                 sa.unwrap_or_default(),
                 a.path().display(),
                 a.raw_name(&name).unwrap_or_default(),

@@ -113,3 +113,65 @@ fn a_dataset_whose_every_pair_fails_is_nothing_compared() {
         .count();
     assert_eq!(failed, 2, "{text}");
 }
+
+/// `dir/{id}/data_0.ckpt` for each `(id, file)`.
+fn side_with(dir: &Path, files: &[(&str, &Path)]) -> PathBuf {
+    for (id, file) in files {
+        let sub = dir.join(id);
+        std::fs::create_dir_all(&sub).expect("mkdir");
+        std::fs::copy(file, sub.join("data_0.ckpt")).expect("copy sample");
+    }
+    dir.to_path_buf()
+}
+
+/// The "could not be compared" lines of a dataset run, and its exit code.
+fn not_compared(a: &Path, b: &Path) -> (Option<i32>, Vec<String>, String) {
+    let out = hsdiff(&["compare", &s(a), &s(b)], &repo_root());
+    let text = stdout_of(&out);
+    let lines = (text.lines())
+        .filter(|l| l.starts_with("could not be compared: "))
+        .map(str::to_string)
+        .collect();
+    (out.status.code(), lines, text)
+}
+
+/// A sample one side cannot read (token id −1) is listed with its id and both sides' files —
+/// the other side's sample of that id is accounted for there, not "unpaired" — or with "none"
+/// where the other side has no sample of that id; either side's file.
+#[test]
+fn a_sample_that_cannot_be_read_names_both_sides_files() {
+    let tmp = crate::common::tempdir();
+    let (good, bad) = (ge_data(), lie("ge_data_negative_ids.ckpt"));
+    let a = side_with(&tmp.path().join("A"), &[("0", &bad), ("1", &good)]);
+    let b = side_with(&tmp.path().join("B"), &[("0", &good), ("1", &good)]);
+    for (x, y) in [(&a, &b), (&b, &a)] {
+        let (code, lines, text) = not_compared(x, y);
+        assert_eq!(code, Some(2), "{text}");
+        let [line] = lines.as_slice() else {
+            panic!("one sample not compared: {text}");
+        };
+        let (fa, fb) = (x.join("0/data_0.ckpt"), y.join("0/data_0.ckpt"));
+        assert!(
+            line.starts_with(&format!(
+                "could not be compared: 0/0 ({} vs {}): ",
+                s(&fa),
+                s(&fb)
+            )),
+            "{line}"
+        );
+        assert!(line.contains("token id -1 out of range"), "{line}");
+        assert!(!text.contains("unpaired"), "{text}");
+    }
+    let a = side_with(&tmp.path().join("C"), &[("0", &good), ("1", &bad)]);
+    let b = side_with(&tmp.path().join("D"), &[("0", &good), ("2", &good)]);
+    let (code, lines, text) = not_compared(&a, &b);
+    assert_eq!(code, Some(2), "{text}");
+    let expected = format!(
+        "could not be compared: 1/0 ({} vs none in B): ",
+        s(&a.join("1/data_0.ckpt"))
+    );
+    assert!(
+        lines.len() == 1 && lines[0].starts_with(&expected),
+        "{text}"
+    );
+}

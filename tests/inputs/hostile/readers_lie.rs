@@ -358,3 +358,13 @@ hostile!(a_gzip_bomb_refused_at_the_inflate_limit, |d| {
         ],
     )
 });
+
+// A layer one position short on both sides of a MoE compare: the shape error names the side
+// and the model's f64 truth whose shape it is, never "side B" for the truth.
+hostile!(a_layer_shorter_than_the_truth_names_the_truth, |_d| {
+    let short = s(&lie("router/short_layer.pt"));
+    refused_after_notes(
+        args(&["compare", &short, &short, "--model", &moe_model()]),
+        &["`layers.5` has shape [1, 31, 64] in side A but [1, 32, 64] in the model's f64 truth"],
+    )
+});

@@ -7,16 +7,24 @@ use crate::capture::Key;
 use crate::commands::compare::pair::PairOutcome;
 use crate::compare::metrics::stats::median;
 use crate::compare::verdict::Verdict;
-use crate::report::Report;
 use crate::report::dataset::{
     DatasetReport, LayerRow, LeftOut, RowFigures, SampleRow, TrainedFigures,
 };
+use crate::report::{Report, TensorRow};
 
 /// The worst ×floor and rel L2 of a report, and the row of the worst.
 fn worst(report: &Report) -> (Option<f64>, Option<String>, f64) {
     let mut x: Option<(f64, &str)> = None;
     let mut rel = 0f64;
+    // A row holding NaN/Inf values has its distance summed over the finite elements alone (0
+    // where every element is NaN on both sides): the first such row is the worst, its figures
+    // NaN, so that no sample's worst figure reads as agreement.
+    let mut non_finite: Option<&TensorRow> = None;
     for t in &report.tensors {
+        if t.non_finite() != (0, 0) {
+            non_finite = non_finite.or(Some(t));
+            continue;
+        }
         // NaN is the worst there is.
         let r = if t.stats.rel_l2.is_nan() {
             f64::INFINITY
@@ -30,6 +38,10 @@ fn worst(report: &Report) -> (Option<f64>, Option<String>, f64) {
                 x = Some((v, &t.name));
             }
         }
+    }
+    if let Some(t) = non_finite {
+        let x = (t.judgement.ratio_to_floor.is_some() || x.is_some()).then_some(f64::NAN);
+        return (x, Some(t.name.clone()), f64::NAN);
     }
     let worst_name = x.map(|(_, n)| n.to_string()).or_else(|| {
         report

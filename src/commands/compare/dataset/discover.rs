@@ -279,13 +279,21 @@ fn format_of(src: &FileSource) -> String {
     }
 }
 
+/// A sample (or a whole file) of a side that could not be read: its file, the sample id it
+/// would have had, and why.
+pub struct Unread {
+    pub path: PathBuf,
+    pub id: String,
+    pub error: Error,
+}
+
 /// The samples of one side's files. A file that cannot be read is an error when it is the
 /// side's first (a side misread as a whole), else it is returned in `failed` with its error.
 pub fn side(
     listed: &Listed,
     hint: Option<candle_core::DType>,
     read: &ReadOptions,
-) -> Result<(Side, Vec<(PathBuf, Error)>)> {
+) -> Result<(Side, Vec<Unread>)> {
     let ids = listed.ids();
     let mut side = listed.side();
     let mut failed = Vec::new();
@@ -294,8 +302,12 @@ pub fn side(
         let first = match open(path, Some(0), hint, read) {
             Ok(src) => src,
             Err(e) if n == 0 => return Err(e),
-            Err(e) => {
-                failed.push((path.clone(), e));
+            Err(error) => {
+                failed.push(Unread {
+                    path: path.clone(),
+                    id: ids[n].clone(),
+                    error,
+                });
                 continue;
             }
         };
@@ -319,10 +331,22 @@ fn samples_of(
     first: &FileSource,
     (hint, read): (Option<candle_core::DType>, &ReadOptions),
     samples: &mut Vec<Sample>,
-    failed: &mut Vec<(PathBuf, Error)>,
+    failed: &mut Vec<Unread>,
 ) {
     let batch = first.samples_held();
     for b in 0..batch {
+        let sample_id = if batch > 1 {
+            format!("{id}#{b}")
+        } else {
+            id.to_string()
+        };
+        let mut unread = |error| {
+            failed.push(Unread {
+                path: path.to_path_buf(),
+                id: sample_id.clone(),
+                error,
+            })
+        };
         // Sample 0's source may hold every sample's ids (an SGLang pass's requests): no
         // reading of the file again for them.
         let (ids, held_from) = if b == 0 {
@@ -333,7 +357,7 @@ fn samples_of(
             match open(path, Some(b), hint, read) {
                 Ok(src) => (src.input_ids(), src.held_from),
                 Err(e) => {
-                    failed.push((path.to_path_buf(), e));
+                    unread(e);
                     continue;
                 }
             }
@@ -341,16 +365,12 @@ fn samples_of(
         let tokens = match ids {
             Ok(ids) => ids.map(|ids| (digest(&ids), ids.len())),
             Err(e) => {
-                failed.push((path.to_path_buf(), e));
+                unread(e);
                 continue;
             }
         };
         samples.push(Sample {
-            id: if batch > 1 {
-                format!("{id}#{b}")
-            } else {
-                id.to_string()
-            },
+            id: sample_id,
             path: path.to_path_buf(),
             batch_index: (batch > 1).then_some(b),
             tokens,

@@ -80,7 +80,9 @@ fn flagged_clause(r: &DatasetReport, flagged: &[&SampleRow]) -> String {
             .as_deref()
             .or(w.worst_tensor.as_deref())
             .unwrap_or("?");
+        // NaN is the finding itself, never a bound the mismatch exceeds.
         let size = match w.worst_x_floor {
+            _ if w.worst_rel_l2.is_nan() => "NaN/Inf values: no distance is measured".to_string(),
             Some(x) => format!("{x:.1}× the floor"),
             None => format!("rel L2 {:.2e}", w.worst_rel_l2),
         };

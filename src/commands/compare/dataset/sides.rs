@@ -4,14 +4,14 @@
 //! dataset whose names do not pair, a shard, or a run that pairing by name gave up
 //! (`by_name`) needs; each sample's file is opened here and again by its pair.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::DatasetOptions;
-use super::discover::{self, Listed, Sample, Side};
+use super::discover::{self, Listed, Sample, Side, Unread};
 use super::match_samples::{self, Matching};
 use super::prefix_hits::{self, PrefixHits};
 use crate::error::{Error, Result};
-use crate::formats::pipelines::{check_ids_used, sample_id};
+use crate::formats::pipelines::check_ids_used;
 use crate::report::dataset::Failed;
 use crate::util::escape::{one_line, path_text};
 
@@ -59,23 +59,29 @@ pub fn find(
         )));
     }
     tell((a, b), (&side_a, &side_b));
+    let mut failed: Vec<Failed> = (failed_a.iter())
+        .map(|u| failed_file(u, true, &side_b, &mut matching.unpaired_b))
+        .collect();
+    failed.extend(
+        (failed_b.iter()).map(|u| failed_file(u, false, &side_a, &mut matching.unpaired_a)),
+    );
     Ok(Found {
         a: side_a,
         b: side_b,
         matching,
         prefix_hits,
-        failed: failed_a.iter().chain(&failed_b).map(failed_file).collect(),
+        failed,
     })
 }
 
 /// How many samples a side holds and, where some of its files could not be read, how many and
 /// why the first could not: a side whose every file failed is named by its files' errors, never
 /// as a bare "0 samples".
-fn held(side: &Side, failed: &[(PathBuf, Error)]) -> String {
+fn held(side: &Side, failed: &[Unread]) -> String {
     let samples = side.samples.len();
     match failed.first() {
         None => format!("{samples} samples"),
-        Some((_, e)) => format!(
+        Some(Unread { error: e, .. }) => format!(
             "{samples} samples; {} file(s) could not be read, the first: {}",
             failed.len(),
             one_line(&e.to_string())
@@ -83,12 +89,23 @@ fn held(side: &Side, failed: &[(PathBuf, Error)]) -> String {
     }
 }
 
-fn failed_file((path, e): &(PathBuf, Error)) -> Failed {
+/// A sample of one side (`in_a`) that could not be read, with the other side's file of the
+/// same id where it has one — that sample is then accounted for here, not left `unpaired`.
+fn failed_file(u: &Unread, in_a: bool, other: &Side, unpaired: &mut Vec<usize>) -> Failed {
+    let partner = unpaired
+        .iter()
+        .position(|&j| other.samples[j].id == u.id)
+        .map(|at| unpaired.remove(at));
+    let (mine, theirs) = (
+        path_text(&u.path),
+        partner.map_or_else(String::new, |j| other.samples[j].file_label()),
+    );
+    let (file_a, file_b) = if in_a { (mine, theirs) } else { (theirs, mine) };
     Failed {
-        id: sample_id(path),
-        file_a: path_text(path),
-        file_b: String::new(),
-        error: e.to_string(),
+        id: u.id.clone(),
+        file_a,
+        file_b,
+        error: u.error.to_string(),
     }
 }
 

@@ -17,8 +17,9 @@ use candle_core::Device;
 
 use crate::commands::compare::pair_steps;
 use crate::commands::compare::tokens::ResolvedIds;
-use crate::compare::HeldByOneSide;
+use crate::compare::alignment::Alignment;
 use crate::compare::verdict::thresholds;
+use crate::compare::{HeldByOneSide, token_shift};
 use crate::error::Result;
 use crate::formats::FileSource;
 use crate::formats::pipelines::ZeroPadding;
@@ -79,7 +80,8 @@ pub struct PairOutcome {
     /// Each side's tensors that no name rule read and no `--map` named, so they got no row.
     pub unnamed: (Vec<String>, Vec<String>),
     /// The headline's clause for each side whose pipeline layer ids name other layers than
-    /// its states are (a dataset's headline names them too).
+    /// its states are, and for states shifted by one token (a dataset's headline names them
+    /// too).
     pub layer_id_slips: Vec<String>,
 }
 
@@ -137,9 +139,12 @@ fn compare_ready(
         Some(r) => job::run(pair, ready.dtypes, &r.routes, (input, prior), last_layer)?,
         None => done,
     };
-    let layer_id_slips = slips.iter().map(|s| s.sentence()).collect();
     let dtype = done.spec().dtype();
     let alignment = pair_steps::align(&pair.a, &mut pair.b, thresholds(dtype).ok, pair.opts.shift)?;
+    let token_shift = token_shift(pair, alignment.as_ref(), thresholds(dtype).ok)?;
+    let layer_id_slips = (slips.iter().map(|s| s.sentence()))
+        .chain(token_shift.clone())
+        .collect();
     let planning = Planning {
         truth: done.truth(),
         layer_types: model.map(|(m, _)| m.config.layer_types.as_slice()),
@@ -157,6 +162,7 @@ fn compare_ready(
         notes: pair.notes.take(),
         uncalibrated_why: calibrator.uncalibrated_why.clone(),
         slips,
+        token_shift,
         routing_recovered: recovered
             .as_ref()
             .map(|r| r.recovered.clone())
@@ -173,4 +179,17 @@ fn compare_ready(
         unnamed: planned.unnamed,
         layer_id_slips,
     })
+}
+
+/// The one-token shift the states show, when no layer shift explains the pair's difference: its
+/// evidence noted, the finding returned to lead the headline.
+fn token_shift(pair: &mut Pair, alignment: Option<&Alignment>, ok: f64) -> Result<Option<String>> {
+    if alignment.is_some_and(|al| al.offset != 0) {
+        return Ok(None);
+    }
+    let Some(found) = token_shift::detect(&pair.a, &pair.b, ok)? else {
+        return Ok(None);
+    };
+    pair.notes.note(found.evidence());
+    Ok(Some(found.finding()))
 }

@@ -24,6 +24,9 @@ pub(super) struct Described {
     pub uncalibrated_why: Option<String>,
     /// A pipeline's declared layer ids that the truth shows to be off: they lead the headline.
     pub slips: Vec<LayerIdSlip>,
+    /// B's states one token later or earlier than A's ([`crate::compare::token_shift`]): it
+    /// leads the headline after the slips.
+    pub token_shift: Option<String>,
     /// Sides without router choices whose routing was recovered from their states.
     pub routing_recovered: Vec<String>,
 }
@@ -80,7 +83,9 @@ pub(super) fn report<'p>(
             .map(trained_note)
             .chain(untrained.clone())
             .collect(),
-        leading_findings: described.slips.iter().map(LayerIdSlip::sentence).collect(),
+        leading_findings: (described.slips.iter().map(LayerIdSlip::sentence))
+            .chain(described.token_shift)
+            .collect(),
         routing_recovered: described.routing_recovered,
         one_sided: planned.one_sided.clone(),
         uncalibrated_why: described.uncalibrated_why,
