@@ -99,34 +99,39 @@ impl Codes {
         (0..8 / self.bytes).fold(0, |w, i| w | v << (i * self.bytes * 8))
     }
 
-    /// Whether some element of `data` may be non-finite: eight bytes at a time, an element
-    /// whose exponent bits are all set is a zero lane of `(w & exp) ^ exp`, which the classic
-    /// zero-lane test finds (exact here: the lanes' top bit, the sign, is masked off). A few
-    /// word operations per eight bytes even in an unoptimised build.
-    fn may_hold_non_finite(self, data: &[u8]) -> bool {
+    /// Whether some element of `words` (a whole number of 8-byte words) may be non-finite:
+    /// eight bytes at a time, an element whose exponent bits are all set is a zero lane of
+    /// `(w & exp) ^ exp`, which the classic zero-lane test finds (exact here: the lanes' top
+    /// bit, the sign, is masked off). A few word operations per eight bytes even in an
+    /// unoptimised build.
+    fn may_hold_non_finite(self, words: &[u8]) -> bool {
         let (exp, ones, tops) = (
             self.lanes(self.exp),
             self.lanes(1),
             self.lanes(1 << (self.bytes * 8 - 1)),
         );
-        let words = data.chunks_exact(8);
-        let tail = !words.remainder().is_empty();
         let mut found = 0u64;
-        for word in words {
+        for word in words.chunks_exact(8) {
             let w = u64::from_le_bytes(word.try_into().unwrap_or_default());
             let x = (w & exp) ^ exp;
             found |= x.wrapping_sub(ones) & !x & tops;
         }
-        found != 0 || tail
+        found != 0
     }
 
     /// NaN count, Inf count and the first non-finite element's index within `data`.
     fn count(self, data: &[u8]) -> (u64, u64, Option<usize>) {
         let (mut nan, mut inf, mut first) = (0u64, 0u64, None);
-        if !self.may_hold_non_finite(data) {
-            return (nan, inf, first);
-        }
-        for (i, word) in data.chunks_exact(self.bytes).enumerate() {
+        // The whole words are tested at once; only where they may hold one (and in the few
+        // bytes past the last whole word) is each element looked at.
+        let whole = data.len() - data.len() % 8;
+        let from = if self.may_hold_non_finite(&data[..whole]) {
+            0
+        } else {
+            whole
+        };
+        for (i, word) in data[from..].chunks_exact(self.bytes).enumerate() {
+            let i = from / self.bytes + i;
             let mut le = [0u8; 8];
             le[..self.bytes].copy_from_slice(word);
             let bits = u64::from_le_bytes(le);

@@ -301,13 +301,11 @@ impl Checkpoint {
     /// tensor whose bytes cannot be read is left to the load that needs it, which names it.
     pub fn non_finite(&self) -> &[NonFiniteTensor] {
         self.non_finite.get_or_init(|| {
-            self.index
-                .iter()
-                .filter_map(|(name, &i)| {
-                    let file = &self.files[i];
-                    let (info, data) = file.raw(name).ok()?;
+            self.raw_tensors()
+                .filter_map(|(name, raw)| {
+                    let (info, data) = raw.ok()?;
                     let stored = (info.dtype, info.shape.as_slice());
-                    scan_tensor(name, file.path().to_path_buf(), stored, data)
+                    scan_tensor(name, self.file_of(name).to_path_buf(), stored, data)
                 })
                 .collect()
         })

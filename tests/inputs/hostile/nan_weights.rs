@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::harness::{Expect, args, expect, s};
+use super::harness::{Case, Expect, args, expect, s};
 use crate::common::{self, Edit};
 
 /// A copy of the tiny Qwen3.5 at `d/model` whose layer 4 `A_log` holds NaN at head 0.
@@ -83,32 +83,37 @@ fn names_the_stored_nan(d: &Path) {
     );
 }
 
+/// A live run, reference against chunked, on `tokens` of the tiny model with NaN at embedding
+/// row 300, channel 5, its JSON report in `d/r.json`.
+fn live_run_on_a_nan_row(d: &Path, tokens: &str, outcome: Expect) -> Case {
+    let model = with_nan(d, EMBED, ROW_300_CH_5);
+    expect(
+        args(&[
+            "--model",
+            &s(&model),
+            "--tokens",
+            tokens,
+            "--a",
+            "reference",
+            "--b",
+            "chunked",
+            "--format",
+            "json",
+            "--out",
+            &s(&d.join("r.json")),
+        ]),
+        outcome,
+    )
+}
+
 hostile!(
     a_nan_in_an_embedding_row_the_input_never_reads_is_named_in_a_note,
-    |d| {
-        let model = with_nan(d, EMBED, ROW_300_CH_5);
-        expect(
-            args(&[
-                "--model", &s(&model), "--tokens", "1,2,3,4", "--a", "reference", "--b",
-                "chunked", "--format", "json", "--out", &s(&d.join("r.json")),
-            ]),
-            Expect::Clean,
-        )
-    },
+    |d| { live_run_on_a_nan_row(d, "1,2,3,4", Expect::Clean) },
     then names_the_stored_nan
 );
 
 hostile!(
     the_same_nan_read_by_the_input_is_flagged_and_named,
-    |d| {
-        let model = with_nan(d, EMBED, ROW_300_CH_5);
-        expect(
-            args(&[
-                "--model", &s(&model), "--tokens", "1,300,3,4", "--a", "reference", "--b",
-                "chunked", "--format", "json", "--out", &s(&d.join("r.json")),
-            ]),
-            Expect::Flagged,
-        )
-    },
+    |d| { live_run_on_a_nan_row(d, "1,300,3,4", Expect::Flagged) },
     then names_the_stored_nan
 );
