@@ -89,25 +89,34 @@ pub fn judge(e: &Evidence) -> Judgement {
         (Some(x), Some(y)) => Some(x.max(y)),
         (x, y) => x.or(y),
     };
+    let th = thresholds(e.dtype);
+    let verdict_of = |rel_l2: f64, floor: Option<f64>| {
+        classify(
+            Judged {
+                rel_l2,
+                floor,
+                non_finite: e.stats.non_finite_disagree + e.stats.non_finite_both > 0,
+                depth: e.depth,
+                dtype: e.dtype,
+            },
+            th,
+        )
+    };
     let per_side = e
         .each_side
-        .then(|| worse_side((e.a_vs_truth, e.floor_a), (e.b_vs_truth, e.floor_b)))
+        .then(|| {
+            worse_side(
+                (e.a_vs_truth, e.floor_a),
+                (e.b_vs_truth, e.floor_b),
+                |rel, floor| verdict_of(rel, Some(floor)),
+            )
+        })
         .flatten();
     let (rel_judged, floor_judged) = match per_side {
         Some((rel, floor)) => (rel, Some(floor)),
         None => (e.stats.rel_l2, floor),
     };
-    let th = thresholds(e.dtype);
-    let verdict = classify(
-        Judged {
-            rel_l2: rel_judged,
-            floor: floor_judged,
-            non_finite: e.stats.non_finite_disagree + e.stats.non_finite_both > 0,
-            depth: e.depth,
-            dtype: e.dtype,
-        },
-        th,
-    );
+    let verdict = verdict_of(rel_judged, floor_judged);
     // Rows without a floor (uncalibrated, or a tensor the truth run lacks) are judged by the
     // depth-scaled band.
     let unfloored = floor_judged.is_none();
@@ -130,13 +139,28 @@ pub fn judge(e: &Evidence) -> Judgement {
 }
 
 /// The worse of two sides judged each against its own truth: (its distance, its floor), the
-/// side with the larger ratio to its floor — or with a NaN distance, which never passes.
+/// side with the worse verdict by its own floor, and of two alike the one with the larger ratio
+/// to its floor (a NaN distance ranks above any). A side with a zero floor (f64 arithmetic, the
+/// truth's own) has no ratio to rank by: it is the worse only by its verdict, so that its
+/// storage rounding over a zero floor never stands in for the other side's measured distance.
 /// None when either side lacks a distance or a floor.
-fn worse_side(a: (Option<f64>, Option<f64>), b: (Option<f64>, Option<f64>)) -> Option<(f64, f64)> {
+fn worse_side(
+    a: (Option<f64>, Option<f64>),
+    b: (Option<f64>, Option<f64>),
+    verdict: impl Fn(f64, f64) -> Verdict,
+) -> Option<(f64, f64)> {
     let (ra, fa) = (a.0?, a.1?);
     let (rb, fb) = (b.0?, b.1?);
-    let ratio = |r: f64, f: f64| if r.is_nan() { f64::INFINITY } else { r / f };
-    Some(if ratio(rb, fb) > ratio(ra, fa) {
+    let rank = |r: f64, f: f64| {
+        let ratio = if r.is_nan() {
+            f64::INFINITY
+        } else {
+            ratio_to_floor(r, Some(f)).unwrap_or(0.0)
+        };
+        (verdict(r, f), ratio)
+    };
+    let ((va, xa), (vb, xb)) = (rank(ra, fa), rank(rb, fb));
+    Some(if vb > va || (vb == va && xb > xa) {
         (rb, fb)
     } else {
         (ra, fa)
@@ -250,5 +274,39 @@ mod tests {
         });
         assert_eq!(together.floor, Some(4e-2));
         assert_eq!(together.verdict, Verdict::Mismatch);
+    }
+
+    #[test]
+    fn a_side_with_a_zero_floor_never_hides_the_other() {
+        let mut draw = SplitMix::new(5);
+        for _ in 0..50 {
+            let stats = stats_at(draw.next_u64(), 0.5);
+            // A: a float64 capture, its floor zero and its distance storage rounding.
+            let storage = 1e-16 * (1.0 + draw.uniform());
+            let floor_b = 1e-2 * (1.0 + draw.uniform());
+            let apart = |b_vs_truth: f64| Evidence {
+                floor_a: Some(0.0),
+                floor_b: Some(floor_b),
+                a_vs_truth: Some(storage),
+                b_vs_truth: Some(b_vs_truth),
+                each_side: true,
+                ..Evidence::against_floor(&stats, 0.0, 4, DType::BF16)
+            };
+            // B's honest rounding: B is judged and measured, not A's 0/0.
+            let honest = judge(&apart(floor_b * (0.5 + draw.uniform())));
+            assert_eq!(honest.verdict, Verdict::Ok);
+            assert_eq!(honest.floor_judged, Some(floor_b));
+            assert!(honest.ratio_to_floor.expect("×floor") > 0.4);
+            // B with a bug far past its floor: a mismatch.
+            let bug = judge(&apart(floor_b * (K_MISMATCH + 1.0 + draw.uniform())));
+            assert_eq!(bug.verdict, Verdict::Mismatch);
+            // A far from the truth over its zero floor is the worse side, whatever B's ratio.
+            let wrong_a = judge(&Evidence {
+                a_vs_truth: Some(0.2),
+                ..apart(floor_b)
+            });
+            assert_eq!(wrong_a.verdict, Verdict::Mismatch);
+            assert_eq!(wrong_a.rel_l2_judged, Some(0.2));
+        }
     }
 }

@@ -122,6 +122,15 @@ fn transformers_bf16_moe_capture_against_the_strict_f64_one_is_benign() {
     );
     assert_eq!(code, 0, "{}\n{err}", summary(&r));
     assert!(summary(&r).starts_with("benign: "), "{}", summary(&r));
+    // The f64 side's floor is zero: the bf16 side is judged, by its own floor.
+    for layer in (0..6).map(|i| format!("layers.{i}")) {
+        let l = row(&r, &layer);
+        assert_eq!(l["floor_judged"], l["floor_b"], "{layer}: {l}");
+        assert!(
+            l["ratio_to_floor"].as_f64().expect("×floor") > 0.3,
+            "{layer}: {l}"
+        );
+    }
     // transformers' bf16 run flips token 41 at MoE layer 0: a rounding-level near-tie.
     let flips = r["routing_flips"].as_array().expect("routing_flips");
     let f = flips
@@ -136,11 +145,11 @@ fn transformers_bf16_moe_capture_against_the_strict_f64_one_is_benign() {
     );
 }
 
-/// `bug_{bug}{suffix}.pt` against the honest sample 0 of `train`: a mismatch from layers.3,
+/// `bug_{bug}{suffix}.pt` against `honest` (a capture of sample 0): a mismatch from layers.3,
 /// exit 1. Returns the report.
-fn planted_bug_is_a_mismatch_at_layers_3(train: &str, bug: &str, suffix: &str) -> Value {
+fn planted_bug_is_a_mismatch_at_layers_3(honest: &str, bug: &str, suffix: &str) -> Value {
     let (code, r, err) = compare_json(
-        &fixture(&format!("{train}/sample_00.pt")),
+        &fixture(honest),
         &fixture(&format!("bug_{bug}{suffix}.pt")),
         &args(&model()),
     );
@@ -156,7 +165,7 @@ fn planted_bug_is_a_mismatch_at_layers_3(train: &str, bug: &str, suffix: &str) -
 #[test]
 fn each_planted_layer_3_bug_is_a_mismatch_at_layers_3_with_router_ids() {
     for bug in ["dt_bias", "a_log", "shared_gate"] {
-        let r = planted_bug_is_a_mismatch_at_layers_3("train_router", bug, "_router");
+        let r = planted_bug_is_a_mismatch_at_layers_3("train_router/sample_00.pt", bug, "_router");
         assert_eq!(row(&r, "layers.1")["verdict"], "ok", "{bug}");
         assert_eq!(row(&r, "layers.3")["verdict"], "mismatch", "{bug}");
     }
@@ -165,7 +174,38 @@ fn each_planted_layer_3_bug_is_a_mismatch_at_layers_3_with_router_ids() {
 #[test]
 fn each_planted_layer_3_bug_is_a_mismatch_at_layers_3_without_router_ids() {
     for bug in ["dt_bias", "a_log", "shared_gate"] {
-        planted_bug_is_a_mismatch_at_layers_3("train", bug, "");
+        planted_bug_is_a_mismatch_at_layers_3("train/sample_00.pt", bug, "");
+    }
+}
+
+/// A strict float64 capture routes as the exact router, its floor is zero and its distance from
+/// the truth storage rounding: the bf16 side is the one judged, by its own floor — so its bug is
+/// found and its honest rounding is measured, never hidden behind the f64 side's 0/0.
+#[test]
+fn each_planted_layer_3_bug_is_a_mismatch_against_an_f64_capture() {
+    for bug in ["dt_bias", "a_log", "shared_gate"] {
+        for suffix in ["_router", ""] {
+            let r = planted_bug_is_a_mismatch_at_layers_3("f64/sample_00.pt", bug, suffix);
+            let l3 = row(&r, "layers.3");
+            assert_eq!(l3["verdict"], "mismatch", "{bug}{suffix}");
+            assert_eq!(l3["rel_l2_judged"], l3["b_vs_truth"], "{bug}{suffix}: {l3}");
+        }
+    }
+}
+
+#[test]
+fn an_f64_capture_against_an_honest_bf16_one_is_judged_by_the_bf16_sides_floor() {
+    for b in ["eval_router/sample_00.pt", "eval/sample_00.pt"] {
+        let (code, r, err) =
+            compare_json(&fixture("f64/sample_00.pt"), &fixture(b), &args(&model()));
+        assert_eq!(code, 0, "{b}: {}\n{err}", summary(&r));
+        assert!(summary(&r).starts_with("benign: "), "{b}: {}", summary(&r));
+        for layer in ["layers.1", "layers.3", "layers.5"] {
+            let l = row(&r, layer);
+            let ratio = l["ratio_to_floor"].as_f64().expect("×floor");
+            assert!(ratio > 0.3 && ratio <= 2.0, "{b} {layer}: {l}");
+            assert_eq!(l["floor_judged"], l["floor_b"], "{b} {layer}: {l}");
+        }
     }
 }
 
