@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::capture::fingerprint::Fingerprint;
 use crate::capture::{Captures, Key};
-use crate::commands::compare::layer_id_slip::{self, LayerIdSlip};
+use crate::commands::compare::layer_id_slip;
 use crate::commands::compare::pair::TensorMap;
 use crate::compare::alignment::{self, Alignment};
 use crate::compare::{PlannedRow, TensorSource, token_shift};
@@ -175,14 +175,14 @@ pub fn check_layers_exist(sources: [&FileSource; 2], num_layers: usize) -> Resul
 
 /// Bare layer indices: output of layer N, or hidden_states[N]? Decided against the truth, else
 /// against the other side when that one is a full capture; a side read as hidden_states[N] is
-/// shifted by one. A pipeline's declared ids that the truth shows to be off are a finding
-/// ([`LayerIdSlip`]): the side is read as its states are, and the slip returned. Returns one
-/// note per index-keyed side saying how it was read, and the slips.
+/// shifted by one. A pipeline's ids are measured against the truth instead
+/// ([`layer_id_slip`]): ids that the truth shows to be off are a finding, the side read as its
+/// states are. Returns one note per index-keyed side saying how it was read, and the findings.
 pub fn read_layer_indices(
     a: &mut FileSource,
     b: &mut FileSource,
     truth: Option<&Captures>,
-) -> Result<(Vec<String>, Vec<LayerIdSlip>)> {
+) -> Result<(Vec<String>, Vec<String>)> {
     let mut notes = Vec::new();
     let mut slips = Vec::new();
     for side in ["A", "B"] {
@@ -191,12 +191,14 @@ pub fn read_layer_indices(
             continue;
         }
         if let Some(t) = truth
-            && let Some(slip) = layer_id_slip::find(side, this, t)?
+            && let Some(ids) = layer_id_slip::check(side, this, t)?
         {
-            let this = if side == "A" { &mut *a } else { &mut *b };
-            this.shift_layers(slip.ids.shift);
-            notes.push(slip.sentence());
-            slips.push(slip);
+            notes.push(ids.note());
+            if let Some(shift) = ids.slip() {
+                let this = if side == "A" { &mut *a } else { &mut *b };
+                this.shift_layers(shift);
+                slips.extend(ids.finding());
+            }
             continue;
         }
         let (reference, against): (Option<&dyn TensorSource>, String) = match truth {
