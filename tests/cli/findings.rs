@@ -512,5 +512,16 @@ fn a_nan_sample_is_the_dataset_headline_as_nan() {
             ),
             "{text}"
         );
+        // The per-layer table never reads the NaN pair as agreement: its rows are NaN, the
+        // worst sample, in the sample's own figures and in every quantile they reach.
+        let s1 = &r["samples"][1];
+        assert_eq!(s1["id"], "s1", "{s1}");
+        assert_eq!(s1["rows"]["layers.0"]["rel_l2"], "NaN", "{s1}");
+        for l in r["layers"].as_array().expect("layers") {
+            assert_eq!(l["worst_sample"], "s1", "{l}");
+            assert_eq!(l["max"], "NaN", "{l}");
+            // Two samples: the median is the mean of both, NaN.
+            assert_eq!(l["median"], "NaN", "{l}");
+        }
     }
 }
