@@ -194,11 +194,9 @@ pub fn read_layer_indices(
             && let Some(ids) = layer_id_slip::check(side, this, t)?
         {
             notes.push(ids.note());
-            if let Some(shift) = ids.slip() {
-                let this = if side == "A" { &mut *a } else { &mut *b };
-                this.shift_layers(shift);
-                slips.extend(ids.finding());
-            }
+            slips.extend(ids.finding());
+            let this = if side == "A" { &mut *a } else { &mut *b };
+            this.shift_layers(ids.slip().unwrap_or(0));
             continue;
         }
         let (reference, against): (Option<&dyn TensorSource>, String) = match truth {
@@ -240,26 +238,37 @@ pub fn read_layer_indices(
         });
         if reading.is_some_and(|r| r.input) {
             let this = if side == "A" { &mut *a } else { &mut *b };
-            this.shift_layers(-1);
-            // Index L of an `output_hidden_states` saved by index is after the final norm.
-            if let Some(t) = truth
-                && !this.has(&Key::FinalNorm.to_string())
-                && let Some((normed, as_norm, as_raw)) = alignment::last_entry_reading(this, t)?
-            {
-                let last = t.keys().filter_map(Key::layer_output).max();
-                if let (true, Some(last)) = (normed, last) {
-                    this.rename(&Key::Layer(last).to_string(), &Key::FinalNorm.to_string())?;
-                    notes.push(format!(
-                        "{side}: the last index ({}) read as final_norm, after the final norm as \
-                         transformers' output_hidden_states has it (rel L2 {as_norm:.1e} against the \
-                         truth's final_norm; as the output of layer {last}: {as_raw:.1e})",
-                        last + 1
-                    ));
-                }
-            }
+            notes.extend(read_as_hidden_states(side, this, truth)?);
         }
     }
     Ok((notes, slips))
+}
+
+/// A side whose indices are `hidden_states[N]`, shifted by one; its last index read as
+/// `final_norm` when the truth shows it is after the final norm, with the note that says so.
+fn read_as_hidden_states(
+    side: &str,
+    this: &mut FileSource,
+    truth: Option<&Captures>,
+) -> Result<Option<String>> {
+    this.shift_layers(-1);
+    // Index L of an `output_hidden_states` saved by index is after the final norm.
+    let Some(t) = truth.filter(|_| !this.has(&Key::FinalNorm.to_string())) else {
+        return Ok(None);
+    };
+    let Some((true, as_norm, as_raw)) = alignment::last_entry_reading(this, t)? else {
+        return Ok(None);
+    };
+    let Some(last) = t.keys().filter_map(Key::layer_output).max() else {
+        return Ok(None);
+    };
+    this.rename(&Key::Layer(last).to_string(), &Key::FinalNorm.to_string())?;
+    Ok(Some(format!(
+        "{side}: the last index ({}) read as final_norm, after the final norm as transformers' \
+         output_hidden_states has it (rel L2 {as_norm:.1e} against the truth's final_norm; as \
+         the output of layer {last}: {as_raw:.1e})",
+        last + 1
+    )))
 }
 
 /// Detects a layer offset between the files (within `ok`, the dtype's ok band) and applies
