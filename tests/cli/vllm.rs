@@ -161,6 +161,20 @@ fn an_off_by_one_in_aux_ids_is_the_headline() {
     assert!(s.contains("pass --layer-ids-a 3,5,6; "), "{s}");
     assert_eq!(layer_rows(&r), ["layers.2", "layers.4", "layers.5"]);
     assert_eq!(largest_layer_diff(&r), 0.0, "{}", r["tensors"]);
+    // A truth that stops early (--layers) still measures the ids it holds under every shift,
+    // and the slip still leads, with every id corrected.
+    let (code, r, err) =
+        against_transformers(shifted, &["--draft-config", &draft, "--layers", "2"]);
+    assert_eq!(code, 1, "{} {err}", r["summary"]);
+    let s = summary(&r);
+    assert!(
+        s.starts_with(
+            "mismatch: A: layer ids declared 2,4,5 but the states are those of ids 3,5,6"
+        ),
+        "{s}"
+    );
+    assert!(!s.contains("--shift"), "{s}");
+    assert_eq!(layer_rows(&r), ["layers.2"]);
     let (code, r, err) = against_transformers(shifted, &["--layer-ids", "3,5,6"]);
     assert_eq!(code, 0, "{} {err}", r["summary"]);
     assert!(notes(&r).contains("A: layer ids 3,5,6 fit the f64 truth as declared"));

@@ -120,12 +120,13 @@ struct IdState {
     head: Option<Tensor>,
 }
 
-/// `src`'s pipeline ids measured against `truth`; None for a file no pipeline wrote, or when
-/// no state can be compared as declared.
+/// `src`'s pipeline ids measured against `truth`, of a model of `num_layers` layers; None for
+/// a file no pipeline wrote, or when no state can be compared under every shift tried.
 pub fn check(
     side: &'static str,
     src: &FileSource,
     truth: &dyn TensorSource,
+    num_layers: usize,
 ) -> Result<Option<DeclaredIds>> {
     let Some(info) = &src.pipeline else {
         return Ok(None);
@@ -142,54 +143,66 @@ pub fn check(
         };
         states.push(IdState { id, head });
     }
-    let held = truth.keys();
-    let Some(as_declared) = fit(&states, (truth, &held), convention, 0)? else {
+    // A shift is a reading only when every id it gives, the last state's too, is one of the
+    // model's.
+    let max_id = convention.max_id(num_layers) as i64;
+    let shifts: Vec<i64> = std::iter::once(0)
+        .chain(SHIFTS)
+        .filter(|s| (states.iter()).all(|st| (0..=max_id).contains(&(st.id as i64 + s))))
+        .collect();
+    let Some(medians) = fits(&states, truth, convention, &shifts)? else {
         return Ok(None);
     };
-    let mut nearest: Option<(i64, f64)> = None;
-    for s in SHIFTS {
-        if let Some(m) = fit(&states, (truth, &held), convention, s)?
-            && nearest.is_none_or(|(_, b)| m < b)
-        {
-            nearest = Some((s, m));
-        }
-    }
+    let nearest = (shifts.iter().zip(&medians).skip(1)).fold(
+        None::<(i64, f64)>,
+        |best, (&s, &m)| match best {
+            Some((_, b)) if b <= m => best,
+            _ => Some((s, m)),
+        },
+    );
     Ok(Some(DeclaredIds {
         side,
         pipeline: info.pipeline,
         ids: states.iter().map(|s| s.id).collect(),
-        as_declared,
+        as_declared: medians[0],
         nearest,
     }))
 }
 
-/// Median rel L2 of the measured `states` against the truth at their ids shifted by `s`; None
-/// when a shifted id is no id (below 0) or names a layer the truth (whose keys are `held`)
-/// lacks, or when no state can be compared.
-fn fit(
+/// Median rel L2 of the measured states against the truth at their ids under each of `shifts`
+/// (the first 0). Measured are the states the truth holds alike under every shift — a truth
+/// that stops early (`--layers`) lacks the deep ones — so that every median is of the same
+/// states; None when there is none, or when 0 is not among the shifts (ids past the model).
+fn fits(
     states: &[IdState],
-    (truth, held): (&dyn TensorSource, &[Key]),
+    truth: &dyn TensorSource,
     convention: Convention,
-    s: i64,
-) -> Result<Option<f64>> {
-    let mut rels = Vec::new();
-    for state in states {
-        let Ok(id) = usize::try_from(state.id as i64 + s) else {
-            return Ok(None);
-        };
-        let key = convention.key(id);
-        if !held.contains(&key) {
-            return Ok(None);
-        }
+    shifts: &[i64],
+) -> Result<Option<Vec<f64>>> {
+    if shifts.first() != Some(&0) {
+        return Ok(None);
+    }
+    let mut rels: Vec<Vec<f64>> = vec![Vec::new(); shifts.len()];
+    'states: for state in states {
         let Some(x) = &state.head else {
             continue;
         };
-        match truth.tensor_head(key, SAMPLE_TOKENS)? {
-            Some(t) if t.dims() == x.dims() => rels.push(rel_l2_tensors_over_finite(x, &t)?),
-            _ => return Ok(None),
+        let mut row = Vec::with_capacity(shifts.len());
+        for &s in shifts {
+            let key = convention.key((state.id as i64 + s) as usize);
+            match truth.tensor_head(key, SAMPLE_TOKENS)? {
+                Some(t) if t.dims() == x.dims() => row.push(rel_l2_tensors_over_finite(x, &t)?),
+                _ => continue 'states,
+            }
+        }
+        for (r, v) in rels.iter_mut().zip(row) {
+            r.push(v);
         }
     }
-    Ok((!rels.is_empty()).then(|| median(&rels)))
+    if rels[0].is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(rels.iter().map(|r| median(r)).collect()))
 }
 
 #[cfg(test)]

@@ -177,12 +177,14 @@ pub fn check_layers_exist(sources: [&FileSource; 2], num_layers: usize) -> Resul
 /// against the other side when that one is a full capture; a side read as hidden_states[N] is
 /// shifted by one. A pipeline's ids are measured against the truth instead
 /// ([`layer_id_slip`]): ids that the truth shows to be off are a finding, the side read as its
-/// states are. Returns one note per index-keyed side saying how it was read, and the findings.
+/// states are. `truth` comes with the model's layer count. Returns one note per index-keyed side
+/// saying how it was read, and the findings.
 pub fn read_layer_indices(
     a: &mut FileSource,
     b: &mut FileSource,
-    truth: Option<&Captures>,
+    truth: Option<(&Captures, usize)>,
 ) -> Result<(Vec<String>, Vec<String>)> {
+    let (truth, num_layers) = (truth.map(|(t, _)| t), truth.map_or(0, |(_, n)| n));
     let mut notes = Vec::new();
     let mut slips = Vec::new();
     for side in ["A", "B"] {
@@ -191,7 +193,7 @@ pub fn read_layer_indices(
             continue;
         }
         if let Some(t) = truth
-            && let Some(ids) = layer_id_slip::check(side, this, t)?
+            && let Some(ids) = layer_id_slip::check(side, this, t, num_layers)?
         {
             notes.push(ids.note());
             slips.extend(ids.finding());

@@ -173,11 +173,13 @@ pub(super) fn check_against_truth(
     model: Option<(&Model, &str)>,
 ) -> Result<Vec<String>> {
     let truth = done.truth();
-    let (index_notes, slips) = pair_steps::read_layer_indices(&mut pair.a, &mut pair.b, truth)?;
+    let num_layers = model.map(|(m, _)| m.config.num_hidden_layers);
+    let calibrated = truth.zip(num_layers);
+    let (index_notes, slips) =
+        pair_steps::read_layer_indices(&mut pair.a, &mut pair.b, calibrated)?;
     for note in index_notes {
         pair.notes.note(note);
     }
-    let num_layers = model.map(|(m, _)| m.config.num_hidden_layers);
     if let (Some(truth), Some(n)) = (truth, num_layers) {
         for side in ["A", "B"] {
             if let Some(note) = pipelines::check_last_state(pair.side_mut(side), truth, n)? {
