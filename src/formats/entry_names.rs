@@ -147,6 +147,14 @@ impl FileSource {
         self.names.keys().cloned().collect()
     }
 
+    /// hsdiff names of the tensors this file holds, in the order of their entries: a drafter
+    /// pipeline's layers in the order of its ids.
+    pub fn names_in_file_order(&self) -> Vec<String> {
+        let mut named: Vec<(usize, &String)> = self.names.iter().map(|(n, &i)| (i, n)).collect();
+        named.sort_unstable();
+        named.into_iter().map(|(_, n)| n.clone()).collect()
+    }
+
     pub fn has(&self, name: &str) -> bool {
         self.names.contains_key(name)
     }

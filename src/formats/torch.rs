@@ -263,12 +263,12 @@ impl Walk<'_> {
         }
         let numel = npy::checked_bytes(&shape, 1).ok_or_else(|| bad("impossible size"))?;
         let c_order = contiguous_strides(&shape);
-        let fortran = if numel > 1 && stride != c_order {
+        let fortran = if numel > 1 && !strides_match(&shape, &stride, &c_order) {
             let mut rev_shape = shape.clone();
             rev_shape.reverse();
             let mut f = contiguous_strides(&rev_shape);
             f.reverse();
-            if stride != f {
+            if !strides_match(&shape, &stride, &f) {
                 return Err(bad(&format!(
                     "saved as a non-contiguous view (stride {stride:?}); save `t.contiguous()`"
                 )));
@@ -373,6 +373,13 @@ fn int_list(items: &[Obj]) -> Option<Vec<i64>> {
         .collect()
 }
 
+/// Whether `stride` lays `shape` out as `want` does. A dimension of size 1 is never stepped
+/// along, so its stride is any (torch's own contiguity rule): `x[:, 1:]` of a batch of one
+/// keeps the batch stride of the whole `x` and is contiguous all the same.
+fn strides_match(shape: &[usize], stride: &[usize], want: &[usize]) -> bool {
+    (shape.iter().zip(stride).zip(want)).all(|((&n, &s), &w)| n == 1 || s == w)
+}
+
 pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     let mut strides = vec![1usize; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
@@ -422,5 +429,29 @@ fn describe(o: &Value) -> String {
         Value::Bool(_) => "a boolean".to_string(),
         Value::None => "None".to_string(),
         Value::List(_) | Value::Tuple(_) | Value::Dict(_) => "a container".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_size_one_dimension_may_have_any_stride() {
+        let shape = [1, 7, 64];
+        let c = contiguous_strides(&shape);
+        assert!(strides_match(&shape, &[512, 64, 1], &c));
+        assert!(strides_match(&shape, &c, &c));
+        // Every position's stride counts: a narrowed hidden dimension is a real view.
+        assert!(!strides_match(
+            &[1, 7, 32],
+            &[512, 64, 1],
+            &contiguous_strides(&[1, 7, 32])
+        ));
+        assert!(!strides_match(
+            &[2, 7, 64],
+            &[512, 64, 1],
+            &contiguous_strides(&[2, 7, 64])
+        ));
     }
 }

@@ -110,6 +110,18 @@ fn hidden_states_last_entry_is_the_final_norm() {
     assert!(dict.fingerprint.is_some());
 }
 
+/// `x[:, 1:]` of a batch of one, saved as is, keeps the full tensor's batch stride and a storage
+/// offset; torch calls it contiguous (a size-1 dimension's stride is any), and it reads as the
+/// same values copied into fresh tensors, bit for bit.
+#[test]
+fn a_view_past_the_first_position_of_a_batch_of_one_is_read() {
+    let (code, r) = compare_json("view_batch1.pt", "view_batch1_copy.pt", &[]);
+    assert_eq!(code, 0, "{}", r["summary"]);
+    let summary = r["summary"].as_str().expect("summary");
+    assert!(summary.contains("are identical (bit for bit)"), "{summary}");
+    assert_eq!(r["tensors"].as_array().map(Vec::len), Some(8), "{summary}");
+}
+
 /// The alignment check reads only the first tokens of each layer, straight from the map.
 #[test]
 fn head_reads_match_full_reads() {

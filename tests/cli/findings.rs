@@ -263,6 +263,15 @@ fn declared_layer_ids_that_fit_pass() {
         "{}",
         summary(&r)
     );
+    // The ids were measured, and the note says how well they fit.
+    assert!(
+        r["notes"].to_string().contains(
+            "A: layer ids 1,2,4,5,6 fit the f64 truth as declared (specforge-dflash, id N = \
+             output of layer N: median rel L2 "
+        ),
+        "{}",
+        r["notes"]
+    );
 }
 
 #[test]
@@ -278,6 +287,12 @@ fn declared_layer_ids_off_by_one_are_the_headline() {
             "{which}: {s}"
         );
         assert!(s.contains(&format!("pass --layer-ids-a {found}")), "{s}");
+        // One id earlier is how a capture counting "id N = hidden_states[N]" stores them.
+        assert_eq!(
+            s.contains("one layer earlier, as a capture counting \"id N = hidden_states[N]\""),
+            which == "minus",
+            "{which}: {s}"
+        );
         // The layers the states are were compared: each row within the floor, and no --shift
         // proposed between the sides.
         for t in r["tensors"].as_array().expect("tensors") {
@@ -497,5 +512,16 @@ fn a_nan_sample_is_the_dataset_headline_as_nan() {
             ),
             "{text}"
         );
+        // The per-layer table never reads the NaN pair as agreement: its rows are NaN, the
+        // worst sample, in the sample's own figures and in every quantile they reach.
+        let s1 = &r["samples"][1];
+        assert_eq!(s1["id"], "s1", "{s1}");
+        assert_eq!(s1["rows"]["layers.0"]["rel_l2"], "NaN", "{s1}");
+        for l in r["layers"].as_array().expect("layers") {
+            assert_eq!(l["worst_sample"], "s1", "{l}");
+            assert_eq!(l["max"], "NaN", "{l}");
+            // Two samples: the median is the mean of both, NaN.
+            assert_eq!(l["median"], "NaN", "{l}");
+        }
     }
 }

@@ -166,7 +166,7 @@ fn each_format_reads_its_layers() {
             );
             if want.iter().any(|w| w.starts_with("layers.")) {
                 assert!(
-                    n.contains("index N read as the output of layer N"),
+                    n.contains("fit the f64 truth as declared ("),
                     "{model} {what}: {n}"
                 );
             }

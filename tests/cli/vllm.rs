@@ -1,12 +1,12 @@
 //! vLLM as served, on files tests/fixtures/vllm/make.py writes the way vLLM hands states out:
 //! decoder layers' (hidden, residual) pairs summed in their dtype as the next fused add-RMSNorm
-//! does, the aux hidden states' ids counted from idx + 1 (an off-by-one planted and named), and
+//! does, the aux hidden states' ids counted from idx + 1 (off-by-ones planted: the headline), and
 //! token ids with the repeats vllm-project/vllm#56417 produced named, never compared.
 
 use std::path::PathBuf;
 
 use crate::common::{
-    compare_json, golden_model_dir, hsdiff, notes, repo_root, row_names, stderr_of,
+    compare_json, golden_model_dir, hsdiff, notes, repo_root, row_names, stderr_of, tempdir,
 };
 
 fn fixture(name: &str) -> String {
@@ -44,6 +44,10 @@ fn refused_against_transformers(file: &str, extra: &[&str]) -> String {
     let err = stderr_of(&out);
     assert_eq!(out.status.code(), Some(2), "{file}: {err}");
     err
+}
+
+fn summary(r: &serde_json::Value) -> &str {
+    r["summary"].as_str().expect("summary")
 }
 
 /// The names of the report's layer rows, in order.
@@ -108,40 +112,136 @@ fn broken_pairs_are_refused_naming_the_layer() {
 }
 
 /// The connector's file with its drafter's ids (vLLM's convention: id N = output of layer
-/// N − 1) is benign against transformers' capture of the same run, and the note says which
-/// convention was read and that the truth agrees.
+/// N − 1) is benign against transformers' capture of the same run, and the note says the ids
+/// were measured against the truth and fit as declared.
 #[test]
 fn aux_states_in_vllm_ids_are_benign() {
     let draft = fixture("draft.json");
     let (code, r, err) = against_transformers("aux/req-0.safetensors", &["--draft-config", &draft]);
     assert_eq!(code, 0, "{} {err}", r["summary"]);
+    assert!(
+        !summary(&r).contains("layer ids declared"),
+        "{}",
+        r["summary"]
+    );
     let n = notes(&r);
     assert!(
-        n.contains("A: layer ids 2,4,5 read in vLLM's convention (id N = hidden_states[N]"),
+        n.contains(
+            "A: layer ids 2,4,5 fit the f64 truth as declared (vllm-speculators, id N = \
+             hidden_states[N]: median rel L2 "
+        ),
         "{n}"
     );
     assert_eq!(layer_rows(&r), ["layers.1", "layers.3", "layers.4"]);
     assert_eq!(largest_layer_diff(&r), 0.0, "{}", r["tensors"]);
 }
 
-/// The planted off-by-one: under ids 2,4,5 the states of ids 3,5,6. Named with the ids that
-/// fit, and the comparison diverges (exit 1): the fix is --layer-ids, which then reads benign.
+/// The planted off-by-one: under ids 2,4,5 the states of ids 3,5,6. It is the headline, as
+/// any pipeline's slip is: the side, the ids that fit, why (a capture counting "id N = output
+/// of layer N"), the fix, exit 1; the layers the states are are compared. With the ids that
+/// fit, the file reads benign.
 #[test]
-fn an_off_by_one_in_aux_ids_is_named() {
+fn an_off_by_one_in_aux_ids_is_the_headline() {
     let draft = fixture("draft.json");
     let shifted = "aux_shifted/req-0.safetensors";
     let (code, r, err) = against_transformers(shifted, &["--draft-config", &draft]);
     assert_eq!(code, 1, "{} {err}", r["summary"]);
-    let n = notes(&r);
-    // Named as a slip of the declared ids (commands::compare::layer_id_slip), with the fix.
+    let s = summary(&r);
     assert!(
-        n.contains("A: layer ids declared 2,4,5 but the states are those of ids 3,5,6"),
-        "{n}"
+        s.starts_with(
+            "mismatch: A: layer ids declared 2,4,5 but the states are those of ids 3,5,6 \
+             (vllm-speculators, id N = hidden_states[N]: "
+        ),
+        "{s}"
     );
-    assert!(n.contains("pass --layer-ids-a 3,5,6"), "{n}");
+    assert!(
+        s.contains("one layer later, as a capture counting \"id N = output of layer N\""),
+        "{s}"
+    );
+    assert!(s.contains("pass --layer-ids-a 3,5,6; "), "{s}");
+    assert_eq!(layer_rows(&r), ["layers.2", "layers.4", "layers.5"]);
+    assert_eq!(largest_layer_diff(&r), 0.0, "{}", r["tensors"]);
+    // A truth that stops early (--layers) still measures the ids it holds under every shift,
+    // and the slip still leads, with every id corrected.
+    let (code, r, err) =
+        against_transformers(shifted, &["--draft-config", &draft, "--layers", "2"]);
+    assert_eq!(code, 1, "{} {err}", r["summary"]);
+    let s = summary(&r);
+    assert!(
+        s.starts_with(
+            "mismatch: A: layer ids declared 2,4,5 but the states are those of ids 3,5,6"
+        ),
+        "{s}"
+    );
+    assert!(!s.contains("--shift"), "{s}");
+    assert_eq!(layer_rows(&r), ["layers.2"]);
     let (code, r, err) = against_transformers(shifted, &["--layer-ids", "3,5,6"]);
     assert_eq!(code, 0, "{} {err}", r["summary"]);
-    assert!(notes(&r).contains("A: layer ids 3,5,6 read in vLLM's convention"));
+    assert!(notes(&r).contains("A: layer ids 3,5,6 fit the f64 truth as declared"));
+}
+
+/// vLLM's default ids (2,4,5,8 for 8 layers: the last one the last layer's output) over the
+/// states a pre-hook takes, one id earlier: every id moves, the last state's too, so the
+/// corrected list names all four, and reads benign.
+#[test]
+fn a_slip_of_the_default_ids_moves_the_last_state_too() {
+    let file = "aux_inputs/req-0.safetensors";
+    let (code, r, err) = against_transformers(file, &[]);
+    assert_eq!(code, 1, "{} {err}", r["summary"]);
+    let s = summary(&r);
+    assert!(
+        s.starts_with(
+            "mismatch: A: layer ids declared 2,4,5,8 but the states are those of ids 1,3,4,7"
+        ),
+        "{s}"
+    );
+    assert!(s.contains("pass --layer-ids-a 1,3,4,7; "), "{s}");
+    assert_eq!(
+        layer_rows(&r),
+        ["layers.0", "layers.2", "layers.3", "layers.6"]
+    );
+    let (code, r, err) = against_transformers(file, &["--layer-ids", "1,3,4,7"]);
+    assert_eq!(code, 0, "{} {err}", r["summary"]);
+    assert!(notes(&r).contains("A: layer ids 1,3,4,7 fit the f64 truth as declared"));
+}
+
+/// The connector's folders as datasets against transformers' capture of the prompt: the
+/// shifted one's headline leads with the slip and the sample it is in, that sample's
+/// `layer_id_slips` holds it (exit 1); the honest one has none (exit 0).
+#[test]
+fn a_vllm_dataset_names_the_slip_and_its_samples() {
+    let eval = tempdir();
+    std::fs::copy(
+        fixture("transformers.bf16.pt"),
+        eval.path().join("req-0.pt"),
+    )
+    .expect("copy");
+    let draft = fixture("draft.json");
+    let model = model();
+    let args = ["--draft-config", draft.as_str(), "--model", model.as_str()];
+    let (code, r, err) = compare_json(&PathBuf::from(fixture("aux_shifted")), eval.path(), &args);
+    assert_eq!(code, 1, "{} {err}", r["summary"]);
+    let s = summary(&r);
+    assert!(
+        s.starts_with(
+            "mismatch: A: layer ids declared 2,4,5 but the states are those of ids 3,5,6"
+        ),
+        "{s}"
+    );
+    assert!(
+        s.contains("pass --layer-ids-a 3,5,6 (in 1 of 1 samples: req-0)"),
+        "{s}"
+    );
+    let slips = &r["samples"][0]["layer_id_slips"];
+    assert_eq!(slips.as_array().map(Vec::len), Some(1), "{slips}");
+    let (code, r, err) = compare_json(&PathBuf::from(fixture("aux")), eval.path(), &args);
+    assert_eq!(code, 0, "{} {err}", r["summary"]);
+    assert!(
+        !summary(&r).contains("layer ids declared"),
+        "{}",
+        r["summary"]
+    );
+    assert!(r["samples"][0].get("layer_id_slips").is_none(), "{r}");
 }
 
 /// vllm-project/vllm#56417: the served sequence repeated tokens; the capture is of other

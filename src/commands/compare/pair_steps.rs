@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::capture::fingerprint::Fingerprint;
 use crate::capture::{Captures, Key};
-use crate::commands::compare::layer_id_slip::{self, LayerIdSlip};
+use crate::commands::compare::layer_id_slip;
 use crate::commands::compare::pair::TensorMap;
 use crate::compare::alignment::{self, Alignment};
 use crate::compare::{PlannedRow, TensorSource, token_shift};
@@ -175,14 +175,16 @@ pub fn check_layers_exist(sources: [&FileSource; 2], num_layers: usize) -> Resul
 
 /// Bare layer indices: output of layer N, or hidden_states[N]? Decided against the truth, else
 /// against the other side when that one is a full capture; a side read as hidden_states[N] is
-/// shifted by one. A pipeline's declared ids that the truth shows to be off are a finding
-/// ([`LayerIdSlip`]): the side is read as its states are, and the slip returned. Returns one
-/// note per index-keyed side saying how it was read, and the slips.
+/// shifted by one. A pipeline's ids are measured against the truth instead
+/// ([`layer_id_slip`]): ids that the truth shows to be off are a finding, the side read as its
+/// states are. `truth` comes with the model's layer count. Returns one note per index-keyed side
+/// saying how it was read, and the findings.
 pub fn read_layer_indices(
     a: &mut FileSource,
     b: &mut FileSource,
-    truth: Option<&Captures>,
-) -> Result<(Vec<String>, Vec<LayerIdSlip>)> {
+    truth: Option<(&Captures, usize)>,
+) -> Result<(Vec<String>, Vec<String>)> {
+    let (truth, num_layers) = (truth.map(|(t, _)| t), truth.map_or(0, |(_, n)| n));
     let mut notes = Vec::new();
     let mut slips = Vec::new();
     for side in ["A", "B"] {
@@ -191,12 +193,12 @@ pub fn read_layer_indices(
             continue;
         }
         if let Some(t) = truth
-            && let Some(slip) = layer_id_slip::find(side, this, t)?
+            && let Some(ids) = layer_id_slip::check(side, this, t, num_layers)?
         {
+            notes.push(ids.note());
+            slips.extend(ids.finding());
             let this = if side == "A" { &mut *a } else { &mut *b };
-            this.shift_layers(slip.ids.shift);
-            notes.push(slip.sentence());
-            slips.push(slip);
+            this.shift_layers(ids.slip().unwrap_or(0));
             continue;
         }
         let (reference, against): (Option<&dyn TensorSource>, String) = match truth {
@@ -238,26 +240,37 @@ pub fn read_layer_indices(
         });
         if reading.is_some_and(|r| r.input) {
             let this = if side == "A" { &mut *a } else { &mut *b };
-            this.shift_layers(-1);
-            // Index L of an `output_hidden_states` saved by index is after the final norm.
-            if let Some(t) = truth
-                && !this.has(&Key::FinalNorm.to_string())
-                && let Some((normed, as_norm, as_raw)) = alignment::last_entry_reading(this, t)?
-            {
-                let last = t.keys().filter_map(Key::layer_output).max();
-                if let (true, Some(last)) = (normed, last) {
-                    this.rename(&Key::Layer(last).to_string(), &Key::FinalNorm.to_string())?;
-                    notes.push(format!(
-                        "{side}: the last index ({}) read as final_norm, after the final norm as \
-                         transformers' output_hidden_states has it (rel L2 {as_norm:.1e} against the \
-                         truth's final_norm; as the output of layer {last}: {as_raw:.1e})",
-                        last + 1
-                    ));
-                }
-            }
+            notes.extend(read_as_hidden_states(side, this, truth)?);
         }
     }
     Ok((notes, slips))
+}
+
+/// A side whose indices are `hidden_states[N]`, shifted by one; its last index read as
+/// `final_norm` when the truth shows it is after the final norm, with the note that says so.
+fn read_as_hidden_states(
+    side: &str,
+    this: &mut FileSource,
+    truth: Option<&Captures>,
+) -> Result<Option<String>> {
+    this.shift_layers(-1);
+    // Index L of an `output_hidden_states` saved by index is after the final norm.
+    let Some(t) = truth.filter(|_| !this.has(&Key::FinalNorm.to_string())) else {
+        return Ok(None);
+    };
+    let Some((true, as_norm, as_raw)) = alignment::last_entry_reading(this, t)? else {
+        return Ok(None);
+    };
+    let Some(last) = t.keys().filter_map(Key::layer_output).max() else {
+        return Ok(None);
+    };
+    this.rename(&Key::Layer(last).to_string(), &Key::FinalNorm.to_string())?;
+    Ok(Some(format!(
+        "{side}: the last index ({}) read as final_norm, after the final norm as transformers' \
+         output_hidden_states has it (rel L2 {as_norm:.1e} against the truth's final_norm; as \
+         the output of layer {last}: {as_raw:.1e})",
+        last + 1
+    )))
 }
 
 /// Detects a layer offset between the files (within `ok`, the dtype's ok band) and applies

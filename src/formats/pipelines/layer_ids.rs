@@ -38,6 +38,25 @@ impl Convention {
         }
     }
 
+    /// The id of `key` under this convention; None for a key no id names (the embedding
+    /// under [`Convention::OutputOf`]).
+    pub fn id_of(self, key: Key) -> Option<usize> {
+        match (self, key) {
+            (Convention::OutputOf, Key::Layer(n)) => Some(n),
+            (Convention::HiddenStatesIndex, Key::Embed) => Some(0),
+            (Convention::HiddenStatesIndex, Key::Layer(n)) => Some(n + 1),
+            _ => None,
+        }
+    }
+
+    /// What an id means, in short.
+    pub fn brief(self) -> &'static str {
+        match self {
+            Convention::OutputOf => "id N = output of layer N",
+            Convention::HiddenStatesIndex => "id N = hidden_states[N]",
+        }
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             Convention::OutputOf => "id N = output of layer N",
@@ -128,5 +147,12 @@ mod tests {
         assert_eq!(Convention::HiddenStatesIndex.name(16), "layers.15");
         assert_eq!(Convention::HiddenStatesIndex.max_id(8), 8);
         assert_eq!(Convention::OutputOf.max_id(8), 7);
+        for c in [Convention::OutputOf, Convention::HiddenStatesIndex] {
+            for id in 0..9 {
+                let key = c.key(id);
+                assert_eq!(c.id_of(key), Some(id), "{c:?} {key}");
+            }
+        }
+        assert_eq!(Convention::OutputOf.id_of(Key::Embed), None);
     }
 }

@@ -12,11 +12,9 @@
 //! never compared. docs/file-formats.md#drafter-pipelines describes the formats for users.
 
 mod apply;
-mod aux_ids;
 mod ge_data;
 pub mod gzip;
 pub mod held_positions;
-pub mod id_shift;
 mod last_state;
 pub mod layer_ids;
 mod modelopt;
@@ -27,7 +25,6 @@ pub mod stored;
 pub mod view;
 mod zero_padding;
 
-pub use aux_ids::{AuxIds, check_aux_ids};
 pub use held_positions::{HeldPositions, align_held_positions};
 pub use last_state::check_last_state;
 pub use zero_padding::{ZeroPadding, drop_zero_padding};
@@ -124,6 +121,14 @@ impl Pipeline {
             Pipeline::Speculators => "vllm-speculators",
             Pipeline::ModelOptimizer => "modelopt",
             Pipeline::EagleGeData => "eagle-ge-data",
+        }
+    }
+
+    /// How the pipeline counts its layer ids.
+    pub fn convention(self) -> Convention {
+        match self {
+            Pipeline::Speculators => Convention::HiddenStatesIndex,
+            _ => Convention::OutputOf,
         }
     }
 }

@@ -5,7 +5,6 @@
 
 use crate::capture::Key;
 use crate::commands::compare::pair::PairOutcome;
-use crate::compare::metrics::stats::median;
 use crate::compare::verdict::Verdict;
 use crate::report::dataset::{
     DatasetReport, LayerRow, LeftOut, RowFigures, SampleRow, TrainedFigures,
@@ -53,6 +52,19 @@ fn worst(report: &Report) -> (Option<f64>, Option<String>, f64) {
     (x.map(|(v, _)| v), worst_name, rel)
 }
 
+/// A row's figures for the dataset. A row holding NaN/Inf values has its distance summed over
+/// the finite elements alone (0 where every element is NaN on both sides): its figures are NaN,
+/// so that no cell of the dataset's tables reads as agreement.
+fn row_figures(t: &TensorRow) -> RowFigures {
+    let finite = t.non_finite() == (0, 0);
+    let or_nan = |x: f64| if finite { x } else { f64::NAN };
+    RowFigures {
+        rel_l2: or_nan(t.stats.rel_l2),
+        x_floor: t.judgement.ratio_to_floor.map(or_nan),
+        verdict: t.judgement.verdict,
+    }
+}
+
 /// The dataset's row for one compared pair.
 pub fn sample_row(
     pair: usize,
@@ -66,16 +78,7 @@ pub fn sample_row(
     let rows = r
         .tensors
         .iter()
-        .map(|t| {
-            (
-                t.name.clone(),
-                RowFigures {
-                    rel_l2: t.stats.rel_l2,
-                    x_floor: t.judgement.ratio_to_floor,
-                    verdict: t.judgement.verdict,
-                },
-            )
-        })
+        .map(|t| (t.name.clone(), row_figures(t)))
         .collect();
     let trained = outcome.trained.as_ref().map(|t| {
         let (x, _, rel) = worst(&t.report);
@@ -137,6 +140,17 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// The median of sorted `xs` by rank (mean of the two middle values for an even count): a NaN
+/// sorted last counts as the largest value, so the median is NaN only when one is in the middle.
+fn ranked_median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => sorted[n / 2],
+        _ => 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]),
+    }
+}
+
 /// Every row name in forward order: the first sample's order, then names only later samples
 /// hold, each after the name it followed there.
 fn row_order(samples: &[SampleRow]) -> Vec<String> {
@@ -167,15 +181,18 @@ pub fn layers(samples: &[SampleRow], metric: &str) -> Vec<LayerRow> {
                 continue;
             };
             // A row with no ×floor (a floor of 0: the embedding lookup is exact in every
-            // dtype) is 0× when equal; unequal, it is off any scale and sorts as the worst.
-            let v = if metric == "x_floor" {
-                f.x_floor
-                    .unwrap_or(if f.rel_l2 == 0.0 { 0.0 } else { f64::NAN })
-            } else {
-                f.rel_l2
+            // dtype) is 0× when equal; unequal, it is off any scale and sorts as the worst
+            // finite row.
+            let v = match (metric, f.x_floor) {
+                _ if f.rel_l2.is_nan() => f64::NAN,
+                ("x_floor", Some(x)) => x,
+                ("x_floor", None) if f.rel_l2 == 0.0 => 0.0,
+                ("x_floor", None) => f64::INFINITY,
+                _ => f.rel_l2,
             };
-            // NaN sorts last and is the worst sample.
-            values.push((if v.is_nan() { f64::INFINITY } else { v }, &s.id));
+            // NaN (non-finite evidence) sorts last, after any figure, and is the worst sample:
+            // the quantiles it reaches are NaN.
+            values.push((if v.is_nan() { f64::NAN } else { v }, &s.id));
             flagged += usize::from(f.verdict != Verdict::Ok);
         }
         let mut sorted: Vec<f64> = values.iter().map(|v| v.0).collect();
@@ -191,7 +208,7 @@ pub fn layers(samples: &[SampleRow], metric: &str) -> Vec<LayerRow> {
             .unwrap_or_default();
         out.push(LayerRow {
             samples: values.len(),
-            median: median(&sorted),
+            median: ranked_median(&sorted),
             p95: quantile(&sorted, 0.95),
             max: sorted.last().copied().unwrap_or(f64::NAN),
             worst_sample: worst,
@@ -320,5 +337,13 @@ mod tests {
         assert_eq!(quantile(&v, 0.95), 19.0);
         assert_eq!(quantile(&v, 1.0), 20.0);
         assert_eq!(quantile(&[3.0], 0.95), 3.0);
+    }
+
+    #[test]
+    fn a_nan_ranks_last_and_reaches_the_median_only_from_the_middle() {
+        assert_eq!(ranked_median(&[1.0, 2.0, f64::NAN]), 2.0);
+        assert!(ranked_median(&[1.0, f64::NAN]).is_nan());
+        assert_eq!(ranked_median(&[1.0, 3.0]), 2.0);
+        assert!(ranked_median(&[]).is_nan());
     }
 }

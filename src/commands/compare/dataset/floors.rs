@@ -45,7 +45,10 @@ impl Floors {
                 t.judgement.depth,
                 report.thresholds.dtype.0,
             ));
-            fig.x_floor = by_floor.ratio_to_floor;
+            // A row with NaN/Inf values keeps NaN figures ([`super::aggregate`]).
+            fig.x_floor = by_floor
+                .ratio_to_floor
+                .map(|x| if fig.rel_l2.is_nan() { f64::NAN } else { x });
             fig.verdict = fig.verdict.max(by_floor.verdict);
         }
         row.verdict = row

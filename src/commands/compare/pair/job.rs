@@ -6,7 +6,6 @@ use candle_core::{DType, Device};
 
 use super::context::Pair;
 use crate::capture::Key;
-use crate::commands::compare::layer_id_slip::LayerIdSlip;
 use crate::commands::compare::recovered_routes::recover;
 use crate::commands::compare::{pair_steps, plausibility, routes};
 use crate::compare::TensorSource;
@@ -165,28 +164,26 @@ pub(super) fn run<'i>(
     Job::plan(spec).execute_after(input, prior)
 }
 
-/// What the truth shows about the files: how bare layer indices read, a pipeline's last state
-/// and aux ids, whether the files are of this model at all, and that their layers exist in
-/// it. Returns the pipeline's layer-id slips, which lead the headline.
+/// What the truth shows about the files: how bare layer indices and a pipeline's layer ids
+/// read, a pipeline's last state, whether the files are of this model at all, and that their
+/// layers exist in it. Returns the layer-id slips found, which lead the headline.
 pub(super) fn check_against_truth(
     pair: &mut Pair,
     done: &Executed,
     model: Option<(&Model, &str)>,
-) -> Result<Vec<LayerIdSlip>> {
+) -> Result<Vec<String>> {
     let truth = done.truth();
-    let (index_notes, slips) = pair_steps::read_layer_indices(&mut pair.a, &mut pair.b, truth)?;
+    let num_layers = model.map(|(m, _)| m.config.num_hidden_layers);
+    let calibrated = truth.zip(num_layers);
+    let (index_notes, slips) =
+        pair_steps::read_layer_indices(&mut pair.a, &mut pair.b, calibrated)?;
     for note in index_notes {
         pair.notes.note(note);
     }
-    let num_layers = model.map(|(m, _)| m.config.num_hidden_layers);
     if let (Some(truth), Some(n)) = (truth, num_layers) {
         for side in ["A", "B"] {
             if let Some(note) = pipelines::check_last_state(pair.side_mut(side), truth, n)? {
                 pair.notes.note(format!("{side}: {note}"));
-            }
-            // vLLM's aux ids count from idx + 1: the truth shows whether the file's do.
-            if let Some(ids) = pipelines::check_aux_ids(pair.side(side), truth, n)? {
-                pair.notes.note(format!("{side}: {}", ids.describe()));
             }
         }
     }

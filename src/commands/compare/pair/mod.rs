@@ -142,9 +142,7 @@ fn compare_ready(
     let dtype = done.spec().dtype();
     let alignment = pair_steps::align(&pair.a, &mut pair.b, thresholds(dtype).ok, pair.opts.shift)?;
     let token_shift = token_shift(pair, alignment.as_ref(), thresholds(dtype).ok)?;
-    let layer_id_slips = (slips.iter().map(|s| s.sentence()))
-        .chain(token_shift.clone())
-        .collect();
+    let layer_id_slips = (slips.iter().cloned()).chain(token_shift.clone()).collect();
     let planning = Planning {
         truth: done.truth(),
         layer_types: model.map(|(m, _)| m.config.layer_types.as_slice()),

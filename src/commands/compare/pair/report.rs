@@ -4,7 +4,6 @@
 
 use super::Trained;
 use super::rows::Planned;
-use crate::commands::compare::layer_id_slip::LayerIdSlip;
 use crate::commands::compare::pair_steps;
 use crate::commands::compare::positions::{Positions, TrainedAt, trained_positions};
 use crate::compare::{Kind, PlannedRow, TensorSource};
@@ -22,8 +21,9 @@ pub(super) struct Described {
     pub command: Option<String>,
     pub notes: Vec<String>,
     pub uncalibrated_why: Option<String>,
-    /// A pipeline's declared layer ids that the truth shows to be off: they lead the headline.
-    pub slips: Vec<LayerIdSlip>,
+    /// A pipeline's declared layer ids that the truth shows to be off
+    /// ([`crate::commands::compare::layer_id_slip`]): they lead the headline.
+    pub slips: Vec<String>,
     /// B's states one token later or earlier than A's ([`crate::compare::token_shift`]): it
     /// leads the headline after the slips.
     pub token_shift: Option<String>,
@@ -83,7 +83,7 @@ pub(super) fn report<'p>(
             .map(trained_note)
             .chain(untrained.clone())
             .collect(),
-        leading_findings: (described.slips.iter().map(LayerIdSlip::sentence))
+        leading_findings: (described.slips.into_iter())
             .chain(described.token_shift)
             .collect(),
         routing_recovered: described.routing_recovered,
