@@ -232,6 +232,11 @@ fn a_vllm_dataset_names_the_slip_and_its_samples() {
         s.contains("pass --layer-ids-a 3,5,6 (in 1 of 1 samples: req-0)"),
         "{s}"
     );
+    // Read as its states are, the sample's rows agree: the slip alone flags it.
+    assert!(
+        s.contains("worst sample req-0: mismatch for the finding above alone (its rows at most"),
+        "{s}"
+    );
     let slips = &r["samples"][0]["layer_id_slips"];
     assert_eq!(slips.as_array().map(Vec::len), Some(1), "{slips}");
     let (code, r, err) = compare_json(&PathBuf::from(fixture("aux")), eval.path(), &args);

@@ -86,6 +86,15 @@ fn flagged_clause(r: &DatasetReport, flagged: &[&SampleRow]) -> String {
             Some(x) => format!("{x:.1}× the floor"),
             None => format!("rel L2 {:.2e}", w.worst_rel_l2),
         };
+        // A sample flagged by a finding of its pairing alone (a layer-id slip, a token shift)
+        // has no row that departs: "from layers.N (0.0× the floor)" would name one.
+        if w.first_divergent.is_none() && !w.layer_id_slips.is_empty() {
+            return format!(
+                " — worst sample {}: {} for the finding above alone (its rows at most {size})",
+                w.id,
+                w.verdict.as_str()
+            );
+        }
         format!(
             " — worst sample {}: {} from {at} ({size})",
             w.id,
