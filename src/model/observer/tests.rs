@@ -160,7 +160,7 @@ fn a_run_resumed_where_its_routing_parts_from_another_is_the_whole_run_bit_for_b
     let recorded = |routes: Option<&Routes>, base: Option<(&Captures, usize)>| {
         let mut r = Recorder::new(&ids)
             .with_states(true)
-            .with_runner_ups(true)
+            .with_alternatives(true)
             .routed_by(routes)
             .resuming(base);
         model
@@ -195,7 +195,7 @@ fn the_runner_up_is_the_best_expert_the_router_left_out() {
     let (model, ids, _) = moe_run();
     let observed = |routes: Option<&Routes>, runner_ups: bool| {
         let mut r = Recorder::new(&ids)
-            .with_runner_ups(runner_ups)
+            .with_alternatives(runner_ups)
             .routed_by(routes);
         model
             .observe(&ids, &opts(), &mut r, &Progress::hidden(), None)
