@@ -238,13 +238,22 @@ fn the_runner_up_is_the_best_expert_the_router_left_out() {
     for (t, &(_, best)) in least.iter().enumerate() {
         assert_eq!(runner_up[t], best as f32, "token {t}");
     }
+    // The logits recorded with them are the router's: the runner-up's is the largest left out.
+    let logits = values(&own, Key::Router(layer, RouterField::Logits));
+    let per_token = count as usize;
+    for (t, set) in chosen.iter().enumerate() {
+        let row = &logits[t * per_token..(t + 1) * per_token];
+        let best_left_out = (0..count)
+            .filter(|e| !set.contains(e))
+            .max_by(|&x, &y| row[x as usize].total_cmp(&row[y as usize]))
+            .expect("an expert left out");
+        assert_eq!(runner_up[t], best_left_out as f32, "token {t}");
+    }
     // Not asked for: not recorded.
     let plain = observed(None, false);
-    assert!(
-        plain
-            .get(Key::Router(layer, RouterField::RunnerUp))
-            .is_none()
-    );
+    for field in [RouterField::RunnerUp, RouterField::Logits] {
+        assert!(plain.get(Key::Router(layer, field)).is_none());
+    }
 }
 
 #[test]
@@ -313,4 +322,40 @@ fn a_run_forced_to_its_own_routing_is_the_same_run_and_another_set_moves_it() {
         )
         .expect_err("no such expert");
     assert!(err.to_string().contains("forced routing: token 5"), "{err}");
+}
+
+#[test]
+fn a_token_given_no_experts_keeps_the_routers_own_choice() {
+    let (model, ids, own) = moe_run();
+    let layer = (0..model.config.num_hidden_layers)
+        .find(|&i| model.config.is_moe_layer(i))
+        .expect("a MoE layer");
+    let forced = |routes: &Routes| {
+        let mut r = Recorder::new(&ids).routed_by(Some(routes));
+        model
+            .observe(&ids, &opts(), &mut r, &Progress::hidden(), None)
+            .expect("forced run");
+        r.into_captures()
+    };
+    // Token 5 sent to experts the router did not choose, every other token to its own choice:
+    // given in full, or as no experts at all.
+    let token = 5;
+    let mut full = experts(&own, layer);
+    let count = model.config.moe.as_ref().expect("MoE").num_experts as u32;
+    let other: Vec<u32> = (0..count).filter(|e| !full[token].contains(e)).collect();
+    full[token] = other[..full[token].len()].to_vec();
+    let mut sparse = vec![Vec::new(); ids.len()];
+    sparse[token] = full[token].clone();
+    let (mut whole, mut few) = (Routes::default(), Routes::default());
+    whole.insert(layer, full);
+    few.insert(layer, sparse);
+    let (whole, few) = (forced(&whole), forced(&few));
+    assert_eq!(bits(&few), bits(&whole));
+    let gaps = values(&few, Key::Router(layer, RouterField::FlipGap));
+    assert!(
+        gaps.iter()
+            .enumerate()
+            .all(|(t, &g)| (t == token) != (g == -1.0)),
+        "{gaps:?}"
+    );
 }

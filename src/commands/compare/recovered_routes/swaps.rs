@@ -116,3 +116,43 @@ pub(super) fn near_swaps(
     found.sort_by(|a, b| a.gap.total_cmp(&b.gap));
     Ok(found)
 }
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor};
+
+    use super::*;
+
+    /// A truth of two tokens over four experts, top-2: token 0's logits 3, 2.9, 2, 0 (it chose
+    /// experts 0 and 1), token 1's chose 2 and 3.
+    fn truth() -> Captures {
+        let mut caps = Captures::new(vec![1, 2]);
+        let logits = [3.0, 2.9, 2.0, 0.0, 0.0, 0.1, 1.0, 2.0];
+        let logits = Tensor::from_vec(logits.to_vec(), (1, 2, 4), &Device::Cpu).expect("logits");
+        caps.insert(Key::Router(0, RouterField::Logits), logits);
+        let ids = Tensor::from_vec(vec![0i64, 1, 3, 2], (1, 2, 2), &Device::Cpu).expect("ids");
+        caps.insert(Key::Router(0, RouterField::TopkIds), ids);
+        caps
+    }
+
+    #[test]
+    fn near_swaps_are_the_choices_within_the_bound_nearest_first_forcing_only_the_token() {
+        let caps = truth();
+        let rms = (21.41f64 / 4.0).sqrt();
+        let swaps = near_swaps((&caps, &Routes::default()), &[0], 0, 0.5, &[]).expect("swaps");
+        let found: Vec<(Vec<u32>, f64)> =
+            swaps.iter().map(|s| (s.rows[0].clone(), s.gap)).collect();
+        // Expert 1 for 2 needs 0.9 of a logit, expert 0 for 2 a whole one; expert 3 more than 0.5.
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert_eq!(found[0].0, vec![0, 2]);
+        assert!((found[0].1 - 0.9 / rms).abs() < 1e-12, "{found:?}");
+        assert_eq!(found[1].0, vec![2, 1]);
+        assert!((found[1].1 - 1.0 / rms).abs() < 1e-12, "{found:?}");
+        // The other token keeps the router's own choice.
+        assert!(swaps.iter().all(|s| s.rows[1].is_empty()));
+        // A layer flipped at the token already is not tried again.
+        let again =
+            near_swaps((&caps, &Routes::default()), &[0], 0, 0.5, &[(0, 0)]).expect("swaps");
+        assert!(again.is_empty());
+    }
+}
