@@ -18,10 +18,10 @@
 //! which moves the typical token, is never explained away: its tokens do not stand out, and the
 //! flips kept move none of them.
 //!
-//! The side's routes force each MoE layer with a kept flip to the truth's own choices there (on
-//! the path of the flips before it) with the flips; the router chooses elsewhere. The
-//! calibration runs are then routed by them as by recorded choices, so the side is judged on its
-//! arithmetic alone.
+//! The side's routes force only the flipped tokens: every other token keeps the router's own
+//! choice on the path of the flips, so a flip found later at an earlier layer or token re-routes
+//! what it moves downstream. The calibration runs are then routed by them as by recorded
+//! choices, so the side is judged on its arithmetic alone.
 //!
 //! Every truth the search runs is made as the job's truth is, and kept with the job's runs
 //! ([`crate::job::prior`]): the first is the job's own truth (whose router logits,
