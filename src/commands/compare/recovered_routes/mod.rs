@@ -13,8 +13,9 @@
 //! before — one of its experts swapped for one the router left out, within the near-tie bound
 //! the report applies ([`crate::report::NEAR_TIE_SIGMAS`] × the layer's typical error: the
 //! side's rounding can make such a flip, and only such a one) — one forced f64 forward each,
-//! and the choice that brings the side's error at the token lowest is kept where that is under
-//! [`KEPT_BELOW`] of what it was. A kept flip is the truth agreeing with the side, so a bug,
+//! nearest first, until one leaves the token no longer standing out — and the choice that
+//! brings the side's error at the token lowest is kept where that is under [`KEPT_BELOW`] of
+//! what it was. A kept flip is the truth agreeing with the side, so a bug,
 //! which moves the typical token, is never explained away: its tokens do not stand out, and the
 //! flips kept move none of them.
 //!
@@ -161,6 +162,11 @@ impl Search<'_, '_> {
             };
             if e < KEPT_BELOW * o.error && best.as_ref().is_none_or(|b| e < b.0) {
                 best = Some((e, swap.layer, trial, tried));
+            }
+            // A choice after which the token no longer stands out explains it: a farther one,
+            // which rounding is less likely to have made, is not tried.
+            if e <= OUTLIER * o.typical {
+                break;
             }
         }
         match best {
