@@ -60,8 +60,8 @@ const KEPT_BELOW: f64 = 0.5;
 const TRIES_PER_TOKEN: usize = 4;
 
 /// The forced forwards one side's search may make: on the honest MoE datasets of 256 tokens a
-/// side needs about 40; past this the search ends with the flips found, so what is left stays
-/// judged as it is.
+/// side needs at most about 35; past this the search ends with the flips found, so what is left
+/// stays judged as it is.
 const FORWARDS: usize = 128;
 
 /// A side's routes as recovered, and the flips (MoE layer, token) that differ from the truth's
