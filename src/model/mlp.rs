@@ -61,8 +61,6 @@ pub struct RouterChoice {
     /// Per token, the probability gap between the router's own k-th expert and the best expert
     /// it left out: how close the routing was to flipping.
     pub margins: Vec<f64>,
-    /// Per token, the best expert the router's own top-k left out (None: it chose them all).
-    pub runner_up: Vec<Option<u32>>,
     /// The router's logits, `[tokens, experts]`: how far every other choice was.
     pub logits: Tensor,
     /// Forced routing only: per token, how far the forced set is from the router's own choice
@@ -167,7 +165,6 @@ impl<'a> SparseMoe<'a> {
         let mut choice = RouterChoice {
             experts: Vec::with_capacity(ranked.len()),
             margins: Vec::with_capacity(ranked.len()),
-            runner_up: Vec::with_capacity(ranked.len()),
             flip_gaps: forced.as_ref().map(|(_, gaps)| gaps.clone()),
             logits: logits.clone(),
         };
@@ -188,9 +185,6 @@ impl<'a> SparseMoe<'a> {
             choice
                 .experts
                 .push(top.iter().map(|&(e, _)| e as u32).collect());
-            choice
-                .runner_up
-                .push(best.get(self.top_k).map(|&(e, _)| e as u32));
             let kth = best[self.top_k - 1].1;
             choice
                 .margins

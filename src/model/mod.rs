@@ -390,16 +390,6 @@ fn hand_router(
         let t = choice.margins.len();
         observer.record(margin, Tensor::from_vec(choice.margins, (1, t), device)?);
     }
-    let runner_up = Key::Router(i, RouterField::RunnerUp);
-    if observer.wants(runner_up) {
-        let t = choice.runner_up.len();
-        let ids: Vec<i64> = choice
-            .runner_up
-            .iter()
-            .map(|e| e.map_or(-1, i64::from))
-            .collect();
-        observer.record(runner_up, Tensor::from_vec(ids, (1, t), device)?);
-    }
     let logits = Key::Router(i, RouterField::Logits);
     if observer.wants(logits) {
         observer.record(logits, choice.logits.to_dtype(DType::F64)?.unsqueeze(0)?);

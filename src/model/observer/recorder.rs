@@ -13,7 +13,7 @@ pub struct Recorder<'a> {
     states: bool,
     feed: Option<&'a Captures>,
     routes: Option<&'a Routes>,
-    alternatives: bool,
+    router_logits: bool,
     /// The run this one resumes, and the layer it resumes at.
     resumed: Option<(&'a Captures, usize)>,
     caps: Captures,
@@ -27,7 +27,7 @@ impl<'a> Recorder<'a> {
             states: false,
             feed: None,
             routes: None,
-            alternatives: false,
+            router_logits: false,
             resumed: None,
             caps: Captures::new(ids.to_vec()),
         }
@@ -55,11 +55,11 @@ impl<'a> Recorder<'a> {
         Recorder { routes, ..self }
     }
 
-    /// Also what each MoE layer's router could have chosen instead: its runner-up experts
-    /// (`router.{i}.runner_up`) and its logits (`router.{i}.logits`).
-    pub fn with_alternatives(self, alternatives: bool) -> Self {
+    /// Also what each MoE layer's router could have chosen instead: its logits
+    /// (`router.{i}.logits`).
+    pub fn with_router_logits(self, router_logits: bool) -> Self {
         Recorder {
-            alternatives,
+            router_logits,
             ..self
         }
     }
@@ -97,7 +97,7 @@ impl Observer for Recorder<'_> {
         match key {
             Key::Op(..) => self.ops,
             Key::State(..) => self.states,
-            Key::Router(_, RouterField::RunnerUp | RouterField::Logits) => self.alternatives,
+            Key::Router(_, RouterField::Logits) => self.router_logits,
             _ => true,
         }
     }

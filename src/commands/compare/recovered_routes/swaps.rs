@@ -39,7 +39,7 @@ fn chosen(caps: &Captures, layer: usize) -> Result<Option<Vec<Vec<u32>>>> {
     ))
 }
 
-/// Token `t`'s router logits at `layer` in a truth run (recorded with its alternatives).
+/// Token `t`'s router logits at `layer` in a truth run (which records them).
 fn logits_at(caps: &Captures, layer: usize, t: usize) -> Result<Option<Vec<f64>>> {
     let Some(all) = caps.get(Key::Router(layer, RouterField::Logits)) else {
         return Ok(None);
