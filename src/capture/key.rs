@@ -76,7 +76,8 @@ pub enum StateKind {
 pub enum RouterField {
     /// The experts chosen per token, `[1, T, k]` int64.
     TopkIds,
-    /// The router logits, `[1, T, E]` (hsdiff-capture writes them).
+    /// The router logits, `[1, T, E]` (hsdiff-capture writes them; the truth's runs record them
+    /// for routing recovery: how near each other choice was).
     Logits,
     /// Per token, the router probability gap between the last chosen expert and the best
     /// expert left out, `[1, T]` (accumulation dtype).
@@ -85,9 +86,6 @@ pub enum RouterField {
     /// router's own choice, in units of the token's router-logit RMS; −1 where they are its
     /// own choice, `[1, T]` f64 (`model::mlp`).
     FlipGap,
-    /// Per token, the best expert the router's own top-k left out, `[1, T]` int64; −1 where it
-    /// chose every expert (the truth's runs only: the other choice a near-tie could have made).
-    RunnerUp,
 }
 
 /// A name that is not one of hsdiff's own ([`Key`]'s `FromStr`).
@@ -158,7 +156,6 @@ named!(RouterField {
     Logits => "logits",
     Margin => "margin",
     FlipGap => "flip_gap",
-    RunnerUp => "runner_up",
 });
 
 const INPUT_IDS: &str = "input_ids";

@@ -252,7 +252,7 @@ fn forward(
         // The `state.layers.{i}.*` rows of the report.
         .with_states(true)
         // What routing recovery tries at a near-tie, from the truth.
-        .with_runner_ups(run.role == Role::Calibration && run.dtype == DType::F64)
+        .with_router_logits(run.role == Role::Calibration && run.dtype == DType::F64)
         .fed_by(feed)
         .routed_by(routes)
         .resuming(resume);

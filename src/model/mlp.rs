@@ -61,8 +61,8 @@ pub struct RouterChoice {
     /// Per token, the probability gap between the router's own k-th expert and the best expert
     /// it left out: how close the routing was to flipping.
     pub margins: Vec<f64>,
-    /// Per token, the best expert the router's own top-k left out (None: it chose them all).
-    pub runner_up: Vec<Option<u32>>,
+    /// The router's logits, `[tokens, experts]`: how far every other choice was.
+    pub logits: Tensor,
     /// Forced routing only: per token, how far the forced set is from the router's own choice
     /// ([`flip_gap`]); None for a run that routed itself.
     pub flip_gaps: Option<Vec<f64>>,
@@ -73,7 +73,7 @@ pub struct RouterChoice {
 /// was denied and the worst forced expert it would not have chosen: the logit change that
 /// would have made the router choose the forced set itself. Dimensionless, so a bound from
 /// the arithmetic's relative error applies to it (`report::routing`).
-fn flip_gap(logits: &[f64], own: &[usize], forced: &[usize]) -> f64 {
+pub(crate) fn flip_gap(logits: &[f64], own: &[usize], forced: &[usize]) -> f64 {
     let denied = own.iter().filter(|e| !forced.contains(e));
     let imposed = forced.iter().filter(|e| !own.contains(e));
     let best_denied = denied.map(|&e| logits[e]).fold(f64::NEG_INFINITY, f64::max);
@@ -141,7 +141,8 @@ impl<'a> SparseMoe<'a> {
     }
 
     /// x: `[B, T, H]` → (`[B, T, H]`, the experts chosen per token). `forced`: the experts
-    /// each token must use (`[B·T][k]`), in place of the router's top-k; their weights are the
+    /// each token must use (`[B·T][k]`; none: the router's own), in place of the router's
+    /// top-k; their weights are the
     /// router's own probabilities of those experts, renormalised over them when configured —
     /// as transformers weighs whichever experts top-k picked.
     pub fn forward(
@@ -164,8 +165,8 @@ impl<'a> SparseMoe<'a> {
         let mut choice = RouterChoice {
             experts: Vec::with_capacity(ranked.len()),
             margins: Vec::with_capacity(ranked.len()),
-            runner_up: Vec::with_capacity(ranked.len()),
             flip_gaps: forced.as_ref().map(|(_, gaps)| gaps.clone()),
+            logits: logits.clone(),
         };
         // per expert: (token rows, routing weights)
         let mut routed: Vec<(Vec<u32>, Vec<f64>)> =
@@ -184,9 +185,6 @@ impl<'a> SparseMoe<'a> {
             choice
                 .experts
                 .push(top.iter().map(|&(e, _)| e as u32).collect());
-            choice
-                .runner_up
-                .push(best.get(self.top_k).map(|&(e, _)| e as u32));
             let kth = best[self.top_k - 1].1;
             choice
                 .margins
@@ -218,7 +216,8 @@ impl<'a> SparseMoe<'a> {
 
 impl SparseMoe<'_> {
     /// The forced experts with the router's probabilities of them, and each token's
-    /// [`flip_gap`]; refused unless every token is given `k` distinct experts of this block.
+    /// [`flip_gap`]; a token given no experts keeps the router's own, and one given some is
+    /// refused unless they are `k` distinct experts of this block.
     #[allow(clippy::type_complexity)]
     fn forced_choice(
         &self,
@@ -244,7 +243,15 @@ impl SparseMoe<'_> {
         let mut sets = Vec::with_capacity(forced.len());
         let mut gaps = Vec::with_capacity(forced.len());
         for (token, ids) in forced.iter().enumerate() {
-            let ids: Vec<usize> = ids.iter().map(|&e| e as usize).collect();
+            let own: Vec<usize> = ranked[token][..self.top_k]
+                .iter()
+                .map(|&(e, _)| e)
+                .collect();
+            // No experts given: the router's own choice (routes that force a few tokens).
+            let ids: Vec<usize> = match &ids[..] {
+                [] => own.clone(),
+                ids => ids.iter().map(|&e| e as usize).collect(),
+            };
             let mut distinct = ids.clone();
             distinct.sort_unstable();
             distinct.dedup();
@@ -261,10 +268,6 @@ impl SparseMoe<'_> {
                 ));
             }
             sets.push(ids.iter().map(|&e| (e, probs[token][e])).collect());
-            let own: Vec<usize> = ranked[token][..self.top_k]
-                .iter()
-                .map(|&(e, _)| e)
-                .collect();
             gaps.push(flip_gap(&logits[token], &own, &ids));
         }
         Ok((sets, gaps))

@@ -43,6 +43,7 @@ pub use decode::{DecodePlan, push_states};
 pub use gdn::GdnCaptures;
 pub use layer::DecoderLayer;
 pub use linear::{Linear, product_flops};
+pub(crate) use mlp::flip_gap;
 pub use observer::{Observer, Recorder, Routes};
 pub use source::WeightSource;
 pub use weight_cache::WeightCache;
@@ -389,15 +390,9 @@ fn hand_router(
         let t = choice.margins.len();
         observer.record(margin, Tensor::from_vec(choice.margins, (1, t), device)?);
     }
-    let runner_up = Key::Router(i, RouterField::RunnerUp);
-    if observer.wants(runner_up) {
-        let t = choice.runner_up.len();
-        let ids: Vec<i64> = choice
-            .runner_up
-            .iter()
-            .map(|e| e.map_or(-1, i64::from))
-            .collect();
-        observer.record(runner_up, Tensor::from_vec(ids, (1, t), device)?);
+    let logits = Key::Router(i, RouterField::Logits);
+    if observer.wants(logits) {
+        observer.record(logits, choice.logits.to_dtype(DType::F64)?.unsqueeze(0)?);
     }
     let gap = Key::Router(i, RouterField::FlipGap);
     if let Some(gaps) = choice.flip_gaps

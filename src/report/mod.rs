@@ -13,6 +13,7 @@ pub mod logits_words;
 mod router_data;
 mod router_rows;
 mod routing;
+pub(crate) use routing::NEAR_TIE_SIGMAS;
 mod routing_words;
 mod row;
 pub mod summary;

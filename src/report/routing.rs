@@ -31,7 +31,7 @@ const MIN_TIE: f64 = 4.0;
 
 /// A relative error e of the router's input moves each logit by about e × the logits' RMS, a
 /// difference of two by about √2 of that; six is over four standard deviations of it.
-const NEAR_TIE_SIGMAS: f64 = 6.0;
+pub(crate) const NEAR_TIE_SIGMAS: f64 = 6.0;
 
 /// Flips found, and the MoE layers where a side records no router choice.
 pub struct Routing {

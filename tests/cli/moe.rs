@@ -220,6 +220,31 @@ fn the_honest_dataset_without_router_ids_has_no_drift_or_mismatch() {
     }
 }
 
+#[test]
+fn flips_whose_cascade_makes_later_tokens_stand_out_are_recovered_token_by_token() {
+    // Sample 16 at 128 tokens, its first 48 positions, without router ids: both sides flip
+    // token 8 and token 18 at layer 0 (token 18 to the router's third choice, not its
+    // runner-up), and the cascade makes tokens 18–34 stand out at layers 3 and 5 until the
+    // earlier flips are found.
+    let (code, r, err) = compare_json(
+        &fixture("cascade/train.pt"),
+        &fixture("cascade/eval.pt"),
+        &args(&model()),
+    );
+    assert_eq!(code, 0, "{}\n{err}", summary(&r));
+    assert!(summary(&r).starts_with("benign: "), "{}", summary(&r));
+    for side in ["A", "B"] {
+        let note = (r["notes"].as_array().expect("notes").iter())
+            .filter_map(Value::as_str)
+            .find(|n| n.starts_with(&format!("{side} records no router choices")))
+            .unwrap_or_else(|| panic!("no recovery note for {side}: {r}"));
+        assert!(
+            note.contains("router.0 token 8, router.0 token 18,"),
+            "{note}"
+        );
+    }
+}
+
 fn manifest() -> Value {
     serde_json::from_str(&std::fs::read_to_string(fixture("MANIFEST.json")).expect("manifest"))
         .expect("JSON")

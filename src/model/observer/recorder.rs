@@ -13,7 +13,7 @@ pub struct Recorder<'a> {
     states: bool,
     feed: Option<&'a Captures>,
     routes: Option<&'a Routes>,
-    runner_ups: bool,
+    router_logits: bool,
     /// The run this one resumes, and the layer it resumes at.
     resumed: Option<(&'a Captures, usize)>,
     caps: Captures,
@@ -27,7 +27,7 @@ impl<'a> Recorder<'a> {
             states: false,
             feed: None,
             routes: None,
-            runner_ups: false,
+            router_logits: false,
             resumed: None,
             caps: Captures::new(ids.to_vec()),
         }
@@ -55,9 +55,13 @@ impl<'a> Recorder<'a> {
         Recorder { routes, ..self }
     }
 
-    /// Also each MoE layer's runner-up experts (`router.{i}.runner_up`).
-    pub fn with_runner_ups(self, runner_ups: bool) -> Self {
-        Recorder { runner_ups, ..self }
+    /// Also what each MoE layer's router could have chosen instead: its logits
+    /// (`router.{i}.logits`).
+    pub fn with_router_logits(self, router_logits: bool) -> Self {
+        Recorder {
+            router_logits,
+            ..self
+        }
     }
 
     /// Resumes `base`, a run recorded alike whose routing agrees with this one's before layer
@@ -93,7 +97,7 @@ impl Observer for Recorder<'_> {
         match key {
             Key::Op(..) => self.ops,
             Key::State(..) => self.states,
-            Key::Router(_, RouterField::RunnerUp) => self.runner_ups,
+            Key::Router(_, RouterField::Logits) => self.router_logits,
             _ => true,
         }
     }

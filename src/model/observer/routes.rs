@@ -1,7 +1,8 @@
 //! Forced routing: another run's router choices, per MoE layer.
 
 /// Another run's router choices, per MoE layer: a forward told to use them computes its own
-/// router probabilities but routes every token to the experts given here.
+/// router probabilities but routes every token to the experts given here (a token given none
+/// to the router's own choice).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Routes {
     layers: std::collections::BTreeMap<usize, Vec<Vec<u32>>>,

@@ -160,7 +160,7 @@ fn a_run_resumed_where_its_routing_parts_from_another_is_the_whole_run_bit_for_b
     let recorded = |routes: Option<&Routes>, base: Option<(&Captures, usize)>| {
         let mut r = Recorder::new(&ids)
             .with_states(true)
-            .with_runner_ups(true)
+            .with_router_logits(true)
             .routed_by(routes)
             .resuming(base);
         model
@@ -169,14 +169,13 @@ fn a_run_resumed_where_its_routing_parts_from_another_is_the_whole_run_bit_for_b
         r.into_captures()
     };
     let own = recorded(None, None);
-    // The last MoE layer's token 7 sent to its runner-up in place of its k-th expert.
+    // The last MoE layer's token 7 sent to its best expert left out in place of its k-th.
     let layer = (0..model.config.num_hidden_layers)
         .rfind(|&i| model.config.is_moe_layer(i))
         .expect("a MoE layer");
     assert!(layer > 0, "a layer before it to share");
     let mut sets = experts(&own, layer);
-    let runner_up = values(&own, Key::Router(layer, RouterField::RunnerUp));
-    *sets[7].last_mut().expect("k experts") = runner_up[7] as u32;
+    *sets[7].last_mut().expect("k experts") = best_left_out(&model, &own, layer)[7];
     let mut routes = Routes::default();
     routes.insert(layer, sets);
     assert_eq!(Routes::first_difference(Some(&routes), None), Some(layer));
@@ -190,12 +189,27 @@ fn a_run_resumed_where_its_routing_parts_from_another_is_the_whole_run_bit_for_b
     );
 }
 
+/// Per token, the expert of largest recorded router logit that `layer`'s router left out.
+fn best_left_out(model: &Model, caps: &Captures, layer: usize) -> Vec<u32> {
+    let count = model.config.moe.as_ref().expect("MoE").num_experts;
+    let logits = values(caps, Key::Router(layer, RouterField::Logits));
+    (experts(caps, layer).iter().enumerate())
+        .map(|(t, set)| {
+            let row = &logits[t * count..(t + 1) * count];
+            (0..count as u32)
+                .filter(|e| !set.contains(e))
+                .max_by(|&x, &y| row[x as usize].total_cmp(&row[y as usize]))
+                .expect("an expert left out")
+        })
+        .collect()
+}
+
 #[test]
-fn the_runner_up_is_the_best_expert_the_router_left_out() {
+fn the_recorded_router_logits_rank_the_choices_by_flip_gap() {
     let (model, ids, _) = moe_run();
-    let observed = |routes: Option<&Routes>, runner_ups: bool| {
+    let observed = |routes: Option<&Routes>, logits: bool| {
         let mut r = Recorder::new(&ids)
-            .with_runner_ups(runner_ups)
+            .with_router_logits(logits)
             .routed_by(routes);
         model
             .observe(&ids, &opts(), &mut r, &Progress::hidden(), None)
@@ -207,13 +221,12 @@ fn the_runner_up_is_the_best_expert_the_router_left_out() {
         .find(|&i| model.config.is_moe_layer(i))
         .expect("a MoE layer");
     let chosen = experts(&own, layer);
-    let runner_up = values(&own, Key::Router(layer, RouterField::RunnerUp));
     let count = model.config.moe.as_ref().expect("MoE").num_experts as u32;
     let left_out: Vec<Vec<u32>> = (chosen.iter())
         .map(|set| (0..count).filter(|e| !set.contains(e)).collect())
         .collect();
     // Each token's k-th expert swapped for its j-th left-out one: the flip gap (the logit
-    // change that would make the router choose it) is least for the runner-up.
+    // change that would make the router choose it) is least for the one of largest logit.
     let mut least: Vec<(f32, u32)> = vec![(f32::INFINITY, count); ids.len()];
     for j in 0..left_out[0].len() {
         let sets: Vec<Vec<u32>> = (chosen.iter().zip(&left_out))
@@ -235,16 +248,13 @@ fn the_runner_up_is_the_best_expert_the_router_left_out() {
             }
         }
     }
-    for (t, &(_, best)) in least.iter().enumerate() {
-        assert_eq!(runner_up[t], best as f32, "token {t}");
+    let best = best_left_out(&model, &own, layer);
+    for (t, &(_, nearest)) in least.iter().enumerate() {
+        assert_eq!(best[t], nearest, "token {t}");
     }
     // Not asked for: not recorded.
     let plain = observed(None, false);
-    assert!(
-        plain
-            .get(Key::Router(layer, RouterField::RunnerUp))
-            .is_none()
-    );
+    assert!(plain.get(Key::Router(layer, RouterField::Logits)).is_none());
 }
 
 #[test]
@@ -313,4 +323,40 @@ fn a_run_forced_to_its_own_routing_is_the_same_run_and_another_set_moves_it() {
         )
         .expect_err("no such expert");
     assert!(err.to_string().contains("forced routing: token 5"), "{err}");
+}
+
+#[test]
+fn a_token_given_no_experts_keeps_the_routers_own_choice() {
+    let (model, ids, own) = moe_run();
+    let layer = (0..model.config.num_hidden_layers)
+        .find(|&i| model.config.is_moe_layer(i))
+        .expect("a MoE layer");
+    let forced = |routes: &Routes| {
+        let mut r = Recorder::new(&ids).routed_by(Some(routes));
+        model
+            .observe(&ids, &opts(), &mut r, &Progress::hidden(), None)
+            .expect("forced run");
+        r.into_captures()
+    };
+    // Token 5 sent to experts the router did not choose, every other token to its own choice:
+    // given in full, or as no experts at all.
+    let token = 5;
+    let mut full = experts(&own, layer);
+    let count = model.config.moe.as_ref().expect("MoE").num_experts as u32;
+    let other: Vec<u32> = (0..count).filter(|e| !full[token].contains(e)).collect();
+    full[token] = other[..full[token].len()].to_vec();
+    let mut sparse = vec![Vec::new(); ids.len()];
+    sparse[token] = full[token].clone();
+    let (mut whole, mut few) = (Routes::default(), Routes::default());
+    whole.insert(layer, full);
+    few.insert(layer, sparse);
+    let (whole, few) = (forced(&whole), forced(&few));
+    assert_eq!(bits(&few), bits(&whole));
+    let gaps = values(&few, Key::Router(layer, RouterField::FlipGap));
+    assert!(
+        gaps.iter()
+            .enumerate()
+            .all(|(t, &g)| (t == token) != (g == -1.0)),
+        "{gaps:?}"
+    );
 }
