@@ -33,7 +33,9 @@
 
 mod swaps;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+use candle_core::Tensor;
 
 use crate::capture::{Captures, Key};
 use crate::compare::TensorSource;
@@ -104,10 +106,10 @@ struct Search<'s, 'i> {
     /// How the truth runs stop and what they capture, as the job's truth does.
     truth_as: (Option<usize>, bool),
     prior: &'s mut Prior,
-    side: &'s dyn TensorSource,
     moe: Vec<usize>,
-    /// The layers the side holds from the first MoE layer on.
-    held: Vec<usize>,
+    /// The layers the side holds from the first MoE layer on, each read from its file once:
+    /// every pass and every try measures them again.
+    held: BTreeMap<usize, Tensor>,
     routes: Routes,
     current: Captures,
     flips: Vec<(usize, usize)>,
@@ -122,8 +124,8 @@ impl Search<'_, '_> {
     /// the first such layer.
     fn first_outlier(&self) -> Result<Option<Outlier>> {
         let mut first: Option<Outlier> = None;
-        for &at in &self.held {
-            let errors = token_errors(self.side, &self.current, at)?;
+        for (&at, side) in &self.held {
+            let errors = token_errors(side, &self.current, at)?;
             let finite: Vec<f64> = errors.iter().copied().filter(|e| e.is_finite()).collect();
             let typical = median(&finite);
             let found = errors
@@ -147,7 +149,7 @@ impl Search<'_, '_> {
     /// The MoE layers a flip seen first at held layer `at` can be at: since the layer held
     /// before.
     fn window(&self, at: usize) -> Vec<usize> {
-        let before = self.held.iter().copied().filter(|&h| h < at).max();
+        let before = self.held.range(..at).next_back().map(|(&h, _)| h);
         (self.moe.iter().copied())
             .filter(|&m| m <= at && before.is_none_or(|b| m > b))
             .collect()
@@ -173,7 +175,10 @@ impl Search<'_, '_> {
             let mut trial = self.routes.clone();
             trial.insert(swap.layer, swap.rows);
             let tried = truth_run(self.input, Some(&trial), self.truth_as, self.prior)?;
-            let after = token_errors(self.side, &tried, o.at)?;
+            let after = match self.held.get(&o.at) {
+                Some(side) => token_errors(side, &tried, o.at)?,
+                None => Vec::new(),
+            };
             let Some(&e) = after.get(o.token) else {
                 continue;
             };
@@ -221,14 +226,19 @@ pub fn recover(
     let (Some(&first_moe), false) = (moe.first(), held.is_empty()) else {
         return Ok(None);
     };
+    let mut held_states = BTreeMap::new();
+    for h in held.into_iter().filter(|&h| h >= first_moe) {
+        if let Some(state) = side.tensor(Key::Layer(h))? {
+            held_states.insert(h, state);
+        }
+    }
     let current = truth_run(input, None, truth_as, prior)?;
     let mut search = Search {
         input,
         truth_as,
         prior,
-        side,
         moe,
-        held: held.into_iter().filter(|&h| h >= first_moe).collect(),
+        held: held_states,
         routes: Routes::default(),
         current,
         flips: Vec::new(),

@@ -1,27 +1,21 @@
 //! What a side's states are read against: its per-token error at a layer, and the other
 //! choices the truth's router could have made at a token, each with how near it was.
 
-use candle_core::DType;
+use candle_core::{DType, Tensor};
 
 use crate::capture::{Captures, Key, RouterField};
-use crate::compare::TensorSource;
 use crate::compare::metrics::diff_stats;
 use crate::error::Result;
 use crate::model::Routes;
 use crate::model::flip_gap;
 
-/// Per token, `side`'s relative error against `truth` at `layers.{layer}`.
-pub(super) fn token_errors(
-    side: &dyn TensorSource,
-    truth: &Captures,
-    layer: usize,
-) -> Result<Vec<f64>> {
-    let name = Key::Layer(layer).to_string();
-    match (
-        side.tensor(Key::Layer(layer))?,
-        truth.get(Key::Layer(layer)),
-    ) {
-        (Some(x), Some(t)) if x.dims() == t.dims() => Ok(diff_stats(&name, &x, t)?.per_token_rel),
+/// Per token, the relative error of `side`'s `layers.{layer}` (as read from its file) against
+/// `truth`'s.
+pub(super) fn token_errors(side: &Tensor, truth: &Captures, layer: usize) -> Result<Vec<f64>> {
+    match truth.get(Key::Layer(layer)) {
+        Some(t) if side.dims() == t.dims() => {
+            Ok(diff_stats(&Key::Layer(layer).to_string(), side, t)?.per_token_rel)
+        }
         _ => Ok(Vec::new()),
     }
 }
@@ -119,7 +113,7 @@ pub(super) fn near_swaps(
 
 #[cfg(test)]
 mod tests {
-    use candle_core::{Device, Tensor};
+    use candle_core::Device;
 
     use super::*;
 
