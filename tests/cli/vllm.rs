@@ -35,6 +35,32 @@ fn against_transformers(file: &str, extra: &[&str]) -> (i32, serde_json::Value, 
     )
 }
 
+/// `compare FILE transformers.bf16.pt EXTRA…` whose headline leads with A's slip from the
+/// `declared` ids to the `found` ones, exit 1: the report and its headline.
+fn slip_against_transformers(
+    file: &str,
+    extra: &[&str],
+    (declared, found): (&str, &str),
+) -> (serde_json::Value, String) {
+    let (code, r, err) = against_transformers(file, extra);
+    assert_eq!(code, 1, "{} {err}", r["summary"]);
+    let s = summary(&r).to_string();
+    let lead = format!(
+        "mismatch: A: layer ids declared {declared} but the states are those of ids {found}"
+    );
+    assert!(s.starts_with(&lead), "{s}");
+    (r, s)
+}
+
+/// `compare FILE transformers.bf16.pt --layer-ids IDS` (the ids a slip names): exit 0, and the
+/// note says they fit the truth as declared.
+fn corrected_ids_fit(file: &str, ids: &str) {
+    let (code, r, err) = against_transformers(file, &["--layer-ids", ids]);
+    assert_eq!(code, 0, "{} {err}", r["summary"]);
+    let fit = format!("A: layer ids {ids} fit the f64 truth as declared");
+    assert!(notes(&r).contains(&fit), "{}", notes(&r));
+}
+
 /// `compare FILE transformers.bf16.pt EXTRA…` of the fixtures, refused (exit 2): its stderr.
 fn refused_against_transformers(file: &str, extra: &[&str]) -> String {
     let (a, b) = (fixture(file), fixture("transformers.bf16.pt"));
@@ -144,9 +170,8 @@ fn aux_states_in_vllm_ids_are_benign() {
 fn an_off_by_one_in_aux_ids_is_the_headline() {
     let draft = fixture("draft.json");
     let shifted = "aux_shifted/req-0.safetensors";
-    let (code, r, err) = against_transformers(shifted, &["--draft-config", &draft]);
-    assert_eq!(code, 1, "{} {err}", r["summary"]);
-    let s = summary(&r);
+    let (r, s) =
+        slip_against_transformers(shifted, &["--draft-config", &draft], ("2,4,5", "3,5,6"));
     assert!(
         s.starts_with(
             "mismatch: A: layer ids declared 2,4,5 but the states are those of ids 3,5,6 \
@@ -163,21 +188,14 @@ fn an_off_by_one_in_aux_ids_is_the_headline() {
     assert_eq!(largest_layer_diff(&r), 0.0, "{}", r["tensors"]);
     // A truth that stops early (--layers) still measures the ids it holds under every shift,
     // and the slip still leads, with every id corrected.
-    let (code, r, err) =
-        against_transformers(shifted, &["--draft-config", &draft, "--layers", "2"]);
-    assert_eq!(code, 1, "{} {err}", r["summary"]);
-    let s = summary(&r);
-    assert!(
-        s.starts_with(
-            "mismatch: A: layer ids declared 2,4,5 but the states are those of ids 3,5,6"
-        ),
-        "{s}"
+    let (r, s) = slip_against_transformers(
+        shifted,
+        &["--draft-config", &draft, "--layers", "2"],
+        ("2,4,5", "3,5,6"),
     );
     assert!(!s.contains("--shift"), "{s}");
     assert_eq!(layer_rows(&r), ["layers.2"]);
-    let (code, r, err) = against_transformers(shifted, &["--layer-ids", "3,5,6"]);
-    assert_eq!(code, 0, "{} {err}", r["summary"]);
-    assert!(notes(&r).contains("A: layer ids 3,5,6 fit the f64 truth as declared"));
+    corrected_ids_fit(shifted, "3,5,6");
 }
 
 /// vLLM's default ids (2,4,5,8 for 8 layers: the last one the last layer's output) over the
@@ -186,23 +204,13 @@ fn an_off_by_one_in_aux_ids_is_the_headline() {
 #[test]
 fn a_slip_of_the_default_ids_moves_the_last_state_too() {
     let file = "aux_inputs/req-0.safetensors";
-    let (code, r, err) = against_transformers(file, &[]);
-    assert_eq!(code, 1, "{} {err}", r["summary"]);
-    let s = summary(&r);
-    assert!(
-        s.starts_with(
-            "mismatch: A: layer ids declared 2,4,5,8 but the states are those of ids 1,3,4,7"
-        ),
-        "{s}"
-    );
+    let (r, s) = slip_against_transformers(file, &[], ("2,4,5,8", "1,3,4,7"));
     assert!(s.contains("pass --layer-ids-a 1,3,4,7; "), "{s}");
     assert_eq!(
         layer_rows(&r),
         ["layers.0", "layers.2", "layers.3", "layers.6"]
     );
-    let (code, r, err) = against_transformers(file, &["--layer-ids", "1,3,4,7"]);
-    assert_eq!(code, 0, "{} {err}", r["summary"]);
-    assert!(notes(&r).contains("A: layer ids 1,3,4,7 fit the f64 truth as declared"));
+    corrected_ids_fit(file, "1,3,4,7");
 }
 
 /// The connector's folders as datasets against transformers' capture of the prompt: the
